@@ -1,0 +1,209 @@
+"""The SSD (Mamba2) scan: one signature, several backends.
+
+    y, final_state = ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+                              dt_limit=(0.0, inf), initial_state=None, cu_seqlens=None,
+                              chunk_size=128, backend=None)
+    y = ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+                 dt_limit=(0.0, inf), backend=None)
+
+Shapes (b batch, l seqlen, h heads, p headdim, g groups, n dstate):
+    x (b, l, h, p)   dt (b, l, h)   A (h,) fp32 < 0   B, C (b, l, g, n)   D (h,) or (h, p)
+    z like x (y *= silu(z))   initial_state / final_state (b, h, p, n) fp32
+    cu_seqlens (s+1,) int with b == 1: s packed sequences, states are then (s, h, p, n)
+
+Backends: "naive" (sequential recurrence, the ground truth), "chunked" (the SSD chunked algorithm in
+PyTorch, any device), "triton" (fused Triton kernels; CUDA, or the CPU under TRITON_INTERPRET=1).
+``backend=None`` picks the fastest one that works for the tensors' device and logs once why a faster
+one is off. The backend is chosen here, at the op boundary, never inside an ``nn.Module``.
+
+See ``holotron/kernels/README.md`` for the recurrence and the chunked algorithm.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+
+import torch
+
+__all__ = ["ssd_scan", "ssd_step", "available_backends", "BACKENDS"]
+
+BACKENDS = ("naive", "chunked", "triton")
+
+log = logging.getLogger("holotron.kernels")
+_said: set[str] = set()
+
+
+def _say_once(msg: str) -> None:
+    if msg not in _said:
+        _said.add(msg)
+        log.info(msg)
+
+
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _triton_interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _triton_usable(device: torch.device) -> str | None:
+    """None when the Triton backend can run on ``device``, else the reason it cannot."""
+    if not _triton_installed():
+        return "triton is not installed (pip install triton, Linux only)"
+    if device.type == "cuda":
+        return None
+    if _triton_interpret():
+        return None
+    return f"tensors are on {device.type}; Triton needs CUDA (or TRITON_INTERPRET=1 for the slow interpreter)"
+
+
+def available_backends(device: torch.device | str = "cpu") -> list[str]:
+    """Backends that can run on ``device``, slowest first."""
+    out = ["naive", "chunked"]
+    if _triton_usable(torch.device(device)) is None:
+        out.append("triton")
+    return out
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _expect(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_common(name_x, x, dt, A, B, C, D, z, dt_bias, dt_limit, lead: tuple[int, ...]):
+    """Checks shared by scan and step; ``lead`` is the leading dims of x before (h, p)."""
+    _expect(x.dtype in _FLOATS, f"{name_x} must be a floating tensor, got dtype {x.dtype}")
+    h, p = x.shape[-2], x.shape[-1]
+    lead_s = ", ".join(str(s) for s in lead)
+    _expect(tuple(dt.shape) == (*lead, h), f"dt must have shape ({lead_s}, heads={h}), got {_shape(dt)}")
+    _expect(dt.dtype in _FLOATS, f"dt must be a floating tensor, got dtype {dt.dtype}")
+    _expect(A.dim() == 1 and A.shape[0] == h, f"A must have shape (heads={h},), got {_shape(A)}")
+    _expect(A.dtype in (torch.float32, torch.float64), f"A must be float32 (it is -exp(A_log)), got {A.dtype}")
+    _expect(B.dim() == x.dim() and tuple(B.shape[:-2]) == lead,
+            f"B must have shape ({lead_s}, groups, dstate), got {_shape(B)}")
+    _expect(tuple(C.shape) == tuple(B.shape), f"C must have the shape of B {_shape(B)}, got {_shape(C)}")
+    g = B.shape[-2]
+    _expect(g >= 1 and h % g == 0, f"heads ({h}) must be divisible by groups ({g}) of B and C")
+    for nm, t in (("B", B), ("C", C)):
+        _expect(t.dtype == x.dtype, f"{nm} must have the dtype of {name_x} ({x.dtype}), got {t.dtype}")
+    if z is not None:
+        _expect(tuple(z.shape) == tuple(x.shape), f"z must have the shape of {name_x} {_shape(x)}, got {_shape(z)}")
+        _expect(z.dtype == x.dtype, f"z must have the dtype of {name_x} ({x.dtype}), got {z.dtype}")
+    if D is not None:
+        _expect(tuple(D.shape) in ((h,), (h, p)), f"D must have shape (heads={h},) or (heads={h}, headdim={p}), got {_shape(D)}")
+        _expect(D.dtype in _FLOATS, f"D must be floating, got {D.dtype}")
+    if dt_bias is not None:
+        _expect(tuple(dt_bias.shape) == (h,), f"dt_bias must have shape (heads={h},), got {_shape(dt_bias)}")
+        _expect(dt_bias.dtype in _FLOATS, f"dt_bias must be floating, got {dt_bias.dtype}")
+    _expect(len(tuple(dt_limit)) == 2, f"dt_limit must be a pair (low, high), got {dt_limit!r}")
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    _expect(not math.isnan(lo) and not math.isnan(hi) and lo <= hi, f"dt_limit must satisfy low <= high, got {dt_limit!r}")
+    dev = x.device
+    for nm, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias)):
+        if t is not None:
+            _expect(t.device == dev, f"{nm} is on {t.device} but {name_x} is on {dev}: put all inputs on one device")
+    return (lo, hi)
+
+
+def _check_scan(x, dt, A, B, C, D, z, dt_bias, dt_limit, initial_state, cu_seqlens, chunk_size):
+    _expect(x.dim() == 4, f"x must have shape (batch, seqlen, heads, headdim), got {_shape(x)}")
+    b, l, h, p = x.shape
+    _expect(b >= 1 and l >= 1 and h >= 1 and p >= 1, f"x must be non-empty, got {_shape(x)}")
+    limit = _check_common("x", x, dt, A, B, C, D, z, dt_bias, dt_limit, (b, l))
+    _expect(isinstance(chunk_size, int) and chunk_size >= 1, f"chunk_size must be a positive int, got {chunk_size!r}")
+    n_seq = b
+    if cu_seqlens is not None:
+        _expect(b == 1, f"cu_seqlens needs batch == 1 (sequences packed along seqlen), got batch {b}")
+        _expect(cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2,
+                f"cu_seqlens must be a 1-d tensor [0, l1, l1+l2, ..., seqlen], got {_shape(cu_seqlens)}")
+        _expect(not cu_seqlens.is_floating_point() and not cu_seqlens.is_complex(),
+                f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
+        cs = cu_seqlens.detach().to("cpu", torch.int64)
+        _expect(int(cs[0]) == 0, f"cu_seqlens must start at 0, got {int(cs[0])}")
+        _expect(bool((cs[1:] > cs[:-1]).all()), f"cu_seqlens must be strictly increasing, got {cs.tolist()}")
+        _expect(int(cs[-1]) == l, f"cu_seqlens must end at seqlen ({l}), got {int(cs[-1])}")
+        n_seq = cs.numel() - 1
+    if initial_state is not None:
+        want = (n_seq, h, p, B.shape[-1])
+        _expect(tuple(initial_state.shape) == want,
+                f"initial_state must have shape {want} (sequences, heads, headdim, dstate), got {_shape(initial_state)}")
+        _expect(initial_state.dtype in (torch.float32, torch.float64),
+                f"initial_state must be float32, got {initial_state.dtype}")
+        _expect(initial_state.device == x.device, f"initial_state is on {initial_state.device} but x is on {x.device}")
+    return limit
+
+
+def _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit):
+    _expect(x.dim() == 3, f"x must have shape (batch, heads, headdim), got {_shape(x)}")
+    b, h, p = x.shape
+    limit = _check_common("x", x, dt, A, B, C, D, z, dt_bias, dt_limit, (b,))
+    want = (b, h, p, B.shape[-1])
+    _expect(tuple(state.shape) == want, f"state must have shape {want} (batch, heads, headdim, dstate), got {_shape(state)}")
+    _expect(state.dtype in (torch.float32, torch.float64), f"state must be float32, got {state.dtype}")
+    _expect(state.device == x.device, f"state is on {state.device} but x is on {x.device}")
+    return limit
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def _pick(backend: str | None, device: torch.device, op: str, fallback: str) -> str:
+    if backend is not None:
+        _expect(backend in BACKENDS, f"backend must be one of {BACKENDS} or None, got {backend!r}")
+        if backend == "triton":
+            why = _triton_usable(device)
+            _expect(why is None, f"backend='triton' cannot run here: {why}")
+        return backend
+    why = _triton_usable(device)
+    if why is None:
+        return "triton"
+    _say_once(f"holotron.kernels: {op} uses the '{fallback}' backend because the Triton one is off: {why}")
+    return fallback
+
+
+def ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+             dt_limit=(0.0, math.inf), initial_state=None, cu_seqlens=None, chunk_size=128,
+             backend=None):
+    """The SSD scan over a whole sequence. Returns ``(y, final_state)``: y like x, state fp32.
+
+    Per head h with state S (headdim x dstate), for t = 1..T:
+        dt_t = clamp(softplus?(dt_t + dt_bias), *dt_limit)
+        S_t  = exp(dt_t * A) * S_{t-1} + dt_t * x_t B_t^T
+        y_t  = S_t C_t + D * x_t,  then  y_t *= silu(z_t)  when z is given.
+    """
+    limit = _check_scan(x, dt, A, B, C, D, z, dt_bias, dt_limit, initial_state, cu_seqlens, chunk_size)
+    name = _pick(backend, x.device, "ssd_scan", "chunked")
+    if name == "naive":
+        from .ssd_naive import ssd_scan_naive as fn
+    elif name == "chunked":
+        from .ssd_chunked import ssd_scan_chunked as fn
+    else:
+        from .ssd_triton import ssd_scan_triton as fn
+    return fn(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit,
+              initial_state=initial_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size)
+
+
+def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+             dt_limit=(0.0, math.inf), backend=None):
+    """One decode step: updates ``state`` (batch, heads, headdim, dstate) in place, returns y (batch, heads, headdim)."""
+    limit = _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit)
+    name = _pick(backend, x.device, "ssd_step", "naive")
+    if name in ("naive", "chunked"):  # one token: the chunked algorithm is the recurrence itself
+        from .ssd_naive import ssd_step_naive as fn
+    else:
+        from .ssd_triton import ssd_step_triton as fn
+    return fn(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit)

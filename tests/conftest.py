@@ -1,0 +1,45 @@
+"""Shared test setup: Triton's CPU interpreter when there is no GPU, hypothesis profiles, helpers."""
+
+import os
+
+# Triton runs on the CPU through its interpreter; this must be set before triton is imported.
+try:
+    import torch as _torch
+
+    if not _torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover
+    pass
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, max_examples=25, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough", deadline=None, max_examples=300,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """fp32 comparisons must not silently run in TF32 on a GPU."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
