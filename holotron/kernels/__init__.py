@@ -28,7 +28,7 @@ import os
 
 import torch
 
-__all__ = ["ssd_scan", "ssd_step", "available_backends", "BACKENDS"]
+__all__ = ["ssd_scan", "ssd_step", "available_backends", "use_backend", "BACKENDS"]
 
 BACKENDS = ("naive", "chunked", "triton")
 
@@ -160,8 +160,33 @@ def _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit):
 
 # ----------------------------------------------------------------------------- dispatch
 
+_default_backend: str | None = os.environ.get("HOLOTRON_SSD_BACKEND") or None
+
+
+class use_backend:
+    """The one switch: ``with use_backend("naive"): model(ids)`` runs every ``backend=None`` call
+    (the models' calls) on that backend. Also settable for a process with HOLOTRON_SSD_BACKEND."""
+
+    def __init__(self, name: str | None):
+        if name is not None and name not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS} or None, got {name!r}")
+        self.name = name
+
+    def __enter__(self):
+        global _default_backend
+        self._old, _default_backend = _default_backend, self.name
+        return self
+
+    def __exit__(self, *exc):
+        global _default_backend
+        _default_backend = self._old
+        return False
+
+
 
 def _pick(backend: str | None, device: torch.device, op: str, fallback: str) -> str:
+    if backend is None:
+        backend = _default_backend
     if backend is not None:
         _expect(backend in BACKENDS, f"backend must be one of {BACKENDS} or None, got {backend!r}")
         if backend == "triton":
