@@ -194,3 +194,284 @@ def test_large_decay_is_finite_and_right(backend):
     kw = make_inputs(1, 24, 4, 5, 2, 4, chunk_size=8, seed=7, big_decay=True, initial_state=True)
     y, s = check(kw, backend, "big |A dt|")
     assert torch.isfinite(y).all() and torch.isfinite(s).all()
+
+
+@pytest.fixture(autouse=True)
+def nan_buffers(monkeypatch):
+    """Every buffer the Triton wrappers allocate starts as NaN: an element left unwritten fails."""
+    try:
+        from holotron.kernels import ssd_triton
+    except ImportError:  # no triton: only the PyTorch backends run
+        return
+
+    def nan_empty(*shape, dtype=None, device=None):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(ssd_triton, "_empty", nan_empty)
+
+
+def test_nan_fill_is_in_force():
+    """The fixture above reaches the wrappers (else the NaN checks would prove nothing)."""
+    from holotron.kernels import ssd_triton
+
+    assert torch.isnan(ssd_triton._empty(3, dtype=torch.float32, device="cpu")).all()
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_several_tiles(backend):
+    """Row, source and headdim tiles > 1 in the Triton output kernel: Q=100 (two 64-row blocks),
+    P=80 (two 64-wide blocks), a packed boundary inside the second chunk."""
+    kw = make_inputs(1, 130, 2, 80, 1, 16, chunk_size=100, seed=8, cu_seqlens=[0, 110, 130],
+                     D="channel", z=True, dt_softplus=True, initial_state=True)
+    check(kw, backend, "tiles")
+
+
+# ----------------------------------------------------------------------------- ssd_step
+
+
+def step_inputs(kw, t):
+    """Token t of scan inputs, as ssd_step arguments."""
+    return dict(x=kw["x"][:, t], dt=kw["dt"][:, t], A=kw["A"], B=kw["B"][:, t], C=kw["C"][:, t],
+                D=kw["D"], z=None if kw["z"] is None else kw["z"][:, t], dt_bias=kw["dt_bias"],
+                dt_softplus=kw["dt_softplus"], dt_limit=kw["dt_limit"])
+
+
+def steps(kw, backend, state):
+    """Runs ssd_step over every token of ``kw``; returns the stacked y (b, l, h, p)."""
+    ys = []
+    for t in range(kw["x"].shape[1]):
+        a = step_inputs(kw, t)
+        x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
+        ys.append(ssd_step(state, x, dt, A, B, C, backend=backend, **a))
+    return torch.stack(ys, dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("opts", [dict(), dict(D="head", z=True, dt_bias=True, dt_softplus=True),
+                                  dict(D="channel", dt_softplus=True, dt_limit=(0.1, 0.8))],
+                         ids=["plain", "Dhead-z-bias-softplus", "Dchannel-limit"])
+def test_step_triton_matches_naive(dtype, opts):
+    kw = make_inputs(3, 4, 4, 10, 2, 8, dtype=dtype, seed=9, initial_state=True, **opts)
+    s_ref = kw["initial_state"].double().clone()
+    y_ref = steps(as64(kw), "naive", s_ref)
+    s = kw["initial_state"].clone()
+    y = steps(kw, "triton", s)
+    rt, at = tol(dtype)
+    assert y.dtype == dtype
+    assert_close(y, y_ref, rtol=rt, atol=at, name="step y")
+    assert_close(s, s_ref, rtol=rt, atol=at, name="step state (in place)")
+
+
+def test_step_triton_headdim80_strided_state():
+    """P=80 (masked block), dstate 128, a state that is a slice of a bigger cache (strided batch)."""
+    kw = make_inputs(2, 2, 2, 80, 1, 128, seed=10, initial_state=True, D="channel", z=True)
+    cache = torch.randn(2, 3, 2, 80, 128)
+    cache[:, 1] = kw["initial_state"]
+    other = cache[:, [0, 2]].clone()
+    s = cache[:, 1]
+    s_ref = kw["initial_state"].double().clone()
+    assert_close(steps(kw, "triton", s), steps(as64(kw), "naive", s_ref), name="step y")
+    assert_close(cache[:, 1], s_ref, name="state written through the view")
+    assert torch.equal(cache[:, [0, 2]], other), "the step wrote outside its state"
+
+
+@pytest.mark.parametrize("backend", ["naive", "triton"])
+def test_step_equals_scan(backend):
+    """T calls of ssd_step == one ssd_scan (y and state)."""
+    kw = make_inputs(2, 9, 4, 5, 2, 4, seed=11, initial_state=True, D="head", z=True, dt_softplus=True,
+                     chunk_size=4)
+    y_ref, s_ref = reference(kw)
+    s = kw["initial_state"].clone()
+    assert_close(steps(kw, backend, s), y_ref, name="steps y")
+    assert_close(s, s_ref, name="steps state")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _good():
+    kw = make_inputs(1, 6, 4, 3, 2, 5, seed=12)
+    return kw
+
+
+BAD_SCAN = [
+    (lambda k: k.update(x=k["x"][0]), "x must have shape (batch, seqlen, heads, headdim)"),
+    (lambda k: k.update(x=k["x"].long()), "x must be a floating tensor"),
+    (lambda k: k.update(dt=k["dt"][:, :, :3]), "dt must have shape (1, 6, heads=4)"),
+    (lambda k: k.update(A=k["A"][:3]), "A must have shape (heads=4,)"),
+    (lambda k: k.update(A=k["A"].half()), "A must be float32"),
+    (lambda k: k.update(B=k["B"][0]), "B must have shape (1, 6, groups, dstate)"),
+    (lambda k: k.update(C=k["C"][..., :4]), "C must have the shape of B (1, 6, 2, 5)"),
+    (lambda k: k.update(B=k["B"][:, :, :1].expand(1, 6, 3, 5).contiguous(),
+                        C=k["C"][:, :, :1].expand(1, 6, 3, 5).contiguous()),
+     "heads (4) must be divisible by groups (3)"),
+    (lambda k: k.update(B=k["B"].double()), "B must have the dtype of x (torch.float32)"),
+    (lambda k: k.update(z=torch.zeros(1, 6, 4, 2)), "z must have the shape of x"),
+    (lambda k: k.update(z=torch.zeros(1, 6, 4, 3, dtype=torch.float16)), "z must have the dtype of x"),
+    (lambda k: k.update(D=torch.zeros(3)), "D must have shape (heads=4,) or (heads=4, headdim=3)"),
+    (lambda k: k.update(dt_bias=torch.zeros(4, 1)), "dt_bias must have shape (heads=4,)"),
+    (lambda k: k.update(dt_limit=(1.0, 0.5)), "dt_limit must satisfy low <= high"),
+    (lambda k: k.update(dt_limit=(0.0,)), "dt_limit must be a pair"),
+    (lambda k: k.update(chunk_size=0), "chunk_size must be a positive int"),
+    (lambda k: k.update(initial_state=torch.zeros(1, 4, 3, 4)), "initial_state must have shape (1, 4, 3, 5)"),
+    (lambda k: k.update(initial_state=torch.zeros(1, 4, 3, 5, dtype=torch.bfloat16)), "initial_state must be float32"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([0, 3, 3, 6])), "cu_seqlens must be strictly increasing"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([0, 4, 3, 6])), "cu_seqlens must be strictly increasing"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([0, 3, 5])), "cu_seqlens must end at seqlen (6), got 5"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([1, 3, 6])), "cu_seqlens must start at 0"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([0.0, 6.0])), "cu_seqlens must be an integer tensor"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([[0, 6]])), "cu_seqlens must be a 1-d tensor"),
+    (lambda k: k.update(cu_seqlens=torch.tensor([0, 2, 6]), initial_state=torch.zeros(1, 4, 3, 5)),
+     "initial_state must have shape (2, 4, 3, 5)"),
+]
+
+
+@pytest.mark.parametrize("mutate,msg", BAD_SCAN, ids=[m for _, m in BAD_SCAN])
+def test_scan_bad_input(mutate, msg):
+    kw = _good()
+    mutate(kw)
+    with pytest.raises(ValueError) as e:
+        scan(kw, "chunked")
+    assert msg in str(e.value)
+
+
+def test_scan_cu_seqlens_needs_batch_1():
+    kw = make_inputs(2, 6, 4, 3, 2, 5)
+    kw["cu_seqlens"] = torch.tensor([0, 2, 6])
+    with pytest.raises(ValueError, match=r"cu_seqlens needs batch == 1 .*got batch 2"):
+        scan(kw, "chunked")
+
+
+def test_scan_bad_backend_name():
+    with pytest.raises(ValueError, match="backend must be one of"):
+        scan(_good(), "cuda")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        K.use_backend("fast")
+
+
+def test_triton_on_cpu_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match=r"backend='triton' cannot run here: tensors are on cpu; Triton needs CUDA"):
+        scan(_good(), "triton")
+
+
+BAD_STEP = [
+    (lambda k: k.update(x=k["x"][None]), "x must have shape (batch, heads, headdim)"),
+    (lambda k: k.update(state=k["state"][..., :4]), "state must have shape (2, 4, 3, 5)"),
+    (lambda k: k.update(state=k["state"].half()), "state must be float32"),
+    (lambda k: k.update(dt=k["dt"][:, :2]), "dt must have shape (2, heads=4)"),
+    (lambda k: k.update(B=k["B"][:, :, :2], C=k["C"][:, :, :2]), "state must have shape (2, 4, 3, 2)"),
+    (lambda k: k.update(C=k["C"][:1]), "C must have the shape of B"),
+    (lambda k: k.update(z=k["x"].double()), "z must have the dtype of x"),
+]
+
+
+@pytest.mark.parametrize("mutate,msg", BAD_STEP, ids=[m for _, m in BAD_STEP])
+def test_step_bad_input(mutate, msg):
+    kw = step_inputs(make_inputs(2, 1, 4, 3, 2, 5, z=True), 0)
+    kw["state"] = torch.zeros(2, 4, 3, 5)
+    mutate(kw)
+    x, dt, A, B, C, st = (kw.pop(k) for k in ("x", "dt", "A", "B", "C", "state"))
+    with pytest.raises(ValueError) as e:
+        ssd_step(st, x, dt, A, B, C, backend="naive", **kw)
+    assert msg in str(e.value)
+
+
+# ----------------------------------------------------------------------------- backend=None
+
+
+def test_backend_none_logs_once(monkeypatch, caplog):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(K, "_said", set())
+    caplog.set_level(logging.INFO, logger="holotron.kernels")
+    kw = _good()
+    y, s = scan(kw, None)
+    scan(kw, None)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "holotron.kernels"]
+    assert len(msgs) == 1, msgs
+    assert "uses the 'chunked' backend because the Triton one is off" in msgs[0]
+    assert "Triton needs CUDA" in msgs[0]
+    y_c, _ = scan(kw, "chunked")
+    assert torch.equal(y, y_c)
+
+
+def test_backend_none_picks_triton_under_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert K._pick(None, torch.device("cpu"), "ssd_scan", "chunked") == "triton"
+    assert K.available_backends("cpu") == ["naive", "chunked", "triton"]
+
+
+def test_use_backend_switch(monkeypatch):
+    calls = []
+    from holotron.kernels import ssd_naive
+
+    real = ssd_naive.ssd_scan_naive
+    monkeypatch.setattr(ssd_naive, "ssd_scan_naive", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with K.use_backend("naive"):
+        scan(_good(), None)
+    assert calls == [1]
+    scan(_good(), "chunked")
+    assert calls == [1]
+
+
+# ----------------------------------------------------------------------------- GPU, real sizes
+
+
+REAL = dict(b=1, l=4096, h=128, p=80, g=8, n=128)
+
+
+def _gpu_check(kw, y, s, dtype):
+    """Compares to the chunked scan run in float64 on the GPU (itself checked against naive above)."""
+    y_ref, s_ref = scan(as64(kw), "chunked")
+    rt, at = tol(dtype)
+    assert_close(y, y_ref, rtol=rt, atol=at, name=f"y {dtype}")
+    assert_close(s, s_ref, rtol=rt, atol=at, name=f"final_state {dtype}")
+
+
+@pytest.mark.gpu
+def test_gpu_real_size_bf16():
+    r = REAL
+    kw = make_inputs(r["b"], r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda",
+                     seed=20, D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True,
+                     chunk_size=128)
+    y, s = scan(kw, "triton")
+    _gpu_check(kw, y, s, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_gpu_real_size_bf16_packed():
+    r = REAL
+    cu = [0, 1000, 1001, 2500, 4096]  # boundaries inside chunks
+    kw = make_inputs(1, r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda",
+                     seed=21, D="channel", dt_softplus=True, initial_state=True, cu_seqlens=cu,
+                     chunk_size=128)
+    y, s = scan(kw, "triton")
+    _gpu_check(kw, y, s, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("Q", [64, 128, 100])
+def test_gpu_medium(dtype, Q):
+    kw = make_inputs(2, 700, 16, 80, 4, 128, dtype=dtype, device="cuda", seed=22, D="channel", z=True,
+                     dt_bias=True, dt_softplus=True, dt_limit=(0.0, 1.0), initial_state=True, chunk_size=Q)
+    y_ref, s_ref = reference({k: (v.cpu() if torch.is_tensor(v) else v) for k, v in kw.items()})
+    y, s = scan(kw, "triton")
+    rt, at = tol(dtype)
+    assert_close(y.cpu(), y_ref, rtol=rt, atol=at, name="y")
+    assert_close(s.cpu(), s_ref, rtol=rt, atol=at, name="final_state")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_step_real_size(dtype):
+    r = REAL
+    kw = make_inputs(8, 3, r["h"], r["p"], r["g"], r["n"], dtype=dtype, device="cuda", seed=23,
+                     D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True)
+    s_ref = kw["initial_state"].double().clone()
+    y_ref = steps(as64(kw), "naive", s_ref)
+    s = kw["initial_state"].clone()
+    y = steps(kw, "triton", s)
+    rt, at = tol(dtype)
+    assert_close(y, y_ref, rtol=rt, atol=at, name="step y")
+    assert_close(s, s_ref, rtol=rt, atol=at, name="step state")

@@ -1,0 +1,438 @@
+"""The SSD scan as Triton kernels (forward): the GPU path of ``ssd_scan`` and ``ssd_step``.
+
+Arguments are validated by ``holotron.kernels.ssd_scan`` / ``ssd_step``; call those. The README
+beside this file derives the math. The scan is four launches over "chunks" of at most Q tokens that
+never straddle a sequence boundary:
+
+    1. _dt_cumsum   per (chunk, head block): dt -> +bias, softplus, clamp; cs = cumsum(dt * A)
+    2. _chunk_state per (chunk, head, p block): S_c = sum_s exp(cs_end - cs_s) dt_s x_s B_s^T
+    3. _pass_state  per (sequence, head, state block): S_in(c) for every chunk, in order; final state
+    4. _chunk_out   per (chunk, head, p block, row block): y = intra-chunk term + C . S_in term
+                    + D x, gated by silu(z)
+
+Chunks are laid out per sequence: sequence s (a batch row, or one ``cu_seqlens`` segment) owns
+ceil(len_s / Q) consecutive chunks. The chunk table (start, end token of each chunk) is computed
+on the device from ``cu_seqlens`` with a static upper bound on the number of chunks, so nothing here
+waits on the host (the whole scan can be captured in a CUDA graph). Tokens are addressed in the
+flattened (batch * seqlen) axis. Decay math, accumulation and the state are fp32; the matrix products
+take fp32 operands in IEEE precision for fp32 inputs (no TF32) and half operands for bf16 / fp16
+inputs. float64 inputs are computed in fp32 (the naive and chunked backends do float64).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Every buffer these wrappers hand to a kernel comes from here. Tests swap it for a NaN-filled
+# allocation, so an element a kernel should have written but did not shows up as NaN.
+_empty = torch.empty
+
+_DOT_MIN = 16  # compiled tl.dot needs every block dimension >= 16
+
+
+def _p2(v: int, lo: int = _DOT_MIN) -> int:
+    return max(lo, triton.next_power_of_2(v))
+
+
+@triton.jit
+def _process_dt(dt, bias, lo, hi, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr):
+    """dt (fp32) -> clamp(softplus?(dt + bias), lo, hi), as torch's F.softplus (threshold 20)."""
+    if HAS_BIAS:
+        dt = dt + bias
+    if SOFTPLUS:
+        sp = tl.log(1.0 + tl.exp(tl.minimum(dt, 20.0)))
+        dt = tl.where(dt > 20.0, dt, tl.where(dt < -15.0, tl.exp(dt), sp))
+    if CLAMP:
+        dt = tl.minimum(tl.maximum(dt, lo), hi)
+    return dt
+
+
+@triton.jit
+def _mm(a, b, like, OPS: tl.constexpr):
+    """a @ b with fp32 accumulation. OPS: "half" casts the operands to like's dtype (bf16 / fp16),
+    "ieee" multiplies fp32 operands in full precision (never TF32), "tf32" fp32 operands in TF32."""
+    if OPS == "half":
+        return tl.dot(a.to(like.dtype), b.to(like.dtype))
+    elif OPS == "ieee":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+
+
+# ----------------------------------------------------------------------------- 1. dt, cumsum
+
+
+@triton.jit
+def _dt_cumsum(
+    dt_ptr, bias_ptr, A_ptr, cstart_ptr, cend_ptr, dtp_ptr, cs_ptr,
+    H, s_dt_t, s_dt_h, lo, hi,
+    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
+    QP: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    """Writes processed dt and cs = cumsum(dt * A) over the chunk, (h, chunks, QP) fp32 each;
+    tokens past the chunk's end get dt = 0 (so cs stays flat and cs[QP - 1] is the chunk total)."""
+    c = tl.program_id(0)
+    hs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    n_chunks = tl.num_programs(0)
+    t0 = tl.load(cstart_ptr + c)
+    t1 = tl.load(cend_ptr + c)
+    q = tl.arange(0, QP)
+    tok = (t0 + q).to(tl.int64)
+    mq = (t0 + q) < t1
+    mh = hs < H
+    m = mq[:, None] & mh[None, :]
+    dt = tl.load(dt_ptr + tok[:, None] * s_dt_t + hs[None, :] * s_dt_h, mask=m, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + hs, mask=mh, other=0.0).to(tl.float32)[None, :]
+    else:
+        bias = 0.0
+    dt = _process_dt(dt, bias, lo, hi, HAS_BIAS, SOFTPLUS, CLAMP)
+    dt = tl.where(m, dt, 0.0)
+    A = tl.load(A_ptr + hs, mask=mh, other=0.0).to(tl.float32)
+    cs = tl.cumsum(dt * A[None, :], axis=0)  # (QP, BLOCK_H)
+    off = (hs[None, :].to(tl.int64) * n_chunks + c) * QP + q[:, None]
+    tl.store(dtp_ptr + off, dt, mask=mh[None, :])
+    tl.store(cs_ptr + off, cs, mask=mh[None, :])
+
+
+# ----------------------------------------------------------------------------- 2. chunk states
+
+
+@triton.jit
+def _chunk_state(
+    x_ptr, B_ptr, dtp_ptr, cs_ptr, cstart_ptr, cend_ptr, st_ptr,
+    H, P, N, HPG, s_x_t, s_x_h, s_b_t, s_b_g,
+    Q: tl.constexpr, QP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, OPS: tl.constexpr,
+):
+    """S_c[h] (p, n) = sum_s x_s^T (B_s dt_s exp(cs_end - cs_s)), fp32, into (chunks, h, p, n)."""
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    ps = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
+    ns = tl.arange(0, BLOCK_N)
+    n_chunks = tl.num_programs(0)
+    t0 = tl.load(cstart_ptr + c)
+    t1 = tl.load(cend_ptr + c)
+    g = h // HPG
+    row = (h.to(tl.int64) * n_chunks + c) * QP
+    cs_end = tl.load(cs_ptr + row + QP - 1)
+    acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, Q, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        mk = (ks < Q) & (t0 + ks < t1)
+        tok = (t0 + ks).to(tl.int64)
+        xT = tl.load(x_ptr + tok[None, :] * s_x_t + h * s_x_h + ps[:, None],
+                     mask=mk[None, :] & (ps[:, None] < P), other=0.0)  # (BLOCK_P, BLOCK_K)
+        Bk = tl.load(B_ptr + tok[:, None] * s_b_t + g * s_b_g + ns[None, :],
+                     mask=mk[:, None] & (ns[None, :] < N), other=0.0)  # (BLOCK_K, BLOCK_N)
+        dt = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
+        cs = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
+        w = tl.where(mk, dt * tl.exp(tl.minimum(cs_end - cs, 0.0)), 0.0)  # decay from s to the end
+        Bw = Bk.to(tl.float32) * w[:, None]
+        acc += _mm(xT, Bw, xT, OPS)
+    off = ((c.to(tl.int64) * H + h) * P + ps[:, None]) * N + ns[None, :]
+    tl.store(st_ptr + off, acc, mask=(ps[:, None] < P) & (ns[None, :] < N))
+
+
+# ----------------------------------------------------------------------------- 3. state passing
+
+
+@triton.jit
+def _pass_state(
+    st_ptr, cs_ptr, choff_ptr, init_ptr, final_ptr,
+    H, PN, n_chunks,
+    HAS_INIT: tl.constexpr, QP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """For sequence s, over its chunks in order: S_in(c) = S; S = exp(cs_end(c)) S + S_c.
+    Overwrites each chunk's S_c with S_in(c) (the state entering it) and writes the final S."""
+    s = tl.program_id(0)
+    h = tl.program_id(1)
+    e = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    me = e < PN
+    sh = s.to(tl.int64) * H + h
+    if HAS_INIT:
+        S = tl.load(init_ptr + sh * PN + e, mask=me, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros((BLOCK,), dtype=tl.float32)
+    c0 = tl.load(choff_ptr + s)
+    c1 = tl.load(choff_ptr + s + 1)
+    for i in range(0, c1 - c0):
+        c = (c0 + i).to(tl.int64)  # (a tensor also under the interpreter, where range yields ints)
+        ptr = st_ptr + (c * H + h) * PN + e
+        Sc = tl.load(ptr, mask=me, other=0.0)
+        tl.store(ptr, S, mask=me)
+        decay = tl.exp(tl.load(cs_ptr + (h * n_chunks + c) * QP + QP - 1))
+        S = decay * S + Sc
+    tl.store(final_ptr + sh * PN + e, S, mask=me)
+
+
+# ----------------------------------------------------------------------------- 4. chunk outputs
+
+
+@triton.jit
+def _chunk_out(
+    x_ptr, z_ptr, D_ptr, B_ptr, C_ptr, dtp_ptr, cs_ptr, st_ptr, cstart_ptr, cend_ptr, y_ptr,
+    H, P, N, HPG, n_pb,
+    s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, s_b_t, s_b_g, s_c_t, s_c_g,
+    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr,
+    Q: tl.constexpr, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, OPS: tl.constexpr, STATE_OPS: tl.constexpr,
+):
+    """y_t = sum_{s<=t} (C_t.B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) C_t.S_in + D x_t; y *= silu(z)."""
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    pb = tl.program_id(2) % n_pb
+    m0 = (tl.program_id(2) // n_pb) * BLOCK_M
+    n_chunks = tl.num_programs(0)
+    t0 = tl.load(cstart_ptr + c)
+    t1 = tl.load(cend_ptr + c)
+    g = h // HPG
+    row = (h.to(tl.int64) * n_chunks + c) * QP
+    ps = pb * BLOCK_P + tl.arange(0, BLOCK_P)
+    ns = tl.arange(0, BLOCK_N)
+    ms = m0 + tl.arange(0, BLOCK_M)
+    mm = (ms < Q) & (t0 + ms < t1)
+    mp = ps < P
+    tok_m = (t0 + ms).to(tl.int64)
+
+    Cm = tl.load(C_ptr + tok_m[:, None] * s_c_t + g * s_c_g + ns[None, :],
+                 mask=mm[:, None] & (ns[None, :] < N), other=0.0)  # (BLOCK_M, BLOCK_N)
+    cs_m = tl.load(cs_ptr + row + ms, mask=ms < QP, other=0.0)
+
+    # inter-chunk: exp(cs_t) C_t . S_in, the state entering the chunk (fp32)
+    SinT = tl.load(st_ptr + ((c.to(tl.int64) * H + h) * P + ps[None, :]) * N + ns[:, None],
+                   mask=mp[None, :] & (ns[:, None] < N), other=0.0)  # (BLOCK_N, BLOCK_P)
+    acc = _mm(Cm, SinT, SinT, STATE_OPS)  # fp32 state: never half
+    acc = acc * tl.exp(tl.minimum(cs_m, 0.0))[:, None]
+
+    # intra-chunk: source blocks up to the diagonal
+    for k0 in range(0, m0 + BLOCK_M, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        mk = (ks < Q) & (t0 + ks < t1)
+        tok_k = (t0 + ks).to(tl.int64)
+        BkT = tl.load(B_ptr + tok_k[None, :] * s_b_t + g * s_b_g + ns[:, None],
+                      mask=mk[None, :] & (ns[:, None] < N), other=0.0)  # (BLOCK_N, BLOCK_K)
+        CB = _mm(Cm, BkT, Cm, OPS)  # (BLOCK_M, BLOCK_K) fp32
+        cs_k = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
+        dt_k = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
+        decay = tl.exp(tl.minimum(cs_m[:, None] - cs_k[None, :], 0.0))
+        causal = (ms[:, None] >= ks[None, :]) & mk[None, :]
+        W = tl.where(causal, CB * decay * dt_k[None, :], 0.0)
+        xk = tl.load(x_ptr + tok_k[:, None] * s_x_t + h * s_x_h + ps[None, :],
+                     mask=mk[:, None] & mp[None, :], other=0.0)  # (BLOCK_K, BLOCK_P)
+        acc += _mm(W, xk, xk, OPS)
+
+    mo = mm[:, None] & mp[None, :]
+    if HAS_D:
+        xm = tl.load(x_ptr + tok_m[:, None] * s_x_t + h * s_x_h + ps[None, :], mask=mo, other=0.0).to(tl.float32)
+        if D_PER_CHANNEL:
+            Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)
+            acc += xm * Dv[None, :]
+        else:
+            acc += xm * tl.load(D_ptr + h).to(tl.float32)
+    if HAS_Z:
+        zm = tl.load(z_ptr + tok_m[:, None] * s_z_t + h * s_z_h + ps[None, :], mask=mo, other=0.0).to(tl.float32)
+        acc = acc * zm * tl.sigmoid(zm)
+    tl.store(y_ptr + tok_m[:, None] * s_y_t + h * s_y_h + ps[None, :], acc.to(y_ptr.dtype.element_ty), mask=mo)
+
+
+# ----------------------------------------------------------------------------- the scan
+
+
+def _tokens(t: torch.Tensor) -> torch.Tensor:
+    """(b, l, *rest) -> (b * l, *rest), a view when the strides allow; last dim unit-stride."""
+    t = t.reshape(-1, *t.shape[2:])
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return t
+
+
+def _dot_ops(dtype: torch.dtype) -> str:
+    if dtype == torch.float32:
+        return "ieee"
+    if dtype == torch.bfloat16 and _interpreting():
+        return "tf32"  # the interpreter (triton 3.9) multiplies bf16 dot operands as raw bits
+    return "half"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def chunk_table(cu: torch.Tensor, n_max: int, chunk_size: int):
+    """Chunks of at most ``chunk_size`` tokens per sequence, on cu's device, without a host sync.
+
+    cu (s+1,) int64 token offsets. Returns (start, end) (n_max,) int32 token ranges (empty past the
+    last chunk) and choff (s+1,) int32: sequence i owns chunks choff[i] .. choff[i+1] - 1.
+    """
+    lens = cu[1:] - cu[:-1]
+    nch = (lens + chunk_size - 1) // chunk_size
+    choff = torch.cat([torch.zeros(1, dtype=cu.dtype, device=cu.device), nch.cumsum(0)])
+    j = torch.arange(n_max, dtype=cu.dtype, device=cu.device)
+    seq = (torch.searchsorted(choff, j, right=True) - 1).clamp(0, lens.numel() - 1)
+    start = cu[seq] + (j - choff[seq]) * chunk_size
+    end = torch.minimum(start + chunk_size, cu[seq + 1])
+    valid = j < choff[-1]
+    start = torch.where(valid, start, 0)
+    end = torch.where(valid, end, 0)
+    return start.to(torch.int32), end.to(torch.int32), choff.to(torch.int32)
+
+
+def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+                    dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128):
+    """The fused Triton scan. Shapes as in ``holotron.kernels.ssd_scan``; returns (y like x, state fp32)."""
+    out_dtype = x.dtype
+    if x.dtype == torch.float64:  # the kernels compute in fp32
+        x, B, C = x.float(), B.float(), C.float()
+        z = None if z is None else z.float()
+    b, l, h, p = x.shape
+    g, n = B.shape[-2:]
+    dev = x.device
+    Q = int(chunk_size)
+    QP = _p2(Q)
+    if cu_seqlens is None:
+        n_seq = b
+        cu = torch.arange(b + 1, device=dev, dtype=torch.int64) * l
+        n_max = b * triton.cdiv(l, Q)
+    else:
+        n_seq = cu_seqlens.numel() - 1
+        cu = cu_seqlens.to(device=dev, dtype=torch.int64)
+        n_max = triton.cdiv(l, Q) + n_seq - 1  # sum_i ceil(len_i / Q) <= this, for lengths >= 1
+    cstart, cend, choff = chunk_table(cu, n_max, Q)
+
+    xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
+    zt = None if z is None else _tokens(z)
+    y = _empty(b, l, h, p, dtype=x.dtype, device=dev)
+    yt = y.view(b * l, h, p)
+
+    # 1. processed dt and the in-chunk cumulative decay
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    clamp = lo > 0.0 or hi < float("inf")
+    dtp = _empty(h, n_max, QP, dtype=torch.float32, device=dev)
+    cs = _empty(h, n_max, QP, dtype=torch.float32, device=dev)
+    BLOCK_H = min(_p2(h, 1), max(1, 4096 // QP), 32)
+    A32 = A.float().contiguous()
+    bias = None if dt_bias is None else dt_bias.float().contiguous()
+    _dt_cumsum[(n_max, triton.cdiv(h, BLOCK_H))](
+        dtt, bias if bias is not None else A32, A32, cstart, cend, dtp, cs,
+        h, dtt.stride(0), dtt.stride(1), lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
+        HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, QP=QP, BLOCK_H=BLOCK_H,
+    )
+
+    # 2. each chunk's own state contribution
+    ops = _dot_ops(x.dtype)
+    BLOCK_N = _p2(n)
+    BLOCK_P = min(64, _p2(p))
+    BLOCK_K = min(64, QP)
+    n_pb = triton.cdiv(p, BLOCK_P)
+    states = _empty(n_max, h, p, n, dtype=torch.float32, device=dev)
+    _chunk_state[(n_max, h, n_pb)](
+        xt, Bt, dtp, cs, cstart, cend, states,
+        h, p, n, h // g, xt.stride(0), xt.stride(1), Bt.stride(0), Bt.stride(1),
+        Q=Q, QP=QP, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, OPS=ops,
+    )
+
+    # 3. pass the state along each sequence's chunks
+    final = _empty(n_seq, h, p, n, dtype=torch.float32, device=dev)
+    init = None if initial_state is None else initial_state.float().contiguous()
+    BLOCK_S = min(1024, triton.next_power_of_2(p * n))
+    _pass_state[(n_seq, h, triton.cdiv(p * n, BLOCK_S))](
+        states, cs, choff, init if init is not None else final, final,
+        h, p * n, n_max, HAS_INIT=init is not None, QP=QP, BLOCK=BLOCK_S,
+    )
+
+    # 4. outputs
+    BLOCK_M = min(64, QP)
+    Dc = None if D is None else D.contiguous()
+    _chunk_out[(n_max, h, n_pb * triton.cdiv(Q, BLOCK_M))](
+        xt, zt if zt is not None else xt, Dc if Dc is not None else A32, Bt, Ct, dtp, cs, states,
+        cstart, cend, yt,
+        h, p, n, h // g, n_pb,
+        xt.stride(0), xt.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)),
+        yt.stride(0), yt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
+        HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
+        Q=Q, QP=QP, BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, OPS=ops,
+        STATE_OPS="ieee" if ops == "ieee" else "tf32",
+    )
+    return y.to(out_dtype), final
+
+
+# ----------------------------------------------------------------------------- one decode step
+
+
+@triton.jit
+def _step(
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr,
+    H, P, N, HPG, lo, hi,
+    s_s_b, s_s_h, s_s_p, s_x_b, s_x_h, s_dt_b, s_dt_h, s_b_b, s_b_g, s_c_b, s_c_g,
+    s_z_b, s_z_h, s_y_b, s_y_h,
+    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+    SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """S = exp(dt A) S + dt x B^T; y = S C + D x; y *= silu(z). In the state's dtype (fp32 or fp64)."""
+    bi = tl.program_id(0)
+    h = tl.program_id(1)
+    ps = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
+    ns = tl.arange(0, BLOCK_N)
+    mp = ps < P
+    mn = ns < N
+    g = h // HPG
+    sptr = state_ptr + bi.to(tl.int64) * s_s_b + h * s_s_h + ps[:, None] * s_s_p + ns[None, :]
+    S = tl.load(sptr, mask=mp[:, None] & mn[None, :], other=0.0)
+    cd = S.dtype
+    dt = tl.load(dt_ptr + bi * s_dt_b + h * s_dt_h).to(cd)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + h).to(cd)
+    else:
+        bias = 0.0
+    dt = _process_dt(dt, bias, lo, hi, HAS_BIAS, SOFTPLUS, CLAMP)
+    A = tl.load(A_ptr + h).to(cd)
+    x = tl.load(x_ptr + bi * s_x_b + h * s_x_h + ps, mask=mp, other=0.0).to(cd)
+    Bv = tl.load(B_ptr + bi * s_b_b + g * s_b_g + ns, mask=mn, other=0.0).to(cd)
+    Cv = tl.load(C_ptr + bi * s_c_b + g * s_c_g + ns, mask=mn, other=0.0).to(cd)
+    S = S * tl.exp(dt * A) + (dt * x)[:, None] * Bv[None, :]
+    tl.store(sptr, S, mask=mp[:, None] & mn[None, :])
+    y = tl.sum(S * Cv[None, :], axis=1)
+    if HAS_D:
+        if D_PER_CHANNEL:
+            y += x * tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(cd)
+        else:
+            y += x * tl.load(D_ptr + h).to(cd)
+    if HAS_Z:
+        zv = tl.load(z_ptr + bi * s_z_b + h * s_z_h + ps, mask=mp, other=0.0).to(cd)
+        y = y * zv * tl.sigmoid(zv)
+    tl.store(y_ptr + bi * s_y_b + h * s_y_h + ps, y.to(y_ptr.dtype.element_ty), mask=mp)
+
+
+def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+                    dt_limit=(0.0, float("inf"))):
+    """One token: updates ``state`` (b, h, p, n) in place, returns y (b, h, p) like x."""
+    b, h, p = x.shape
+    g, n = B.shape[-2:]
+    assert state.stride(-1) == 1, "state must have a unit-stride last dim"
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    z = None if z is None else (z if z.stride(-1) == 1 else z.contiguous())
+    B = B if B.stride(-1) == 1 else B.contiguous()
+    C = C if C.stride(-1) == 1 else C.contiguous()
+    y = _empty(b, h, p, dtype=x.dtype, device=x.device)
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    clamp = lo > 0.0 or hi < float("inf")
+    BLOCK_N = triton.next_power_of_2(n)
+    BLOCK_P = min(triton.next_power_of_2(p), max(1, 4096 // BLOCK_N))
+    Dc = None if D is None else D.contiguous()
+    _step[(b, h, triton.cdiv(p, BLOCK_P))](
+        state, x, dt, A, B, C, Dc if Dc is not None else A, z if z is not None else x,
+        dt_bias if dt_bias is not None else A, y,
+        h, p, n, h // g, lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
+        state.stride(0), state.stride(1), state.stride(2), x.stride(0), x.stride(1),
+        dt.stride(0), dt.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
+        *(z.stride()[:2] if z is not None else (0, 0)), y.stride(0), y.stride(1),
+        HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
+        HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
+        BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N,
+    )
+    return y
