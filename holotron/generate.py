@@ -1,0 +1,170 @@
+"""Generation: prefill once, then one token at a time with a constant-size Mamba state.
+
+    new = generate(model, input_ids, max_new_tokens=64)                   # greedy
+    new = generate(model, ids, 64, temperature=0.7, top_p=0.9, seed=0)    # sampling
+    for step in stream(model, ids, 64): ...                               # (batch,) per step
+    generate(model, ids, 64, streamer=lambda tok: print(tok.tolist()))    # callback per step
+
+``model`` is anything with ``new_state(batch, capacity)`` and
+``model(input_ids, state=, attention_mask=, logits_to_keep=1, **prefill_kwargs) -> logits`` (a
+``HybridLM``, or the VL model with ``pixel_values`` passed through ``prefill_kwargs``).
+Prompts of different lengths are left-padded with an ``attention_mask`` (0 at pads); a row that
+emits an end-of-sequence id stops (its later positions hold ``pad_token_id``) and is dropped from
+the state, so the others decode as if alone.
+
+``python -m holotron.generate`` will be the command line (not there yet).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Iterator
+
+import torch
+
+__all__ = ["generate", "stream", "sample", "eos_ids"]
+
+
+def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """Next token ids (B,) from logits (B, V): argmax when ``temperature`` is 0, else a draw from
+    softmax(logits / temperature) restricted to the ``top_k`` largest and to the smallest set whose
+    probability reaches ``top_p``."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        srt, idx = torch.sort(logits, dim=-1, descending=True)
+        cum = srt.softmax(-1).cumsum(-1)
+        drop = cum - srt.softmax(-1) >= top_p  # mass before this token already reaches top_p (the first always stays)
+        logits = logits.scatter(-1, idx, srt.masked_fill(drop, float("-inf")))
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def eos_ids(model) -> tuple[int, ...]:
+    """End-of-sequence ids of a model: config ``eos_token_id`` plus generation_config.json's (int or list)."""
+    ids: list[int] = []
+    cfg = getattr(model, "config", None)
+    cfg = getattr(cfg, "text", cfg)  # a VL config carries the LM's under .text
+    for v in (getattr(cfg, "eos_token_id", None), (getattr(model, "generation_config", None) or {}).get("eos_token_id")):
+        for i in ([] if v is None else [v] if isinstance(v, int) else list(v)):
+            if i not in ids:
+                ids.append(int(i))
+    return tuple(ids)
+
+
+def _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask):
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input_ids must be an integer tensor (batch, seqlen), got "
+                         f"{getattr(input_ids, 'shape', type(input_ids))} {getattr(input_ids, 'dtype', '')}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("input_ids is empty: generation needs at least one prompt token")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if temperature == 0 and (top_k is not None or top_p is not None):
+        raise ValueError("top_k / top_p only apply when sampling: pass temperature > 0")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if attention_mask is not None:
+        if tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                             f"got {tuple(attention_mask.shape)}")
+        if not bool(attention_mask.bool()[:, -1].all()):
+            raise ValueError("attention_mask: the last prompt position of every row must be a real token "
+                             "(pad on the left for generation)")
+
+
+def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
+           temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+           generator: torch.Generator | None = None, seed: int | None = None,
+           eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+           **prefill_kwargs) -> Iterator[torch.Tensor]:
+    """Yield the new token of every row, (B,) per step; finished rows yield ``pad_token_id``.
+
+    ``eos_token_id``: stop ids (default: the model's, see ``eos_ids``; ``[]`` never stops early).
+    ``seed`` makes a fresh generator on the model's device when ``generator`` is not given.
+    """
+    _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask)
+    b, t = input_ids.shape
+    eos = eos_ids(model) if eos_token_id is None else ((eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
+    if pad_token_id is None:
+        cfg = getattr(model, "config", None)
+        pad_token_id = getattr(getattr(cfg, "text", cfg), "pad_token_id", None)
+        pad_token_id = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+    if generator is None and seed is not None:
+        generator = torch.Generator(device=input_ids.device).manual_seed(seed)
+    if max_new_tokens == 0:
+        return
+    eos_t = torch.tensor(eos, dtype=torch.long, device=input_ids.device)
+
+    with torch.inference_mode():
+        state = model.new_state(b, capacity=t + max_new_tokens)
+        logits = model(input_ids, state=state, attention_mask=attention_mask, logits_to_keep=1, **prefill_kwargs)[:, -1]
+        rows = torch.arange(b, device=input_ids.device)  # which original rows are still in the state
+        for step in range(max_new_tokens):
+            tok = sample(logits, temperature, top_k, top_p, generator)          # (rows,)
+            out = torch.full((b,), pad_token_id, dtype=torch.long, device=input_ids.device)
+            out[rows] = tok
+            yield out
+            if step == max_new_tokens - 1:
+                return
+            alive = ~torch.isin(tok, eos_t)
+            if not bool(alive.all()):
+                if not bool(alive.any()):
+                    return
+                keep = alive.nonzero().squeeze(1)
+                state.select(keep)
+                rows, tok = rows[keep], tok[keep]
+            logits = model(tok[:, None], state=state, logits_to_keep=1)[:, -1]
+
+
+def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *,
+             streamer: Callable[[torch.Tensor], None] | None = None, **kwargs) -> torch.Tensor:
+    """The new tokens (B, n) with n <= max_new_tokens (fewer when every row stopped on an eos id).
+
+    Greedy unless ``temperature`` > 0; all keyword arguments are those of ``stream``. ``streamer``
+    is called with each step's (B,) tokens as they are produced. A 1-d prompt gives a 1-d result.
+    """
+    one = isinstance(input_ids, torch.Tensor) and input_ids.dim() == 1
+    if one:
+        input_ids = input_ids[None]
+        if kwargs.get("attention_mask") is not None:
+            kwargs["attention_mask"] = kwargs["attention_mask"].reshape(1, -1)
+    steps = []
+    for tok in stream(model, input_ids, max_new_tokens, **kwargs):
+        steps.append(tok)
+        if streamer is not None:
+            streamer(tok)
+    out = torch.stack(steps, dim=1) if steps else input_ids.new_zeros(input_ids.shape[0], 0)
+    return out[0] if one else out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m holotron.generate``: the command line arrives with a later change."""
+    print("holotron.generate: the command-line interface is not there yet; "
+          "call holotron.generate(model, input_ids, ...) from Python", file=sys.stderr)
+    return 2
+
+
+class _CallableModule(types.ModuleType):
+    """``import holotron.generate`` makes ``holotron.generate`` this module (the import system sets
+    the attribute), so the module forwards calls to the function: ``holotron.generate(model, ids)``
+    works whichever way the package was imported."""
+
+    def __call__(self, *args, **kwargs):
+        return generate(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+else:
+    sys.modules[__name__].__class__ = _CallableModule

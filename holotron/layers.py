@@ -1,0 +1,62 @@
+"""Small layers shared by the language model (and the projector): RMSNorm, GatedRMSNorm, the relu^2 MLP."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
+
+
+class RMSNorm(nn.Module):
+    """``w * x / sqrt(mean(x^2) + eps)``, computed in fp32 and cast back to the input dtype."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., dim)
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * xf).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class GatedRMSNorm(nn.Module):
+    """Mamba2's output norm, norm *after* the gate, per group of ``dim // groups`` contiguous channels:
+
+        v = y * silu(z);  v_g <- v_g / sqrt(mean(v_g^2) + eps) for each group g;  out = w * v
+    All in fp32, cast back to the dtype of ``y``.
+    """
+
+    def __init__(self, dim: int, groups: int = 1, eps: float = 1e-5):
+        super().__init__()
+        if dim % groups:
+            raise ValueError(f"GatedRMSNorm: dim ({dim}) must be a multiple of groups ({groups})")
+        self.groups, self.eps = groups, eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # y, z (..., dim)
+        v = y.float() * F.silu(z.float())
+        vg = v.unflatten(-1, (self.groups, -1))  # (..., G, dim / G)
+        vg = vg * torch.rsqrt(vg.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * vg.flatten(-2)).to(y.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, groups={self.groups}, eps={self.eps}"
+
+
+class MLP(nn.Module):
+    """``down(relu(up(x))^2)``: no gate, no bias (Nemotron-H's relu2 MLP)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+        return self.down_proj(F.relu(self.up_proj(x)).square())

@@ -1,0 +1,182 @@
+"""HybridLM: the Nemotron-H language model (ARCHITECTURE.md section 2).
+
+    backbone.embeddings                    Embedding(V, D)
+    backbone.layers[i] = Block(kind)       x = x + mixer(norm(x)); kind from the pattern: 'M' Mamba2,
+                                           '*' attention, '-' relu^2 MLP
+    backbone.norm_f                        RMSNorm(D)
+    lm_head                                Linear(D, V), untied
+
+Module and parameter names are the checkpoint's. ``model(input_ids)`` returns fp32 logits; pass an
+``InferenceState`` from ``model.new_state(batch)`` to prefill (in one call or several) and decode.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import Attention, causal_mask
+from .config import TextConfig
+from .layers import MLP, RMSNorm
+from .mamba2 import Mamba2Mixer
+from .state import InferenceState
+
+__all__ = ["HybridLM", "Block"]
+
+
+class Block(nn.Module):
+    """Pre-norm residual block around one mixer."""
+
+    def __init__(self, cfg: TextConfig, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.norm = RMSNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon)
+        if kind == "mamba":
+            self.mixer = Mamba2Mixer(cfg.hidden_size, cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size,
+                                     cfg.n_groups, cfg.conv_kernel, cfg.use_conv_bias, cfg.chunk_size,
+                                     cfg.layer_norm_epsilon, cfg.time_step_limit)
+        elif kind == "attention":
+            self.mixer = Attention(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        elif kind == "mlp":
+            self.mixer = MLP(cfg.hidden_size, cfg.intermediate_size)
+        else:
+            raise ValueError(f"unknown layer kind {kind!r}")
+
+    def forward(self, x, layer_state=None, mask=None, attn_mask=None, pos: int = 0):
+        h = self.norm(x.to(self.norm.weight.dtype))
+        if self.kind == "mamba":
+            h = self.mixer(h, layer_state, mask)
+        elif self.kind == "attention":
+            h = self.mixer(h, layer_state, pos, attn_mask)
+        else:
+            h = self.mixer(h)
+        return x + h  # the residual keeps x's dtype (fp32 when residual_in_fp32)
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: TextConfig):
+        super().__init__()
+        self.embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, kind) for kind in cfg.layer_kinds)
+        self.norm_f = RMSNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon)
+
+
+class HybridLM(nn.Module):
+    # parameters kept in fp32 whatever the model dtype (per-head SSM constants; loading and .half() respect it)
+    keep_fp32 = ("mixer.A_log", "mixer.D", "mixer.dt_bias")
+
+    def __init__(self, config: TextConfig):
+        super().__init__()
+        self.config = config
+        self.backbone = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.generation_config: dict = {}  # generation_config.json of a loaded checkpoint, when it has one
+
+    # ------------------------------------------------------------------ state
+    def new_state(self, batch_size: int, capacity: int = 0, ssm_dtype: torch.dtype = torch.float32) -> InferenceState:
+        """An empty inference state; ``capacity`` reserves KV slots up front (it grows when exceeded)."""
+        layers = []
+        for blk in self.backbone.layers:
+            if blk.kind == "mamba":
+                layers.append(blk.mixer.new_state(batch_size, ssm_dtype))
+            elif blk.kind == "attention":
+                layers.append(blk.mixer.new_state(batch_size, capacity))
+            else:
+                layers.append(None)
+        valid = torch.ones(batch_size, capacity, dtype=torch.bool, device=self.backbone.embeddings.weight.device)
+        return InferenceState(layers, valid)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
+                state: InferenceState | None = None, attention_mask: torch.Tensor | None = None,
+                logits_to_keep: int | None = None) -> torch.Tensor:
+        """Logits (B, T, V) in fp32, or (B, logits_to_keep, V) for the last positions only.
+
+        input_ids (B, T) or inputs_embeds (B, T, D). ``state`` (from ``new_state``) is read and updated
+        in place, its position counter advanced by T. ``attention_mask`` (B, T) or (B, past + T), 1 for
+        real tokens and 0 for padding: a padded position leaves the state as if it were absent.
+        """
+        h = self.hidden_states(input_ids, inputs_embeds=inputs_embeds, state=state, attention_mask=attention_mask)
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
+        return self.lm_head(h.to(self.lm_head.weight.dtype)).float()
+
+    def hidden_states(self, input_ids=None, *, inputs_embeds=None, state=None, attention_mask=None) -> torch.Tensor:
+        """The backbone: final-normed hidden states (B, T, D)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        x = self.backbone.embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        if x.dim() != 3 or x.shape[-1] != self.config.hidden_size:
+            raise ValueError(f"inputs_embeds must be (batch, seqlen, {self.config.hidden_size}), got {tuple(x.shape)}")
+        b, t, _ = x.shape
+        if t == 0:
+            raise ValueError("empty input: seqlen is 0")
+        pos = 0 if state is None else state.seqlen
+        if state is not None and state.batch_size != b:
+            raise ValueError(f"state holds {state.batch_size} rows but the input has {b}")
+
+        mask = None  # (B, T) bool, False at pads
+        if attention_mask is not None:
+            am = torch.as_tensor(attention_mask, device=x.device)
+            if am.dim() != 2 or am.shape[0] != b or am.shape[1] not in (t, pos + t):
+                raise ValueError(f"attention_mask must be (batch={b}, {t}) or (batch={b}, past + {t} = {pos + t}), "
+                                 f"got {tuple(am.shape)}")
+            mask = am[:, -t:].bool()
+            if bool(mask.all()):
+                mask = None
+
+        key_valid = None  # (B, pos + T) bool for attention
+        if state is not None:
+            state.reserve(t)
+            if mask is not None:
+                state.valid[:, pos:pos + t] = mask.to(state.valid.device)
+                state.has_pads = True
+            else:
+                state.valid[:, pos:pos + t] = True
+            if state.has_pads:
+                key_valid = state.valid[:, :pos + t]
+        else:
+            key_valid = mask
+        attn_mask = causal_mask(t, pos + t, key_valid, x.device) if "attention" in self.config.layer_kinds else None
+
+        if self.config.residual_in_fp32:
+            x = x.float()
+        for i, blk in enumerate(self.backbone.layers):
+            x = blk(x, None if state is None else state.layers[i], mask, attn_mask, pos)
+        if state is not None:
+            state.seqlen += t  # the one place the position counter advances
+        return self.backbone.norm_f(x.to(self.backbone.norm_f.weight.dtype))
+
+    # ------------------------------------------------------------------ misc
+    def _apply(self, fn, recurse=True):
+        """``.half()`` / ``.to(torch.bfloat16)`` leave the ``keep_fp32`` parameters in fp32."""
+        kept = {n for n, p in self.named_parameters() if n.endswith(self.keep_fp32) and p.dtype == torch.float32}
+        super()._apply(fn, recurse)
+        for n, p in self.named_parameters():
+            if n in kept and p.dtype in (torch.float16, torch.bfloat16):
+                p.data = p.data.float()
+        return self
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.backbone.embeddings.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.backbone.embeddings.weight.device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder, **kwargs) -> None:
+        """Write config.json + safetensors (sharded above ``max_shard_bytes``); see ``holotron.weights.save_pretrained``."""
+        from .weights import save_pretrained
+        save_pretrained(self, folder, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, path_or_repo_id, dtype=None, device=None, **kwargs) -> "HybridLM":
+        from .weights import load
+        model = load(path_or_repo_id, dtype=dtype, device=device, **kwargs)
+        if not isinstance(model, cls):
+            raise TypeError(f"{path_or_repo_id} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
