@@ -108,7 +108,7 @@ def resolve_pretrained(path_or_repo_id: str | os.PathLike, allow_patterns: Seque
         cause = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if offline:
             msg = (f"model {text!r} is not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set: "
-                   f"download it first (huggingface-cli download {text}) or pass a local folder")
+                   f"download it first (`hf download {text}`) or pass a local folder")
         else:
             msg = (f"model {text!r} could not be fetched from the Hugging Face Hub nor found in the cache ({cache}): "
                    f"{type(e).__name__}: {cause}")
