@@ -1,0 +1,63 @@
+"""Pixel shuffle ("v2", InternVL) and the ``mlp1`` projector into the language model (ARCHITECTURE.md section 4).
+
+For downsample ratio 1/k (k = 2 here) a tile's gh x gw grid of D-wide patch features becomes a
+(gh/k) x (gw/k) grid of k*k*D-wide tokens. Output token (i, j), row-major i * (gw/k) + j, carries
+
+    [ x(k i, k j) | x(k i, k j + 1) | ... | x(k i + 1, k j) | ... | x(k i + k-1, k j + k-1) ]
+
+i.e. the k x k block read row by row (for k = 2: (2i,2j), (2i,2j+1), (2i+1,2j), (2i+1,2j+1)).
+Then ``mlp1 = RMSNorm -> Linear -> relu^2 -> Linear`` (no biases), names ``mlp1.0`` / ``mlp1.1`` / ``mlp1.3``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from holotron.layers import RMSNorm
+
+from .config import VisionConfig
+
+__all__ = ["pixel_shuffle", "ReLU2", "Projector", "embed_tiles"]
+
+
+def pixel_shuffle(x: torch.Tensor, gh: int, gw: int, k: int = 2) -> torch.Tensor:
+    """(T, gh*gw, D) row-major patch features -> (T, (gh/k)*(gw/k), k*k*D) tokens (see module docstring)."""
+    T, N, D = x.shape
+    if N != gh * gw:
+        raise ValueError(f"pixel_shuffle: {N} features do not form a {gh}x{gw} grid")
+    if gh % k or gw % k:
+        raise ValueError(f"pixel_shuffle: a {gh}x{gw} patch grid is not divisible into {k}x{k} blocks")
+    x = x.reshape(T, gh // k, k, gw // k, k, D)  # (T, i, dy, j, dx, D)
+    x = x.permute(0, 1, 3, 2, 4, 5)              # (T, i, j, dy, dx, D): block read row by row
+    return x.reshape(T, (gh // k) * (gw // k), k * k * D)
+
+
+class ReLU2(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x).square()
+
+
+class Projector(nn.Sequential):
+    """``mlp1``: RMSNorm(k^2 D) -> Linear(k^2 D -> hidden) -> relu^2 -> Linear(hidden -> LM width)."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int, eps: float = 1e-5):
+        super().__init__(
+            RMSNorm(in_dim, eps=eps),                   # mlp1.0
+            nn.Linear(in_dim, hidden, bias=False),      # mlp1.1
+            ReLU2(),                                    # mlp1.2 (no parameters)
+            nn.Linear(hidden, out_dim, bias=False),     # mlp1.3
+        )
+
+    @classmethod
+    def from_config(cls, cfg: VisionConfig) -> "Projector":
+        return cls(cfg.projector_input_size, cfg.projector_hidden_size, cfg.projector_output_size, cfg.projector_norm_eps)
+
+
+def embed_tiles(vision_model: nn.Module, mlp1: nn.Module, pixel_values: torch.Tensor, k: int = 2) -> torch.Tensor:
+    """Normalised tiles (T, 3, H, W) -> language-model embeddings (T, (H/P/k) * (W/P/k), LM width)."""
+    P = vision_model.config.patch_size
+    feats = vision_model(pixel_values)  # (T, gh*gw, D)
+    tokens = pixel_shuffle(feats, pixel_values.shape[-2] // P, pixel_values.shape[-1] // P, k)
+    return mlp1(tokens)

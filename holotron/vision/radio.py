@@ -1,0 +1,232 @@
+"""C-RADIO vision encoder: a ViT with CPE ("cropped position embedding") positions (ARCHITECTURE.md section 3).
+
+The module tree is the checkpoint's, so the real tensors load by name:
+
+    vision_model                       RadioVisionModel   forward: tiles -> patch features
+      radio_model                      RadioModel         (+ input_conditioner, summary_idxs when the checkpoint has them)
+        model                          RadioViT
+          patch_generator              PatchGenerator
+            embedder                   Linear(3 P^2 -> D, no bias) on (c, yy, xx)-flattened patches
+            pos_embed                  [1, G*G, D]  learned G x G grid (G = max_img_size / P = 128)
+            cls_token.token            [n_prefix, D]  CLS + register tokens; n_prefix comes from the checkpoint
+            video_embedder             Linear, only when the checkpoint has one (unused for images)
+          blocks.{j}                   Block: norm1, attn.{qkv, proj}, norm2, mlp.{fc1, fc2} (+ layer_scale{1,2})
+          norm                         LayerNorm, only when the config asks for a final norm (C-RADIO: none)
+
+Tensors a checkpoint may or may not hold (layer scales, the video embedder, the input conditioner,
+`summary_idxs`) are created while loading when they are present, so loading stays strict both ways;
+any other name is an error that names it (see ``holotron.vision.loading``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import VisionConfig
+
+__all__ = ["RadioVisionModel", "RadioModel", "RadioViT", "PatchGenerator", "Block", "interpolate_pos_embed", "patchify"]
+
+
+def patchify(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:
+    """(T, C, H, W) -> (T, gh*gw, C*P*P): patches row-major (index = row*gw + col), each flattened (c, yy, xx)."""
+    T, C, H, W = pixel_values.shape
+    if H % patch or W % patch:
+        raise ValueError(f"tile size {H}x{W} is not a multiple of the patch size {patch}")
+    gh, gw = H // patch, W // patch
+    x = pixel_values.reshape(T, C, gh, patch, gw, patch)
+    return x.permute(0, 2, 4, 1, 3, 5).reshape(T, gh * gw, C * patch * patch)
+
+
+def interpolate_pos_embed(pos_embed: torch.Tensor, gh: int, gw: int) -> torch.Tensor:
+    """CPE positions for a gh x gw patch grid: [1, G*G, D] -> [1, gh*gw, D].
+
+    The G x G table is resized bilinearly (align_corners=False, no antialias, in fp32) to m x m with
+    m = max(gh, gw), then the top-left gh x gw window is kept, row-major.
+    """
+    n, D = pos_embed.shape[-2:]
+    G = math.isqrt(n)
+    if G * G != n:
+        raise ValueError(f"pos_embed holds {n} positions, not a square grid")
+    grid = pos_embed.reshape(1, G, G, D).permute(0, 3, 1, 2).float()  # (1, D, G, G)
+    m = max(gh, gw)
+    if m != G:
+        grid = F.interpolate(grid, size=(m, m), mode="bilinear", align_corners=False, antialias=False)
+    grid = grid[:, :, :gh, :gw]
+    return grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)  # (1, gh*gw, D)
+
+
+def _like(ref: torch.Tensor, shape, dtype=None) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype or ref.dtype, device=ref.device)
+
+
+class ClsToken(nn.Module):
+    """The CLS + register rows prepended to every tile. Their count is read from the checkpoint."""
+
+    def __init__(self, n_prefix: int, dim: int):
+        super().__init__()
+        self.token = nn.Parameter(torch.zeros(n_prefix, dim))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        t = state_dict.get(prefix + "token")
+        if t is not None and t.ndim == 2 and t.shape[1] == self.token.shape[1] and t.shape[0] != self.token.shape[0]:
+            self.token = nn.Parameter(_like(self.token, tuple(t.shape)))  # n_prefix from the tensor shape
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class PatchGenerator(nn.Module):
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        P, D, G = cfg.patch_size, cfg.hidden_size, cfg.pos_grid
+        self.patch_size = P
+        self.embedder = nn.Linear(3 * P * P, D, bias=False)
+        self.pos_embed = nn.Parameter(torch.zeros(1, G * G, D))
+        self.cls_token = ClsToken(cfg.num_prefix_tokens or 0, D)
+        self.video_embedder = None  # a Linear(3 T P^2 -> D) when the checkpoint has one; unused for images
+
+    @property
+    def num_prefix(self) -> int:
+        return self.cls_token.token.shape[0]
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:  # (T, 3, H, W) -> (T, n_prefix + gh*gw, D)
+        P = self.patch_size
+        gh, gw = pixel_values.shape[-2] // P, pixel_values.shape[-1] // P
+        x = self.embedder(patchify(pixel_values, P))  # (T, gh*gw, D)
+        x = x + interpolate_pos_embed(self.pos_embed, gh, gw).to(x.dtype)
+        prefix = self.cls_token.token.to(x.dtype).unsqueeze(0).expand(x.shape[0], -1, -1)
+        return torch.cat([prefix, x], dim=1)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        w = state_dict.get(prefix + "video_embedder.weight")
+        if w is not None and self.video_embedder is None:
+            self.video_embedder = nn.Linear(w.shape[1], w.shape[0], bias=False, device=self.pos_embed.device,
+                                            dtype=self.pos_embed.dtype)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class Attention(nn.Module):
+    """Bidirectional multi-head attention over one tile; fused qkv whose rows are q | k | v."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, N, D)
+        T, N, D = x.shape
+        q, k, v = self.qkv(x).view(T, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # 3 x (T, H, N, hd)
+        y = F.scaled_dot_product_attention(q, k, v)  # scale 1/sqrt(hd), no mask
+        return self.proj(y.transpose(1, 2).reshape(T, N, D))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))  # exact (erf) GELU
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, device=None, dtype=None):
+        super().__init__()
+        self.lambda1 = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.lambda1
+
+
+class Block(nn.Module):
+    """Pre-norm ViT block: x += attn(norm1(x)); x += mlp(norm2(x)) (layer scales only if the checkpoint has them)."""
+
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        D = cfg.hidden_size
+        self.norm1 = nn.LayerNorm(D, eps=cfg.layer_norm_eps)
+        self.attn = Attention(D, cfg.num_attention_heads)
+        self.norm2 = nn.LayerNorm(D, eps=cfg.layer_norm_eps)
+        self.mlp = Mlp(D, cfg.intermediate_size)
+        self.layer_scale1 = None
+        self.layer_scale2 = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.attn(self.norm1(x))
+        x = x + (a if self.layer_scale1 is None else self.layer_scale1(a))
+        m = self.mlp(self.norm2(x))
+        return x + (m if self.layer_scale2 is None else self.layer_scale2(m))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        ref = self.norm1.weight
+        for name in ("layer_scale1", "layer_scale2"):
+            if prefix + name + ".lambda1" in state_dict and getattr(self, name) is None:
+                setattr(self, name, LayerScale(ref.shape[0], device=ref.device, dtype=ref.dtype))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class RadioViT(nn.Module):
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.patch_generator = PatchGenerator(cfg)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.final_norm else None
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:  # (T, 3, H, W) -> (T, n_prefix + gh*gw, D)
+        x = self.patch_generator(pixel_values)
+        for block in self.blocks:
+            x = block(x)
+        return x if self.norm is None else self.norm(x)
+
+
+class InputConditioner(nn.Module):
+    """RADIO's own (x - mean) / std. Kept for loading only: holotron normalises in preprocessing
+    (the VL model runs RADIO with the conditioner made external), so forward never calls it."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+        super().__init__()
+        self.register_buffer("norm_mean", mean)
+        self.register_buffer("norm_std", std)
+
+
+class RadioModel(nn.Module):
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.model = RadioViT(cfg)
+        self.input_conditioner = None
+        self.register_buffer("summary_idxs", None)  # (k,) int64 when the checkpoint has it; unused for images
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        ref = self.model.patch_generator.pos_embed
+        mean, std = state_dict.get(prefix + "input_conditioner.norm_mean"), state_dict.get(prefix + "input_conditioner.norm_std")
+        if mean is not None and std is not None and self.input_conditioner is None:
+            self.input_conditioner = InputConditioner(_like(ref, mean.shape, torch.float32), _like(ref, std.shape, torch.float32))
+        idx = state_dict.get(prefix + "summary_idxs")
+        if idx is not None and self.summary_idxs is None:
+            self.summary_idxs = _like(ref, idx.shape, idx.dtype)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class RadioVisionModel(nn.Module):
+    """``vision_model``: normalised tiles (T, 3, H, W), H and W multiples of the patch size, ->
+    patch features (T, (H/P) * (W/P), D) row-major, the CLS/register rows dropped."""
+
+    def __init__(self, cfg: VisionConfig):
+        super().__init__()
+        self.config = cfg
+        self.radio_model = RadioModel(cfg)
+
+    @property
+    def num_prefix(self) -> int:
+        return self.radio_model.model.patch_generator.num_prefix
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        if pixel_values.ndim != 4 or pixel_values.shape[1] != 3:
+            raise ValueError(f"pixel_values: expected (tiles, 3, H, W), got {tuple(pixel_values.shape)}")
+        w = self.radio_model.model.patch_generator.embedder.weight
+        x = self.radio_model.model(pixel_values.to(device=w.device, dtype=w.dtype))
+        return x[:, self.num_prefix:]
