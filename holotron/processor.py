@@ -16,6 +16,7 @@ holotron's built-in Nemotron template is used. No code shipped with a checkpoint
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer
 
 __all__ = [
-    "Processor", "StreamDecoder", "GenerationConfig", "ImageSettings", "BatchInputs", "NEMOTRON_CHAT_TEMPLATE",
+    "Processor", "StreamDecoder", "GenerationConfig", "BatchInputs", "NEMOTRON_CHAT_TEMPLATE",
     "ProcessorError", "ChatTemplateError", "ModelNotFoundError", "resolve_pretrained", "render_chat_template",
 ]
 
@@ -129,7 +130,7 @@ def _read_json(path: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# generation_config.json and the image settings
+# generation_config.json
 # ----------------------------------------------------------------------------------------------
 
 def _id_list(value: Any, what: str) -> tuple[int, ...]:
@@ -190,39 +191,6 @@ class GenerationConfig:
         if not path.is_file():
             return cls()
         return cls.from_dict(_read_json(path), source=str(path))
-
-
-@dataclass
-class ImageSettings:
-    """Image preprocessing settings of a checkpoint (config.json / preprocessor_config.json)."""
-
-    image_size: int = 512           # tile side (force_image_size)
-    max_num_tiles: int = 12
-    use_thumbnail: bool = True
-    patch_size: int = 16
-    downsample_ratio: float = 0.5   # pixel shuffle
-    norm_mean: tuple[float, ...] = (0.48145466, 0.4578275, 0.40821073)
-    norm_std: tuple[float, ...] = (0.26862954, 0.26130258, 0.27577711)
-
-    @property
-    def tokens_per_tile(self) -> int:  # (512 / 16)^2 * 0.5^2 = 256
-        return round((self.image_size // self.patch_size) ** 2 * self.downsample_ratio ** 2)
-
-    @classmethod
-    def from_configs(cls, config: dict, preprocessor: dict) -> "ImageSettings":
-        s = cls()
-        vision = config.get("vision_config") or {}
-        s.image_size = int(preprocessor.get("image_size") or config.get("force_image_size") or s.image_size)
-        s.max_num_tiles = int(preprocessor.get("max_num_tiles") or config.get("max_num_tiles") or s.max_num_tiles)
-        thumb = preprocessor.get("use_thumbnail", config.get("use_thumbnail"))
-        s.use_thumbnail = s.use_thumbnail if thumb is None else bool(thumb)
-        s.patch_size = int(config.get("patch_size") or vision.get("patch_size") or s.patch_size)
-        s.downsample_ratio = float(config.get("downsample_ratio") or s.downsample_ratio)
-        for name in ("norm_mean", "norm_std"):
-            v = preprocessor.get(name) or config.get(name)
-            if v is not None:
-                setattr(s, name, tuple(float(x) for x in v))
-        return s
 
 
 # an image preprocessing callable: image (PIL image or path) -> (tiles (n, 3, S, S), number of image tokens)
@@ -455,7 +423,9 @@ class Processor:
 
     Build it with ``Processor.from_pretrained(path_or_repo_id)`` or directly from a
     ``tokenizers.Tokenizer``. ``image_processor`` is a callable image -> (tiles (n, 3, S, S), number
-    of image tokens), normally holotron's vision preprocessing configured from ``image_settings``.
+    of image tokens). ``from_pretrained`` defaults it to holotron's vision preprocessing
+    (``holotron.vision.preprocess.preprocess_image``) configured from the checkpoint's config.json and
+    preprocessor_config.json, built the first time an image is processed.
 
     Padding (for batches) is on the left with ``pad_token_id``: the tokenizer's pad token, else
     generation_config's pad_token_id, else the eos token, else 0. Padded positions have
@@ -471,7 +441,6 @@ class Processor:
         special_tokens: dict[str, str | None] | None = None,   # bos_token / eos_token / pad_token / unk_token
         added_tokens: dict[str, dict] | None = None,           # tokenizer_config.json's added_tokens_decoder
         image_processor: ImagePreprocessor | None = None,
-        image_settings: ImageSettings | None = None,
         generation_config: GenerationConfig | None = None,
         max_length: int | None = None,
         image_token: str = "<image>",
@@ -484,7 +453,7 @@ class Processor:
         self.tokenizer_source = tokenizer_source
         self.special_tokens = {k: v for k, v in (special_tokens or {}).items() if v is not None}
         self.image_processor = image_processor
-        self.image_settings = image_settings or ImageSettings()
+        self._vision_configs: tuple[dict, dict] | None = None  # (config.json, preprocessor_config.json)
         self.generation_config = generation_config or GenerationConfig()
         self.max_length = max_length
         self.image_token, self.image_start_token, self.image_end_token = image_token, image_start_token, image_end_token
@@ -513,8 +482,9 @@ class Processor:
     def from_pretrained(cls, path_or_repo_id: str | os.PathLike, *, image_processor: ImagePreprocessor | None = None,
                         chat_template: str | None = None, max_length: int | None = None,
                         revision: str | None = None) -> "Processor":
-        """Read tokenizer.json, tokenizer_config.json, the chat template, generation_config.json and the
-        image settings of config.json / preprocessor_config.json from a folder or a hub repo id."""
+        """Read tokenizer.json, tokenizer_config.json, the chat template, generation_config.json and
+        config.json (image tokens; with preprocessor_config.json, the image preprocessing) from a folder
+        or a hub repo id."""
         folder = resolve_pretrained(path_or_repo_id, revision=revision)
         tok_path = folder / "tokenizer.json"
         if not tok_path.is_file():
@@ -551,13 +521,12 @@ class Processor:
                 max_length = config["max_sequence_length"]
 
         image_token_id = config.get("img_context_token_id", config.get("image_token_id"))
-        return cls(
+        processor = cls(
             tokenizer,
             chat_template=chat_template, chat_template_source=source,
             special_tokens=specials,
             added_tokens=tok_config.get("added_tokens_decoder") or {},
             image_processor=image_processor,
-            image_settings=ImageSettings.from_configs(config, pre),
             generation_config=GenerationConfig.from_file(folder / "generation_config.json"),
             max_length=max_length,
             image_token=config.get("img_context_token", "<image>"),
@@ -566,6 +535,9 @@ class Processor:
             image_token_id=image_token_id if isinstance(image_token_id, int) else None,
             tokenizer_source=str(tok_path),
         )
+        if image_processor is None and isinstance(config.get("vision_config"), dict):
+            processor._vision_configs = (config, pre)
+        return processor
 
     # ---- token ids ----------------------------------------------------------------------------
 
@@ -706,6 +678,15 @@ class Processor:
         out.texts, out.images_per_prompt = texts, counts
         return out
 
+    def _image_preprocessing(self) -> ImagePreprocessor | None:
+        if self.image_processor is None and self._vision_configs is not None:
+            from .vision.config import VisionConfig
+            from .vision.preprocess import preprocess_image
+
+            cfg = VisionConfig.from_hf(*self._vision_configs)
+            self.image_processor = functools.partial(preprocess_image, cfg=cfg)
+        return self.image_processor
+
     def _tokenize(self, text: str, images: list, index: int):
         """Token ids of one prompt with its ``<image>`` placeholders expanded; also the tiles."""
         pieces = text.split(self.image_token)
@@ -714,22 +695,22 @@ class Processor:
             raise ProcessorError(
                 f"prompt {index} has {n_placeholders} {self.image_token!r} placeholder(s) but {len(images)} image(s) "
                 f"were given: use exactly one placeholder (or one {{'type': 'image'}} content part) per image")
-        if images and self.image_processor is None:
-            raise ProcessorError("images were given but this Processor has no image_processor: pass "
-                                 "image_processor= (holotron's vision preprocessing) to Processor/from_pretrained")
+        preprocess = self._image_preprocessing() if images else None
+        if images and preprocess is None:
+            raise ProcessorError("images were given but this Processor has no image_processor: load a VL checkpoint "
+                                 "(config.json with vision_config) or pass image_processor= (image -> (tiles, tokens))")
         ids: list[int] = self.encode(pieces[0])
         tiles, n_tiles, n_image_tokens = [], [], 0
         for k, (image, piece) in enumerate(zip(images, pieces[1:])):
-            pixel_values, n_tokens = self.image_processor(image)
+            pixel_values, n_tokens = preprocess(image)
             if not isinstance(pixel_values, torch.Tensor) or pixel_values.dim() != 4:
                 raise ProcessorError(f"image_processor must return a (tiles, 3, S, S) tensor, got "
                                      f"{getattr(pixel_values, 'shape', type(pixel_values).__name__)}")
             n_tokens = int(n_tokens)
-            expected = pixel_values.shape[0] * self.image_settings.tokens_per_tile
-            if n_tokens != expected:
+            if n_tokens <= 0 or n_tokens % pixel_values.shape[0]:
                 raise ProcessorError(
                     f"prompt {index}, image {k}: the image preprocessing reports {n_tokens} tokens for "
-                    f"{pixel_values.shape[0]} tiles, but {self.image_settings.tokens_per_tile} per tile gives {expected}")
+                    f"{pixel_values.shape[0]} tiles; every tile must give the same positive number")
             ids += [self.image_start_token_id] + [self.image_token_id] * n_tokens + [self.image_end_token_id]
             ids += self.encode(piece)
             tiles.append(pixel_values)
