@@ -16,13 +16,15 @@ import holotron.kernels as K
 from holotron.kernels import ssd_scan, ssd_step
 
 FAST = ["chunked", "triton"]  # the backends held to the naive recurrence
+# Small-shape tests run on the GPU when there is one (Triton compiled), else on the CPU (interpreter).
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 HALF_TOL = {torch.float16: (5e-3, 1e-3), torch.bfloat16: (2e-2, 5e-3)}
 
 
 # ----------------------------------------------------------------------------- inputs
 
 
-def make_inputs(b, l, h, p, g, n, *, dtype=torch.float32, seed=0, device="cpu", D=None, z=False,
+def make_inputs(b, l, h, p, g, n, *, dtype=torch.float32, seed=0, device=DEV, D=None, z=False,
                 dt_bias=False, dt_softplus=False, dt_limit=(0.0, math.inf), initial_state=False,
                 cu_seqlens=None, big_decay=False, chunk_size=16):
     """Random SSD inputs as a kwargs dict for ssd_scan. D in {None, "head", "channel"}.
@@ -265,7 +267,7 @@ def test_step_triton_matches_naive(dtype, opts):
 def test_step_triton_headdim80_strided_state():
     """P=80 (masked block), dstate 128, a state that is a slice of a bigger cache (strided batch)."""
     kw = make_inputs(2, 2, 2, 80, 1, 128, seed=10, initial_state=True, D="channel", z=True)
-    cache = torch.randn(2, 3, 2, 80, 128)
+    cache = torch.randn(2, 3, 2, 80, 128, device=DEV)
     cache[:, 1] = kw["initial_state"]
     other = cache[:, [0, 2]].clone()
     s = cache[:, 1]
@@ -290,8 +292,7 @@ def test_step_equals_scan(backend):
 
 
 def _good():
-    kw = make_inputs(1, 6, 4, 3, 2, 5, seed=12)
-    return kw
+    return make_inputs(1, 6, 4, 3, 2, 5, seed=12, device="cpu")
 
 
 BAD_SCAN = [
@@ -336,7 +337,7 @@ def test_scan_bad_input(mutate, msg):
 
 
 def test_scan_cu_seqlens_needs_batch_1():
-    kw = make_inputs(2, 6, 4, 3, 2, 5)
+    kw = make_inputs(2, 6, 4, 3, 2, 5, device="cpu")
     kw["cu_seqlens"] = torch.tensor([0, 2, 6])
     with pytest.raises(ValueError, match=r"cu_seqlens needs batch == 1 .*got batch 2"):
         scan(kw, "chunked")
@@ -368,7 +369,7 @@ BAD_STEP = [
 
 @pytest.mark.parametrize("mutate,msg", BAD_STEP, ids=[m for _, m in BAD_STEP])
 def test_step_bad_input(mutate, msg):
-    kw = step_inputs(make_inputs(2, 1, 4, 3, 2, 5, z=True), 0)
+    kw = step_inputs(make_inputs(2, 1, 4, 3, 2, 5, z=True, device="cpu"), 0)
     kw["state"] = torch.zeros(2, 4, 3, 5)
     mutate(kw)
     x, dt, A, B, C, st = (kw.pop(k) for k in ("x", "dt", "A", "B", "C", "state"))
