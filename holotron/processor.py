@@ -184,6 +184,27 @@ class GenerationConfig:
         out.extra = data
         return out
 
+    def generate_kwargs(self) -> dict:
+        """Keyword arguments for ``holotron.generate`` with the Hugging Face meaning of the file: without
+        ``do_sample: true`` decoding is greedy (temperature 0) whatever temperature / top_p say; top_k 0
+        means no top-k. Only what the file sets is returned (eos ids as a list)."""
+        kw: dict[str, Any] = {}
+        if self.max_new_tokens is not None:
+            kw["max_new_tokens"] = self.max_new_tokens
+        if self.do_sample:
+            kw["temperature"] = 1.0 if self.temperature is None else self.temperature
+            if self.top_p is not None and self.top_p < 1:
+                kw["top_p"] = self.top_p
+            if self.top_k:
+                kw["top_k"] = self.top_k
+        else:
+            kw["temperature"] = 0.0
+        if self.eos_token_ids:
+            kw["eos_token_id"] = list(self.eos_token_ids)
+        if self.pad_token_id is not None:
+            kw["pad_token_id"] = self.pad_token_id
+        return kw
+
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "GenerationConfig":
         """Read generation_config.json; a missing file gives the empty defaults."""

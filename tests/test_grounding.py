@@ -2,7 +2,6 @@
 
 import ast
 import json
-import math
 
 import pytest
 from hypothesis import example, given

@@ -13,7 +13,7 @@ from holotron.processor import (
     NEMOTRON_CHAT_TEMPLATE, BatchInputs, ChatTemplateError, GenerationConfig, ModelNotFoundError,
     Processor, ProcessorError, resolve_pretrained,
 )
-from tiny_tokenizer import SPECIAL_IDS, build_tokenizer, write_tiny_tokenizer
+from tiny_tokenizer import SPECIAL_IDS, write_tiny_tokenizer
 
 TOKENS_PER_TILE = 256  # what the stub preprocessing reports per tile (the real model's count)
 
@@ -430,6 +430,10 @@ def test_generation_config(tmp_path):
     g = GenerationConfig.from_file(path)
     assert g.eos_token_ids == (2, 12) and g.temperature == 0.6 and g.top_p == 0.95 and g.max_new_tokens == 128
     assert g.do_sample is True and g.bos_token_id == 1 and g.top_k is None and g.extra == {"transformers_version": "5.0"}
+    assert g.generate_kwargs() == {"max_new_tokens": 128, "temperature": 0.6, "top_p": 0.95, "eos_token_id": [2, 12]}
+    greedy = GenerationConfig.from_dict({"temperature": 0.6, "top_p": 0.95, "top_k": 0})  # no do_sample: greedy
+    assert greedy.generate_kwargs() == {"temperature": 0.0}
+    assert GenerationConfig.from_dict({"do_sample": True, "top_k": 0}).generate_kwargs() == {"temperature": 1.0}
     assert GenerationConfig.from_dict({"eos_token_id": 7}).eos_token_ids == (7,)
     assert GenerationConfig.from_dict({"eos_token_id": None}).eos_token_ids == ()
     assert GenerationConfig.from_file(tmp_path / "missing.json") == GenerationConfig()
