@@ -217,50 +217,46 @@ def _point_in_json(obj: Any) -> tuple[float, float] | None:
     return None
 
 
-def _closing_brace(text: str, start: int) -> int | None:
-    """Index of the brace closing the one at ``start`` (quotes respected), or None."""
-    depth, quote, escaped = 0, None, False
-    for i in range(start, len(text)):
-        c = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == quote:
-                quote = None
-        elif c in "\"'":
-            quote = c
-        elif c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
+_MAX_OBJECT = 4000  # characters: a click answer is short; longer brace spans are not tried as JSON
+
+
+def _brace_pairs(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every balanced {...} span, by start: one linear pass (braces inside JSON strings
+    are not told apart, which click answers do not need)."""
+    stack, pairs = [], []
+    for i, c in enumerate(text):
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            pairs.append((stack.pop(), i))
+    return sorted(pairs)
+
+
+def _loads(chunk: str) -> Any:
+    try:
+        return json.loads(chunk)
+    except ValueError:
+        pass
+    if "'" in chunk:  # {'x': 1, 'y': 2}: Python literal syntax, evaluated as data only
+        try:
+            return ast.literal_eval(chunk)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            pass
     return None
 
 
 def _json_points(text: str) -> list[tuple[float, float]]:
-    points, i = [], 0
-    while (start := text.find("{", i)) != -1:
-        end = _closing_brace(text, start)
-        if end is None:
-            i = start + 1
+    """Clicks of the JSON objects in ``text``, in order; an object inside one already read is skipped,
+    so {"x": 1, "y": 2, "alt": {"x": 3, "y": 4}} counts once, as (1, 2)."""
+    points, read_until = [], -1
+    for start, end in _brace_pairs(text):
+        if start <= read_until or end - start > _MAX_OBJECT:
             continue
-        chunk, value = text[start:end + 1], None
-        try:
-            value = json.loads(chunk)
-        except ValueError:
-            try:  # {'x': 1, 'y': 2}: Python literal syntax, evaluated as data only
-                value = ast.literal_eval(chunk)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                value = None
+        value = _loads(text[start:end + 1])
         found = _point_in_json(value) if value is not None else None
         if found is not None:
             points.append(found)
-            i = end + 1
-        else:
-            i = start + 1  # an outer object without a click may still contain one
+            read_until = end
     return points
 
 

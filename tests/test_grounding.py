@@ -286,3 +286,16 @@ def test_draw_click_pixel_point_and_modes():
     out = draw_click(rgba, Point(0.5, 0.5, "normalized"))
     assert out.mode == "RGBA" and out.getpixel((25, 25)) == (255, 0, 0, 255)
     assert rgba.getpixel((25, 25)) == (0, 0, 0, 0)
+
+
+def test_parse_click_nested_and_degenerate_outputs():
+    assert parse_click('{"x": 5, "y": 6, "alt": {"x": 1, "y": 2}}') == Point(5, 6)
+    assert parse_click('{ I think {"x": 1, "y": 2} }') == Point(1, 2)
+    # a runaway generation must not make parsing quadratic
+    import time
+
+    t0 = time.perf_counter()
+    for junk in ("{" * 20000, "{" * 10000 + "}" * 10000, "[1," * 10000, "x=" * 10000, "(" * 20000 + '{"x": 1, "y": 2}'):
+        parse_click(junk)
+    assert time.perf_counter() - t0 < 2.0
+    assert parse_click("{" * 5000 + '{"x": 3, "y": 4}') == Point(3, 4)
