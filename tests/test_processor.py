@@ -538,3 +538,38 @@ def test_hub_download_never_fetches_code(tmp_path, monkeypatch):
     for name in ("modeling_nemotron.py", "processing.py", "model-00001-of-00005.safetensors"):
         assert not any(fnmatch.fnmatch(name, pat) for pat in allowed), name
     assert "*.py" in calls["ignore_patterns"]
+
+
+# ------------------------------------------------------------------------------------------------
+# oracle: transformers reads the same files the same way (optional dependency)
+# ------------------------------------------------------------------------------------------------
+
+# block tags without '-': the result depends on trim_blocks / lstrip_blocks, which must match transformers'
+WHITESPACE_TEMPLATE = """{% for m in messages %}
+    {% if m.role == 'user' %}
+<u>{{ m.content }}</u>
+    {% else %}
+<a>{{ m.content }}</a>
+    {% endif %}
+{% endfor %}
+{% if add_generation_prompt %}<go>{% endif %}"""
+
+
+@pytest.mark.parametrize("template", [NEMOTRON_CHAT_TEMPLATE, WHITESPACE_TEMPLATE])
+def test_same_prompt_and_ids_as_transformers(tmp_path, template):
+    transformers = pytest.importorskip("transformers")
+    folder = write_tiny_tokenizer(tmp_path, chat_template=template, omit_from_tokenizer_json=("<think>", "</think>"))
+    ours = Processor.from_pretrained(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    conversations = [
+        [{"role": "system", "content": "Be brief. /no_think"}, {"role": "user", "content": "Où est le bouton « OK » ? 😀"}],
+        [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\nadd\n</think>4"},
+         {"role": "user", "content": "and 3+3? /think"}],
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Click Save"}]}],
+    ]
+    for msgs in conversations:
+        if template is WHITESPACE_TEMPLATE and not isinstance(msgs[-1]["content"], str):
+            continue
+        text = ours.apply_chat_template(msgs)
+        assert text == theirs.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
