@@ -289,8 +289,17 @@ class _TemplateRaised(Exception):
 
 
 def _template_env():
-    from jinja2.ext import loopcontrols
+    from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    class _Generation(Extension):
+        # {% generation %}...{% endgeneration %} marks assistant text for training masks in some templates;
+        # here it renders its body unchanged
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
     class _Env(ImmutableSandboxedEnvironment):
         # the stock sandbox returns an Undefined that only fails when used; refuse at the first touch
@@ -306,7 +315,7 @@ def _template_env():
     def strftime_now(fmt):
         return datetime.datetime.now().strftime(fmt)
 
-    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols], autoescape=False,
+    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _Generation], autoescape=False,
                keep_trailing_newline=False)
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception

@@ -212,10 +212,11 @@ def test_hf_style_template_features_work(proc):
         "{%- set ns.n = ns.n + 1 -%}{{ m.content | tojson(indent=None) }}{%- endfor -%}"
         "{%- if ns.n == 0 -%}{{ raise_exception('no messages') }}{%- endif -%}"
         "|{{ strftime_now('%Y') | length }}|{{ bos_token }}"
+        "{% generation %}|{{ messages[-1].content }}{% endgeneration %}"
     )
     p = Processor(proc.tokenizer, chat_template=template, special_tokens={"bos_token": "<s>"})
     msgs = [{"role": "user", "content": c} for c in ("a", "b", "c")]
-    assert p.apply_chat_template(msgs) == '"a""b"|4|<s>'
+    assert p.apply_chat_template(msgs) == '"a""b"|4|<s>|c'
 
 
 @pytest.mark.parametrize("attack", [
@@ -237,6 +238,15 @@ def test_sandbox_refuses_python_internals(tmp_path, attack):
     msg = str(err.value)
     assert "refused by the sandbox" in msg and str(folder / "chat_template.jinja") in msg
     assert "\n" not in msg
+
+
+@pytest.mark.parametrize("attack", ["{% include '/etc/passwd' %}", "{% import '/etc/hostname' as h %}",
+                                    "{% extends '/etc/passwd' %}"])
+def test_templates_cannot_read_files(tmp_path, attack):
+    folder = write_tiny_tokenizer(tmp_path, chat_template=attack)
+    with pytest.raises(ChatTemplateError, match="tokenizer_config.json failed to render") as err:
+        Processor.from_pretrained(folder).apply_chat_template([{"role": "user", "content": "hi"}])
+    assert "root:" not in str(err.value)
 
 
 def test_template_errors_name_the_file(tmp_path):
