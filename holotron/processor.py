@@ -489,7 +489,10 @@ class Processor:
         self.image_token, self.image_start_token, self.image_end_token = image_token, image_start_token, image_end_token
 
         _merge_added_tokens(tokenizer, added_tokens or {}, tokenizer_source)
-        self._check_single_tokens([image_token, image_start_token, image_end_token, *self.special_tokens.values()])
+        image_tokens = [image_token, image_start_token, image_end_token]
+        # a text-only tokenizer (Nemotron-H) has none of the three: prompts are then plain text
+        self.supports_images = image_token_id is not None or any(tokenizer.token_to_id(t) is not None for t in image_tokens)
+        self._check_single_tokens((image_tokens if self.supports_images else []) + list(self.special_tokens.values()))
         self.image_token_id = tokenizer.token_to_id(image_token)
         self.image_start_token_id = tokenizer.token_to_id(image_start_token)
         self.image_end_token_id = tokenizer.token_to_id(image_end_token)
@@ -719,6 +722,11 @@ class Processor:
 
     def _tokenize(self, text: str, images: list, index: int):
         """Token ids of one prompt with its ``<image>`` placeholders expanded; also the tiles."""
+        if not self.supports_images:
+            if images:
+                raise ProcessorError(f"{self.tokenizer_source} has no {self.image_token!r} / {self.image_start_token!r} / "
+                                     f"{self.image_end_token!r} tokens: a text-only model's tokenizer cannot take images")
+            return self.encode(text), [], [], 0
         pieces = text.split(self.image_token)
         n_placeholders = len(pieces) - 1
         if n_placeholders != len(images):

@@ -103,6 +103,22 @@ def test_no_bos_is_added(tmp_path):
     assert p("hi").input_ids[0, 0] != 1
 
 
+def test_text_only_tokenizer(tmp_path):
+    # a text-only Nemotron-H tokenizer has <SPECIAL_18..20> where the VL one has the image tokens
+    folder = write_tiny_tokenizer(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        text = (folder / name).read_text()
+        for i, t in ((18, "<image>"), (19, "<img>"), (20, "</img>")):
+            text = text.replace(f'"{t}"', f'"<SPECIAL_{i}>"')
+        (folder / name).write_text(text)
+    p = Processor.from_pretrained(folder)
+    assert not p.supports_images and p.encode("<SPECIAL_19>") == [19]
+    out = p([{"role": "user", "content": "what does <image> mean?"}])
+    assert out.input_ids[0].tolist() == p.encode(out.texts[0]) and 18 not in out.input_ids[0].tolist()
+    with pytest.raises(ProcessorError, match="text-only model's tokenizer cannot take images"):
+        p("<image>", images=[StubImage(1)])
+
+
 def test_config_image_token_id_must_match(tmp_path):
     folder = write_tiny_tokenizer(tmp_path)
     (folder / "config.json").write_text(json.dumps({"img_context_token_id": 5, "img_context_token": "<image>"}))
