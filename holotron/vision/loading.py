@@ -46,7 +46,8 @@ def _fold(names) -> list[str]:
             out.append(key)
             continue
         idx = sorted(idx)
-        ranges = "j in " + (f"{idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else ",".join(map(str, idx)))
+        contiguous = len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1))
+        ranges = "j in " + (f"{idx[0]}-{idx[-1]}" if contiguous else ",".join(map(str, idx)))
         out.append(f"{key} ({ranges})")
     return out
 
