@@ -299,3 +299,30 @@ def test_encoder_plus_projector_match_transformers(hf_tiny):
     assert ours.shape == (4, 16, 24)
     assert_close(ours, ref, torch.float32, name="image embeddings")
     assert torch.equal(pixel_shuffle(feats, 8, 8), theirs_ps)
+
+
+def test_adapt_then_holotron_weights_loader(hf_tiny, tmp_path):
+    """The package's strict safetensors loader checks names against state_dict() before loading:
+    adapt_to_checkpoint (from the file header alone) makes the meta-built tree match the checkpoint."""
+    import dataclasses
+
+    from safetensors.torch import load_file, save_file
+
+    from holotron.weights import load_into, read_header
+
+    _, path = hf_tiny
+    cfg, vm_ref, mlp_ref, _ = _load_ours(path)
+    f = tmp_path / "vision.safetensors"
+    save_file({k: v for k, v in load_file(path / "model.safetensors").items()
+               if k.startswith(("vision_model.", "mlp1."))}, f)
+    cfg = dataclasses.replace(cfg, num_prefix_tokens=None)
+    with torch.device("meta"):
+        box = torch.nn.Module()
+        box.vision_model, box.mlp1 = RadioVisionModel(cfg), Projector.from_config(cfg)
+    created = box.vision_model.adapt_to_checkpoint({n: s for n, (_, s) in read_header(f).items()}, prefix="vision_model.")
+    assert "radio_model.model.patch_generator.video_embedder" in created and "radio_model.summary_idxs" in created
+    load_into(box, f)
+    assert box.vision_model.num_prefix == 5
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(embed_tiles(box.vision_model, box.mlp1, x), embed_tiles(vm_ref, mlp_ref, x))

@@ -14,13 +14,15 @@ The module tree is the checkpoint's, so the real tensors load by name:
           norm                         LayerNorm, only when the config asks for a final norm (C-RADIO: none)
 
 Tensors a checkpoint may or may not hold (layer scales, the video embedder, the input conditioner,
-`summary_idxs`) are created while loading when they are present, so loading stays strict both ways;
-any other name is an error that names it (see ``holotron.vision.loading``).
+`summary_idxs`), and the CLS/register count, are shaped after the checkpoint by
+``RadioVisionModel.adapt_to_checkpoint`` (which ``load_state_dict`` calls itself), so loading stays strict
+both ways; any other name is an error that names it (see ``holotron.vision.loading``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -59,22 +61,12 @@ def interpolate_pos_embed(pos_embed: torch.Tensor, gh: int, gw: int) -> torch.Te
     return grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)  # (1, gh*gw, D)
 
 
-def _like(ref: torch.Tensor, shape, dtype=None) -> torch.Tensor:
-    return torch.zeros(shape, dtype=dtype or ref.dtype, device=ref.device)
-
-
 class ClsToken(nn.Module):
     """The CLS + register rows prepended to every tile. Their count is read from the checkpoint."""
 
     def __init__(self, n_prefix: int, dim: int):
         super().__init__()
         self.token = nn.Parameter(torch.zeros(n_prefix, dim))
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        t = state_dict.get(prefix + "token")
-        if t is not None and t.ndim == 2 and t.shape[1] == self.token.shape[1] and t.shape[0] != self.token.shape[0]:
-            self.token = nn.Parameter(_like(self.token, tuple(t.shape)))  # n_prefix from the tensor shape
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class PatchGenerator(nn.Module):
@@ -98,13 +90,6 @@ class PatchGenerator(nn.Module):
         x = x + interpolate_pos_embed(self.pos_embed, gh, gw).to(x.dtype)
         prefix = self.cls_token.token.to(x.dtype).unsqueeze(0).expand(x.shape[0], -1, -1)
         return torch.cat([prefix, x], dim=1)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        w = state_dict.get(prefix + "video_embedder.weight")
-        if w is not None and self.video_embedder is None:
-            self.video_embedder = nn.Linear(w.shape[1], w.shape[0], bias=False, device=self.pos_embed.device,
-                                            dtype=self.pos_embed.dtype)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class Attention(nn.Module):
@@ -161,13 +146,6 @@ class Block(nn.Module):
         m = self.mlp(self.norm2(x))
         return x + (m if self.layer_scale2 is None else self.layer_scale2(m))
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        ref = self.norm1.weight
-        for name in ("layer_scale1", "layer_scale2"):
-            if prefix + name + ".lambda1" in state_dict and getattr(self, name) is None:
-                setattr(self, name, LayerScale(ref.shape[0], device=ref.device, dtype=ref.dtype))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
 
 class RadioViT(nn.Module):
     def __init__(self, cfg: VisionConfig):
@@ -187,6 +165,8 @@ class InputConditioner(nn.Module):
     """RADIO's own (x - mean) / std. Kept for loading only: holotron normalises in preprocessing
     (the VL model runs RADIO with the conditioner made external), so forward never calls it."""
 
+    keep_fp32 = ("input_conditioner.norm_mean", "input_conditioner.norm_std")  # for holotron.weights
+
     def __init__(self, mean: torch.Tensor, std: torch.Tensor):
         super().__init__()
         self.register_buffer("norm_mean", mean)
@@ -199,16 +179,6 @@ class RadioModel(nn.Module):
         self.model = RadioViT(cfg)
         self.input_conditioner = None
         self.register_buffer("summary_idxs", None)  # (k,) int64 when the checkpoint has it; unused for images
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        ref = self.model.patch_generator.pos_embed
-        mean, std = state_dict.get(prefix + "input_conditioner.norm_mean"), state_dict.get(prefix + "input_conditioner.norm_std")
-        if mean is not None and std is not None and self.input_conditioner is None:
-            self.input_conditioner = InputConditioner(_like(ref, mean.shape, torch.float32), _like(ref, std.shape, torch.float32))
-        idx = state_dict.get(prefix + "summary_idxs")
-        if idx is not None and self.summary_idxs is None:
-            self.summary_idxs = _like(ref, idx.shape, idx.dtype)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class RadioVisionModel(nn.Module):
@@ -223,6 +193,48 @@ class RadioVisionModel(nn.Module):
     @property
     def num_prefix(self) -> int:
         return self.radio_model.model.patch_generator.num_prefix
+
+    def adapt_to_checkpoint(self, shapes: Mapping[str, Sequence[int] | torch.Tensor], prefix: str = "") -> list[str]:
+        """Shape the checkpoint-dependent parts of the tree after a checkpoint's tensor names and shapes.
+
+        ``shapes``: {name: shape (or tensor)}; names start with ``prefix`` (e.g. "vision_model."), others
+        are ignored. Sets the CLS/register row count from ``cls_token.token`` and creates the optional
+        tensors the checkpoint holds (layer scales, video embedder, input conditioner, summary_idxs) on
+        this model's device, so a strict name-and-shape check (``holotron.weights``) or ``load_state_dict``
+        then accepts exactly the checkpoint. Returns the optional names created. Called by
+        ``load_state_dict`` itself; call it before other loaders that check names against ``state_dict()``.
+        """
+        sh = {k[len(prefix):]: tuple(v.shape if isinstance(v, torch.Tensor) else v)
+              for k, v in shapes.items() if k.startswith(prefix)}
+        rm, pg = self.radio_model, self.radio_model.model.patch_generator
+        ref = pg.pos_embed
+        dev, dt = ref.device, ref.dtype
+        created = []
+        s = sh.get("radio_model.model.patch_generator.cls_token.token")
+        if s is not None and len(s) == 2 and s[1] == ref.shape[-1] and s[0] != pg.num_prefix:
+            pg.cls_token.token = nn.Parameter(torch.zeros(s, device=dev, dtype=dt))
+        s = sh.get("radio_model.model.patch_generator.video_embedder.weight")
+        if s is not None and len(s) == 2 and pg.video_embedder is None:
+            pg.video_embedder = nn.Linear(s[1], s[0], bias=False, device=dev, dtype=dt)
+            created.append("radio_model.model.patch_generator.video_embedder")
+        for j, blk in enumerate(rm.model.blocks):
+            for name in ("layer_scale1", "layer_scale2"):
+                if f"radio_model.model.blocks.{j}.{name}.lambda1" in sh and getattr(blk, name) is None:
+                    setattr(blk, name, LayerScale(ref.shape[-1], device=dev, dtype=dt))
+                    created.append(f"radio_model.model.blocks.{j}.{name}")
+        mean, std = sh.get("radio_model.input_conditioner.norm_mean"), sh.get("radio_model.input_conditioner.norm_std")
+        if mean is not None and std is not None and rm.input_conditioner is None:
+            rm.input_conditioner = InputConditioner(torch.zeros(mean, device=dev), torch.zeros(std, device=dev))
+            created.append("radio_model.input_conditioner")
+        s = sh.get("radio_model.summary_idxs")
+        if s is not None and rm.summary_idxs is None:
+            rm.summary_idxs = torch.zeros(s, dtype=torch.long, device=dev)
+            created.append("radio_model.summary_idxs")
+        return created
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        self.adapt_to_checkpoint(state_dict, prefix)  # before the children load (torch loads parents first)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         if pixel_values.ndim != 4 or pixel_values.shape[1] != 3:
