@@ -271,7 +271,7 @@ def test_pos_embed_interpolation_matches_transformers(hf_tiny):
         with torch.no_grad():
             ref = emb._interpolate_position_embedding((gh, gw), torch.float32)
             ours = interpolate_pos_embed(vm.radio_model.model.patch_generator.pos_embed, gh, gw)
-        assert_close(ours, ref, torch.float32, name=f"pos {gh}x{gw}")
+            assert_close(ours, ref, torch.float32, name=f"pos {gh}x{gw}")
 
 
 @pytest.mark.parametrize("hw", [(32, 32), (24, 44), (80, 40), (8, 64)])
