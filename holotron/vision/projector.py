@@ -55,9 +55,10 @@ class Projector(nn.Sequential):
         return cls(cfg.projector_input_size, cfg.projector_hidden_size, cfg.projector_output_size, cfg.projector_norm_eps)
 
 
-def embed_tiles(vision_model: nn.Module, mlp1: nn.Module, pixel_values: torch.Tensor, k: int = 2) -> torch.Tensor:
-    """Normalised tiles (T, 3, H, W) -> language-model embeddings (T, (H/P/k) * (W/P/k), LM width)."""
-    P = vision_model.config.patch_size
+def embed_tiles(vision_model: nn.Module, mlp1: nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
+    """Normalised tiles (T, 3, H, W) -> language-model embeddings (T, (H/P/k) * (W/P/k), LM width),
+    P and k = 1 / downsample_ratio from ``vision_model.config``."""
+    P, k = vision_model.config.patch_size, vision_model.config.merge
     feats = vision_model(pixel_values)  # (T, gh*gw, D)
     tokens = pixel_shuffle(feats, pixel_values.shape[-2] // P, pixel_values.shape[-1] // P, k)
     return mlp1(tokens)
