@@ -140,7 +140,7 @@ class TextConfig:
     eos_token_id: tuple[int, ...] = (2,)
     pad_token_id: int | None = 0
     max_position_embeddings: int | None = None  # informational: there is no position embedding
-    dtype: str | None = None                # the checkpoint's dtype name ("bfloat16"), when written
+    dtype: str | None = field(default=None, compare=False)  # the checkpoint's dtype name, informational
     extra: dict = field(default_factory=dict, repr=False, compare=False)  # other fields, written back by to_hf
 
     def __post_init__(self):

@@ -82,8 +82,9 @@ def _builder_for(cfg: dict, where: str):
 # ----------------------------------------------------------------------------- locating files
 
 
-def resolve(path_or_repo_id, revision: str | None = None) -> Path:
-    """A local folder holding the checkpoint: the path itself, or the Hub snapshot in the local cache."""
+def resolve(path_or_repo_id, revision: str | None = None, cache_dir=None) -> Path:
+    """A local folder holding the checkpoint: the path itself, or a Hub snapshot (in the local cache,
+    fetched when missing unless HF_HUB_OFFLINE=1). ``cache_dir`` defaults to huggingface_hub's."""
     p = Path(os.fspath(path_or_repo_id)).expanduser()
     if p.is_dir():
         return p
@@ -102,7 +103,7 @@ def resolve(path_or_repo_id, revision: str | None = None) -> Path:
     offline = os.environ.get("HF_HUB_OFFLINE", "0").upper() in ("1", "ON", "YES", "TRUE")
     try:
         folder = snapshot_download(s, revision=revision, allow_patterns=HUB_ALLOW, ignore_patterns=HUB_IGNORE,
-                                   local_files_only=offline)
+                                   local_files_only=offline, cache_dir=cache_dir)
     except Exception as e:  # noqa: BLE001 - every hub failure becomes one clear line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         how = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else "the Hub could not provide it"
@@ -188,6 +189,19 @@ def _shape(s) -> str:
     return "[" + ", ".join(str(int(x)) for x in s) + "]"
 
 
+def _ranges(idx: list[str]) -> str:
+    """["0", "1", "2", "5"] -> "{0-2,5}"; one index stays bare."""
+    nums = sorted({int(i) for i in idx})
+    if len(nums) == 1:
+        return str(nums[0])
+    runs, start = [], nums[0]
+    for a, b in zip(nums, nums[1:] + [None]):
+        if b != a + 1:
+            runs.append(str(start) if a == start else f"{start},{a}" if a == start + 1 else f"{start}-{a}")
+            start = b
+    return "{" + ",".join(runs) + "}"
+
+
 def _group(items: list[tuple[str, str]], limit: int = 8) -> list[str]:
     """[(name, detail)] -> lines with layer indices folded: ``layers.{0,3,5}.mixer.D [8]  (file)``."""
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -197,7 +211,7 @@ def _group(items: list[tuple[str, str]], limit: int = 8) -> list[str]:
         groups[key].append(m.group(1) if m else "")
     lines = []
     for (pat, detail), idx in groups.items():
-        shown = pat.replace("{i}", "{" + ",".join(idx) + "}" if len(idx) > 1 else idx[0]) if idx[0] else pat
+        shown = pat.replace("{i}", _ranges(idx)) if idx[0] else pat
         lines.append(f"    {shown}  {detail}".rstrip())
     if len(lines) > limit:
         lines = lines[:limit] + [f"    ... and {len(lines) - limit} more"]
@@ -336,14 +350,16 @@ def _checkpoint_dtype(cfg: dict, files) -> torch.dtype | None:
 
 
 def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *, revision: str | None = None,
-         progress: bool | None = None) -> nn.Module:
+         cache_dir=None, progress: bool | None = None) -> nn.Module:
     """Build the model that ``config.json`` describes and load its weights strictly.
 
     ``path_or_repo_id``: a local folder (or a file in it) or a Hugging Face repo id. ``dtype``: the
     floating dtype of the model (default: the checkpoint's ``torch_dtype``, else as stored).
-    ``device``: where tensors are loaded (default CPU). Returns the model in eval mode.
+    ``device``: where tensors are loaded (default CPU). ``revision`` / ``cache_dir``: for a Hub id.
+    A progress bar per shard is shown on a terminal (``progress`` forces it on or off).
+    Returns the model in eval mode.
     """
-    folder = resolve(path_or_repo_id, revision)
+    folder = resolve(path_or_repo_id, revision, cache_dir)
     cfg_path = folder / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{folder}: no {CONFIG}")
