@@ -5,8 +5,8 @@ with ``TextConfig.from_hf(dict)``, which accepts every spelling seen in publishe
 refuses (with ``ConfigError`` naming the field) any feature holotron does not implement instead of
 silently ignoring it. ``to_hf()`` writes a ``config.json`` that transformers and vLLM both read.
 
-The VL configuration (``HolotronConfig``) and the vision one (``VisionConfig``, in
-``holotron/vision/config.py``) are added by their own modules.
+``VisionConfig`` (``holotron/vision/config.py``) and ``HolotronConfig`` (``holotron/model.py``)
+live beside their models; ``holotron.config`` re-exports them on first use.
 """
 
 from __future__ import annotations
@@ -296,6 +296,17 @@ class TextConfig:
         }
         layers = sum(per[k] + D for k in self.layer_kinds)  # + the block's norm
         return layers + 2 * self.vocab_size * D + D
+
+
+_ELSEWHERE = {"VisionConfig": "holotron.vision.config", "HolotronConfig": "holotron.model"}
+
+
+def __getattr__(name: str):
+    """Lazy re-exports (importing them here eagerly would be circular)."""
+    if name in _ELSEWHERE:
+        import importlib
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module 'holotron.config' has no attribute {name!r}")
 
 
 # written by other tools, meaningless here (auto_map names remote code holotron never runs); the

@@ -46,7 +46,8 @@ class CheckpointError(ValueError):
 
 # ----------------------------------------------------------------------------- registry
 
-# config.json "architectures" entry or "model_type" -> "module:callable", callable(config_dict) -> nn.Module
+# config.json "architectures" entry or "model_type" -> "module:callable";
+# callable(config_dict, preprocessor_dict_or_None) -> nn.Module
 _REGISTRY: dict[str, str] = {
     "NemotronHForCausalLM": "holotron.weights:build_text_model",
     "nemotron_h": "holotron.weights:build_text_model",
@@ -54,12 +55,16 @@ _REGISTRY: dict[str, str] = {
 
 
 def register_model(key: str, builder: str) -> None:
-    """Map a config.json ``architectures`` entry or ``model_type`` to ``"module:callable"``; the callable
-    takes the config dict and returns the model (built under the meta device by ``load``)."""
+    """Map a config.json ``architectures`` entry or ``model_type`` to ``"module:callable"``.
+
+    ``load`` calls it under the meta device with the config.json dict and the preprocessor_config.json
+    dict (None when absent). The model it returns may define ``adapt_to_checkpoint({name: shape})``
+    (called before the strict check, to shape checkpoint-dependent tensors) and ``extra_files()``
+    ({file name: dict} that ``save_pretrained`` writes as JSON beside config.json)."""
     _REGISTRY[key] = builder
 
 
-def build_text_model(cfg: dict) -> nn.Module:
+def build_text_model(cfg: dict, preprocessor: dict | None = None) -> nn.Module:
     from .config import TextConfig
     from .lm import HybridLM
     return HybridLM(TextConfig.from_hf(cfg))
@@ -300,6 +305,8 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
                                       f"e.g. {', '.join(absent[:3])}")
     where = where or str(next(iter(by_file)).parent)
     found = {n: (p, *headers[p][n]) for p, names in by_file.items() for n in names}
+    if callable(getattr(model, "adapt_to_checkpoint", None)):
+        model.adapt_to_checkpoint({n: shape for n, (_, _, shape) in found.items()})
     expected = {n: t.shape for n, t in model.state_dict(keep_vars=True).items()}
     _check(expected, found, where)
 
@@ -376,9 +383,15 @@ def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *
         dtype = t
     builder = _builder_for(cfg, str(cfg_path))
     files = weight_files(folder)  # a missing shard is named here, before anything is built or read
+    preprocessor = None
+    if (folder / "preprocessor_config.json").is_file():
+        try:
+            preprocessor = json.loads((folder / "preprocessor_config.json").read_text())
+        except ValueError as e:
+            raise CheckpointError(f"{folder / 'preprocessor_config.json'}: not valid JSON ({e})") from None
     try:
         with torch.device("meta"):
-            model = builder(cfg)
+            model = builder(cfg, preprocessor)
     except ConfigError as e:
         raise ConfigError(f"{cfg_path}: {e}") from None
     dtype = dtype or _checkpoint_dtype(cfg, files)
@@ -437,6 +450,9 @@ def save_pretrained(model: nn.Module, folder, max_shard_size: int | str = "5GB")
         (tmp / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
         if getattr(model, "generation_config", None):
             (tmp / "generation_config.json").write_text(json.dumps(model.generation_config, indent=2) + "\n")
+        extra = model.extra_files() if callable(getattr(model, "extra_files", None)) else {}
+        for fn, content in extra.items():
+            (tmp / fn).write_text(json.dumps(content, indent=2) + "\n")
         names = [SINGLE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
                                                      for i in range(len(shards))]
         seen: set[int] = set()

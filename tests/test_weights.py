@@ -295,3 +295,47 @@ def test_load_into_a_wrapper_with_a_prefix(model, tmp_path):
     assert w.language_model.lm_head.weight.dtype == torch.bfloat16
     assert w.language_model.backbone.layers[0].mixer.A_log.dtype == torch.float32
     assert torch.equal(w.language_model.backbone.norm_f.weight.float(), model.backbone.norm_f.weight.to(torch.bfloat16).float())
+
+
+class _Hooked(torch.nn.Module):
+    """A stand-in for the VL model: a prefix, a checkpoint-shaped tensor, extra JSON files."""
+
+    seen: dict = {}
+
+    def __init__(self, cfg: dict, preprocessor: dict | None):
+        super().__init__()
+        from holotron.config import TextConfig
+        self.config = TextConfig.from_hf(cfg)
+        self.language_model = HybridLM(self.config)
+        self.prefix = torch.nn.Parameter(torch.empty(0, 4))  # row count known only from the checkpoint
+        _Hooked.seen["preprocessor"] = preprocessor
+
+    def adapt_to_checkpoint(self, shapes):
+        self.prefix = torch.nn.Parameter(torch.empty(*shapes["prefix"], device=self.prefix.device))
+        return ["prefix"]
+
+    def extra_files(self):
+        return {"preprocessor_config.json": {"image_size": 512}}
+
+
+def build_hooked(cfg, preprocessor=None):
+    return _Hooked(cfg, preprocessor)
+
+
+def test_vl_style_hooks_preprocessor_adapt_and_extra_files(model, tmp_path):
+    weights.register_model("HookedForTest", "test_weights:build_hooked")
+    try:
+        m = _Hooked(model.config.to_hf(), None)
+        m.language_model.load_state_dict(model.state_dict())
+        m.prefix = torch.nn.Parameter(torch.randn(3, 4))
+        weights.save_pretrained(m, tmp_path / "vl")
+        cfg = json.loads((tmp_path / "vl" / "config.json").read_text())
+        cfg["architectures"] = ["HookedForTest"]
+        (tmp_path / "vl" / "config.json").write_text(json.dumps(cfg))
+        assert json.loads((tmp_path / "vl" / "preprocessor_config.json").read_text()) == {"image_size": 512}
+        back = holotron.load(tmp_path / "vl")
+        assert _Hooked.seen["preprocessor"] == {"image_size": 512}
+        assert torch.equal(back.prefix, m.prefix)
+        _same(back.language_model, model)
+    finally:
+        weights._REGISTRY.pop("HookedForTest")
