@@ -149,3 +149,14 @@ def test_cli_is_not_there_yet():
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "holotron.generate: the command-line interface is not there yet; call holotron.generate(model, input_ids, ...) from Python"]
+
+
+def test_docs_architecture_example_runs():
+    """The Python example in docs/architecture.md is executed, so it cannot drift."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for code in blocks:
+        exec(compile(code, "docs/architecture.md", "exec"), {})
