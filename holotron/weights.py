@@ -223,17 +223,23 @@ def _group(items: list[tuple[str, str]], limit: int = 8) -> list[str]:
     return lines
 
 
-def _check(expected: dict[str, torch.Size], found: dict[str, tuple[Path, str, tuple]], where: str) -> None:
+def _check(model_tensors: dict[str, torch.Tensor], found: dict[str, tuple[Path, str, tuple]], where: str) -> None:
+    expected = {n: t.shape for n, t in model_tensors.items()}
     missing = [(n, _shape(s)) for n, s in expected.items() if n not in found]
     unexpected = [(n, f"{_shape(sh)}  ({p.name})") for n, (p, _, sh) in found.items() if n not in expected]
     wrong = [(n, f"checkpoint {_shape(sh)} in {p.name}, model expects {_shape(expected[n])}")
              for n, (p, _, sh) in found.items() if n in expected and tuple(sh) != tuple(expected[n])]
-    if not (missing or unexpected or wrong):
+    floats = {"F64", "F32", "F16", "BF16"}
+    wrong_dtype = [(n, f"{dt} in {p.name}, model expects a floating tensor") for n, (p, dt, _) in found.items()
+                   if n in model_tensors and model_tensors[n].is_floating_point() and dt not in floats]
+    if not (missing or unexpected or wrong or wrong_dtype):
         return
     lines = [f"{where}: the checkpoint does not match the model built from config.json (nothing was loaded)"]
     if wrong:
         lines += [f"  wrong shape ({len(wrong)}):", *_group(wrong)]
         lines.append("    (config.json contradicts these tensors' shapes, or the weights belong to another model)")
+    if wrong_dtype:
+        lines += [f"  wrong dtype ({len(wrong_dtype)}):", *_group(wrong_dtype)]
     if missing:
         lines += [f"  missing from the checkpoint ({len(missing)}):", *_group(missing)]
     if unexpected:
@@ -307,8 +313,7 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
     found = {n: (p, *headers[p][n]) for p, names in by_file.items() for n in names}
     if callable(getattr(model, "adapt_to_checkpoint", None)):
         model.adapt_to_checkpoint({n: shape for n, (_, _, shape) in found.items()})
-    expected = {n: t.shape for n, t in model.state_dict(keep_vars=True).items()}
-    _check(expected, found, where)
+    _check(model.state_dict(keep_vars=True), found, where)
 
     device = torch.device(device) if device is not None else torch.device("cpu")
     keep = _fp32_names(model)

@@ -339,3 +339,14 @@ def test_vl_style_hooks_preprocessor_adapt_and_extra_files(model, tmp_path):
         _same(back.language_model, model)
     finally:
         weights._REGISTRY.pop("HookedForTest")
+
+
+def test_integer_tensor_for_a_floating_parameter(model, tmp_path):
+    sd = dict(model.state_dict())
+    sd["backbone.layers.0.mixer.A_log"] = torch.arange(4, dtype=torch.int64)
+    folder = tmp_path / "int"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(model.config.to_hf()))
+    save_file(sd, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"wrong dtype \(1\):\n    backbone.layers.0.mixer.A_log  I64 in model.safetensors"):
+        holotron.load(folder)
