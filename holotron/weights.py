@@ -22,7 +22,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -351,7 +351,7 @@ def _dtype_size(st_dtype: str) -> int:
     return t.itemsize if t is not None else 1
 
 
-def _checkpoint_dtype(cfg: dict, files) -> torch.dtype | None:
+def _checkpoint_dtype(cfg: dict) -> torch.dtype | None:
     """The dtype the checkpoint declares (config ``torch_dtype`` / ``dtype``), else None (keep stored dtypes)."""
     name = cfg.get("torch_dtype") or cfg.get("dtype")
     if isinstance(name, str):
@@ -399,7 +399,7 @@ def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *
             model = builder(cfg, preprocessor)
     except ConfigError as e:
         raise ConfigError(f"{cfg_path}: {e}") from None
-    dtype = dtype or _checkpoint_dtype(cfg, files)
+    dtype = dtype or _checkpoint_dtype(cfg)
     load_into(model, files, dtype=dtype, device=device, progress=progress, where=str(folder))
     gen = folder / "generation_config.json"
     if gen.is_file() and hasattr(model, "generation_config"):
