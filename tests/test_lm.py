@@ -367,3 +367,19 @@ def test_inputs_embeds_equals_input_ids(model):
 def test_public_names():
     assert holotron.HybridLM is HybridLM
     assert holotron.TextConfig is TextConfig
+
+
+@torch.no_grad()
+def test_residual_in_fp32_keeps_the_stream_fp32(model):
+    ids = _ids(2, 11, seed=16)
+    ref = model(ids)
+    cfg = tiny_config(hybrid_override_pattern=model.config.hybrid_override_pattern, residual_in_fp32=True)
+    same = tiny_lm(cfg, seed=3)
+    assert torch.equal(same(ids), ref)  # a no-op for an fp32 model
+    off = tiny_lm(model.config, seed=3, dtype=torch.bfloat16)
+    on = tiny_lm(cfg, seed=3, dtype=torch.bfloat16)
+    seen = []
+    on.backbone.layers[1].register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    got = on(ids)
+    assert seen == [torch.float32] and not torch.equal(got, off(ids))
+    assert_close(got, ref, rtol=5e-2, name="bf16 with an fp32 residual stream")

@@ -350,3 +350,7 @@ def test_integer_tensor_for_a_floating_parameter(model, tmp_path):
     save_file(sd, str(folder / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"wrong dtype \(1\):\n    backbone.layers.0.mixer.A_log  I64 in model.safetensors"):
         holotron.load(folder)
+
+
+def test_from_pretrained_classmethod(model, ckpt):
+    _same(model, HybridLM.from_pretrained(ckpt))
