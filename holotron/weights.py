@@ -51,6 +51,10 @@ class CheckpointError(ValueError):
 _REGISTRY: dict[str, str] = {
     "NemotronHForCausalLM": "holotron.weights:build_text_model",
     "nemotron_h": "holotron.weights:build_text_model",
+    # the VL model (holotron.model.Holotron): the real checkpoint's spelling and transformers' newer one
+    "NemotronH_Nano_VL_V2": "holotron.model:build_vl_model",
+    "NemotronH_Omni_Reasoning_V3": "holotron.model:build_vl_model",
+    "nemotron_h_omni": "holotron.model:build_vl_model",
 }
 
 
