@@ -396,9 +396,12 @@ def test_backend_none_logs_once(monkeypatch, caplog):
     assert torch.equal(y, y_c)
 
 
-def test_backend_none_picks_triton_under_interpreter(monkeypatch):
+def test_backend_none_never_picks_the_interpreter(monkeypatch):
+    """Under TRITON_INTERPRET=1 the Triton backend can run on the CPU when asked for, but backend=None
+    keeps the (much faster) chunked PyTorch path there."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert K._pick(None, torch.device("cpu"), "ssd_scan", "chunked") == "triton"
+    assert K._pick(None, torch.device("cpu"), "ssd_scan", "chunked") == "chunked"
+    assert K._pick("triton", torch.device("cpu"), "ssd_scan", "chunked") == "triton"
     assert K.available_backends("cpu") == ["naive", "chunked", "triton"]
 
 

@@ -194,6 +194,11 @@ def _pick(backend: str | None, device: torch.device, op: str, fallback: str) -> 
             _expect(why is None, f"backend='triton' cannot run here: {why}")
         return backend
     why = _triton_usable(device)
+    if why is None and device.type != "cuda":
+        # the interpreter is a debugging aid (~50x slower than PyTorch on the CPU): only an explicit
+        # backend="triton" or use_backend("triton") gets it
+        why = (f"tensors are on {device.type}; TRITON_INTERPRET=1 is set, but the interpreter is only used "
+               "when asked for (backend='triton')")
     if why is None:
         return "triton"
     _say_once(f"holotron.kernels: {op} uses the '{fallback}' backend because the Triton one is off: {why}")
