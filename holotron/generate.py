@@ -12,7 +12,7 @@ Prompts of different lengths are left-padded with an ``attention_mask`` (0 at pa
 emits an end-of-sequence id stops (its later positions hold ``pad_token_id``) and is dropped from
 the state, so the others decode as if alone.
 
-``python -m holotron.generate`` will be the command line (not there yet).
+``python -m holotron.generate`` is the command line (``holotron/cli.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-__all__ = ["generate", "stream", "sample", "eos_ids"]
+__all__ = ["generate", "stream", "sample", "eos_ids", "stop_ids"]
 
 
 def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -148,11 +148,20 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *,
     return out[0] if one else out
 
 
+def stop_ids(model, processor=None) -> tuple[int, ...]:
+    """Every id that ends an answer: the model's (config + generation_config.json) and, with a
+    ``Processor``, the tokenizer's eos and the chat format's end-of-turn token."""
+    ids = list(eos_ids(model))
+    if processor is not None:
+        ids += list(processor.stop_token_ids)
+    return tuple(dict.fromkeys(ids))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m holotron.generate``: the command line arrives with a later change."""
-    print("holotron.generate: the command-line interface is not there yet; "
-          "call holotron.generate(model, input_ids, ...) from Python", file=sys.stderr)
-    return 2
+    """``python -m holotron.generate``: see ``holotron.cli``."""
+    from .cli import main as cli_main
+
+    return cli_main(argv)
 
 
 class _CallableModule(types.ModuleType):
