@@ -118,6 +118,8 @@ def check(kw, backend, name=""):
         (2, 17, 4, 5, 2, 3, 16),  # chunk + 1
         (1, 32, 4, 10, 4, 8, 16),  # two full chunks, groups == heads
         (1, 40, 6, 3, 3, 5, 7),  # odd chunk size, 2 heads per group
+        (2, 5, 2, 3, 1, 4, 1),  # chunk size 1
+        (1, 6, 16, 2, 8, 3, 4),  # groups 8, 2 heads per group
     ],
 )
 def test_matches_naive_fp32_plain(backend, b, l, h, p, g, n, Q):
@@ -172,6 +174,23 @@ def test_matches_naive_headdim80(backend):
     kw = make_inputs(1, 20, 2, 80, 1, 16, chunk_size=16, seed=4, D="channel", z=True,
                      dt_softplus=True, initial_state=True)
     check(kw, backend, "P=80")
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_softplus_extremes(backend):
+    """softplus past its linear (> 20) and exponential (< -15) switches; negative dt without it."""
+    kw = make_inputs(1, 12, 4, 3, 2, 4, chunk_size=4, seed=13, dt_softplus=True, initial_state=True)
+    kw["dt"] = torch.linspace(-30, 30, 12 * 4, device=DEV).view(1, 12, 4)
+    kw["A"] = kw["A"] * 0.01  # keep some memory across the large dt
+    check(kw, backend, "softplus extremes")
+    state = kw["initial_state"].clone()
+    s_ref = state.double().clone()
+    assert_close(steps(kw, "triton" if backend == "triton" else "naive", state), steps(as64(kw), "naive", s_ref),
+                 name="step y, softplus extremes")
+    assert_close(state, s_ref, name="step state, softplus extremes")
+    neg = make_inputs(1, 12, 2, 3, 1, 4, chunk_size=5, seed=14, dt_bias=True)
+    neg["dt_bias"] = torch.full((2,), -0.3, device=DEV)  # dt + bias < 0: exp(dt A) > 1, still the recurrence
+    check(neg, backend, "negative dt")
 
 
 def test_chunked_float64_exact():

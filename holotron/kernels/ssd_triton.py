@@ -131,7 +131,7 @@ def _chunk_state(
                      mask=mk[:, None] & (ns[None, :] < N), other=0.0)  # (BLOCK_K, BLOCK_N)
         dt = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
         cs = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
-        w = tl.where(mk, dt * tl.exp(tl.minimum(cs_end - cs, 0.0)), 0.0)  # decay from s to the end
+        w = tl.where(mk, dt * tl.exp(cs_end - cs), 0.0)  # decay from s to the chunk's end
         Bw = Bk.to(tl.float32) * w[:, None]
         acc += _mm(xT, Bw, xT, OPS)
     off = ((c.to(tl.int64) * H + h) * P + ps[:, None]) * N + ns[None, :]
@@ -207,7 +207,7 @@ def _chunk_out(
     SinT = tl.load(st_ptr + ((c.to(tl.int64) * H + h) * P + ps[None, :]) * N + ns[:, None],
                    mask=mp[None, :] & (ns[:, None] < N), other=0.0)  # (BLOCK_N, BLOCK_P)
     acc = _mm(Cm, SinT, SinT, STATE_OPS)  # fp32 state: never half
-    acc = acc * tl.exp(tl.minimum(cs_m, 0.0))[:, None]
+    acc = acc * tl.exp(cs_m)[:, None]
 
     # intra-chunk: source blocks up to the diagonal
     for k0 in range(0, m0 + BLOCK_M, BLOCK_K):
@@ -219,9 +219,10 @@ def _chunk_out(
         CB = _mm(Cm, BkT, Cm, OPS)  # (BLOCK_M, BLOCK_K) fp32
         cs_k = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
         dt_k = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
-        decay = tl.exp(tl.minimum(cs_m[:, None] - cs_k[None, :], 0.0))
         causal = (ms[:, None] >= ks[None, :]) & mk[None, :]
-        W = tl.where(causal, CB * decay * dt_k[None, :], 0.0)
+        # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
+        decay = tl.exp(tl.where(causal, cs_m[:, None] - cs_k[None, :], float("-inf")))
+        W = CB * decay * dt_k[None, :]
         xk = tl.load(x_ptr + tok_k[:, None] * s_x_t + h * s_x_h + ps[None, :],
                      mask=mk[:, None] & mp[None, :], other=0.0)  # (BLOCK_K, BLOCK_P)
         acc += _mm(W, xk, xk, OPS)
