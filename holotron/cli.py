@@ -107,6 +107,17 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _held_back(text: str, stops: list[str]) -> int:
+    """Length of the longest tail of ``text`` that is the start of a stop string (not printed yet)."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
+
 def _write_image_atomically(image, path: Path) -> None:
     """Save next to the target and rename, so a failure leaves nothing half-written."""
     path = path.expanduser()
@@ -224,6 +235,15 @@ def run(args, log: logging.Logger) -> dict:
                 pixel_values=batch["pixel_values"], temperature=temperature, top_p=top_p, top_k=top_k,
                 seed=args.seed if sampling else None, eos_token_id=list(eos), pad_token_id=processor.pad_token_id)
     stopped_by = "length"
+    emitted = 0  # characters of ``text`` already written; a tail that may begin a stop string waits
+
+    def emit(upto: int) -> None:
+        nonlocal emitted
+        if upto > emitted:
+            out_stream.write(text[emitted:upto])
+            out_stream.flush()
+            emitted = upto
+
     for tok in it:
         tid = int(tok[0])
         if t_first is None:
@@ -232,25 +252,20 @@ def run(args, log: logging.Logger) -> dict:
         if tid in eos:
             stopped_by = "eos"
             break
-        piece = decoder.put(tid)
+        text += decoder.put(tid)
         raw += full_decoder.put(tid)
-        hit = next((s for s in args.stop if s in raw), None)
-        if hit is not None:
-            keep = raw[:raw.index(hit)]
-            piece = piece[:max(0, len(piece) - (len(raw) - len(keep)))]
-            out_stream.write(piece)
-            text += piece
+        hits = [text.index(s) for s in args.stop if s in text]
+        if hits:
+            text = text[:min(hits)]
             stopped_by = "stop string"
             break
-        out_stream.write(piece)
-        out_stream.flush()
-        text += piece
+        emit(len(text) - _held_back(text, args.stop))
     else:
-        tail = decoder.flush()
+        text += decoder.flush()
         raw += full_decoder.flush()
-        out_stream.write(tail)
-        text += tail
-    it.close()
+    emit(len(text))
+    if hasattr(it, "close"):
+        it.close()
     t_end = time.perf_counter()
     out_stream.write("\n")
     out_stream.flush()

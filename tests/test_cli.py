@@ -1,0 +1,183 @@
+"""`python -m holotron.generate`: end to end in a subprocess on a tiny VL checkpoint, and in-process
+(with a scripted token stream where the answer's content matters: --ground, --out, --stop)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+import holotron.generate as gen_mod
+from holotron import bundled, cli
+from tiny_vl import write_tiny_vl_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_tiny_vl_checkpoint(tmp_path_factory.mktemp("tiny_vl"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def screenshot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "shot.png"
+    im = Image.new("RGB", (120, 80), (240, 240, 240))
+    im.paste((30, 90, 200), (10, 10, 60, 30))
+    im.save(path)
+    return path
+
+
+def _run(*args, timeout=240):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "TRITON_INTERPRET": "0", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "holotron.generate", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=str(ROOT))
+
+
+# ----------------------------------------------------------------------------- subprocess, end to end
+
+
+def test_cli_json_end_to_end(ckpt, screenshot):
+    r = _run("--model", ckpt, "--image", screenshot, "--prompt", "What is on the screen?", "--json",
+             "--max-new-tokens", "5")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)  # stdout is exactly one JSON object; logs went to stderr
+    assert out["image_size"] == [120, 80] and out["device"] == "cpu" and out["dtype"] == "float32"
+    assert 1 <= out["new_tokens"] <= 5 and out["prompt_tokens"] > 16  # at least one tile of image tokens
+    assert out["prefill_tokens_per_s"] > 0 and out["peak_memory_bytes"] > 0
+    assert "loading" in r.stderr and "prefill:" not in r.stdout
+
+
+def test_cli_streams_text_and_reports_speed(ckpt, screenshot):
+    r = _run("--model", ckpt, "--image", screenshot, "--prompt", "hello", "--max-new-tokens", "6",
+             "--temperature", "0.8", "--top-p", "0.9", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert "prefill:" in r.stderr and "decode:" in r.stderr and "tokens/s" in r.stderr and "peak" in r.stderr
+
+
+@pytest.mark.parametrize("case", ["missing model", "unreadable image", "unknown device", "out without ground"])
+def test_cli_errors_are_one_line_without_traceback(ckpt, screenshot, tmp_path, case):
+    bad = tmp_path / "not_an_image.png"
+    bad.write_text("this is text, not a PNG")
+    args, expect = {
+        "missing model": (["--model", tmp_path / "nope", "--image", screenshot, "--prompt", "x"], "no such folder"),
+        "unreadable image": (["--model", ckpt, "--image", bad, "--prompt", "x"], "not_an_image.png"),
+        "unknown device": (["--model", ckpt, "--image", screenshot, "--prompt", "x", "--device", "tpu"], "unknown device"),
+        "out without ground": (["--model", ckpt, "--image", screenshot, "--prompt", "x", "--out", tmp_path / "o.png"],
+                               "--out draws the click"),
+    }[case]
+    r = _run(*args)
+    assert r.returncode == 1
+    err = [line for line in r.stderr.splitlines() if line.startswith("holotron.generate: error:")]
+    assert len(err) == 1 and expect in err[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "o.png").exists()
+
+
+# ----------------------------------------------------------------------------- in process, scripted answers
+
+
+def _script(monkeypatch, ckpt, answer: str):
+    """Make the model 'say' ``answer`` then end its turn, whatever its random weights would say."""
+    from holotron.processor import Processor
+
+    proc = Processor.from_pretrained(ckpt)
+    ids = proc.encode(answer) + [proc.token_to_id("<SPECIAL_12>")]
+    seen = {}
+
+    def fake_stream(model, input_ids, max_new_tokens, **kw):
+        seen.update(kw, input_ids=input_ids, max_new_tokens=max_new_tokens)
+        for i in ids[:max_new_tokens]:
+            yield torch.tensor([i])
+
+    monkeypatch.setattr(gen_mod, "stream", fake_stream)
+    return seen
+
+
+def test_cli_ground_prints_click_and_draws_it(ckpt, screenshot, tmp_path, monkeypatch, capsys):
+    seen = _script(monkeypatch, ckpt, '{"x": 250, "y": 500}')
+    out_png = tmp_path / "click.png"
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "the blue box", "--ground",
+                   "--out", str(out_png), "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    res = json.loads(captured.out)
+    assert res["click"] == {"x": 250, "y": 500, "x_px": 30.0, "y_px": 40.0}  # 120x80 image
+    assert res["stopped_by"] == "eos"
+    # the prompt was the localisation format, with the image tokens in it
+    from holotron.processor import Processor
+
+    prompt = Processor.from_pretrained(ckpt).decode(seen["input_ids"][0])
+    assert "Localize an element on the GUI image" in prompt and "the blue box" in prompt and "<image>" in prompt
+    assert seen["pixel_values"].shape[1:] == (3, 32, 32)
+    drawn = Image.open(out_png)
+    drawn.load()
+    assert drawn.size == (120, 80)
+    original = Image.open(screenshot).convert("RGB")
+    diff = [(x, y) for x in range(120) for y in range(80) if drawn.getpixel((x, y)) != original.getpixel((x, y))]
+    assert diff and all(abs(x - 30) <= 12 and abs(y - 40) <= 12 for x, y in diff)  # the marker, around the click
+    assert original.getpixel((30, 40)) == (240, 240, 240)  # and the input file was not touched
+
+
+def test_cli_ground_human_output(ckpt, screenshot, monkeypatch, capsys):
+    _script(monkeypatch, ckpt, 'click(x=100, y=900)')
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--ground"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert "click: x=100, y=900 (0-1000) = (12, 72) px in the 120x80 image" in captured.out
+
+
+def test_cli_unparsable_answer_is_reported_not_drawn(ckpt, screenshot, tmp_path, monkeypatch, capsys):
+    _script(monkeypatch, ckpt, "I cannot see it")
+    out_png = tmp_path / "click.png"
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--ground",
+                   "--out", str(out_png), "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["click"] is None and not out_png.exists()
+
+
+def test_cli_stop_string_cuts_the_answer(ckpt, screenshot, monkeypatch, capsys):
+    _script(monkeypatch, ckpt, "open the menu STOP and more")
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--stop", "STOP", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["stopped_by"] == "stop string"
+    assert res["text"] == "open the menu "
+
+
+def test_cli_generation_config_defaults_and_limits(ckpt, screenshot, monkeypatch, capsys):
+    seen = _script(monkeypatch, ckpt, "ok")
+    assert cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--json"]) == 0
+    capsys.readouterr()
+    assert seen["max_new_tokens"] == 256 and seen["temperature"] == 0.0  # greedy: the file does not sample
+    assert set(seen["eos_token_id"]) >= {2, 12}  # generation_config.json's ids
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--top-p", "0.5"])
+    assert rc == 1 and "need sampling" in capsys.readouterr().err
+
+
+def test_cli_prompt_too_long_is_a_clear_error(tmp_path, screenshot, capsys):
+    from tiny_vl import tiny_vl, tiny_vl_config
+
+    folder = write_tiny_vl_checkpoint(tmp_path / "short", model=tiny_vl(config=tiny_vl_config(max_sequence_length=40)))
+    rc = cli.main(["--model", str(folder), "--image", str(screenshot), "--prompt", "x"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "the prompt is 97 tokens, at or over the model's limit of 40" in err or "max_length=40" in err
+
+
+def test_cli_without_arguments_uses_the_bundled_model_or_says_it_is_missing(capsys, monkeypatch):
+    if bundled.default_model() is None:
+        rc = cli.main([])
+        assert rc == 1 and "no bundled model" in capsys.readouterr().err
+    else:
+        monkeypatch.setattr(gen_mod, "stream", lambda *a, **k: iter([torch.tensor([2])]))
+        rc = cli.main(["--json"])
+        captured = capsys.readouterr()
+        assert rc == 0 and "bundled" in captured.err
+        assert json.loads(captured.out)["image"] == str(bundled.example_image())
