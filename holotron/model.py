@@ -131,11 +131,13 @@ class Holotron(nn.Module):
         return embed_tiles(self.vision_model, self.mlp1, pixel_values)
 
     def embed_inputs(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None = None,
-                     image_embeds: torch.Tensor | None = None) -> torch.Tensor:
+                     image_embeds: torch.Tensor | None = None, num_tiles=None) -> torch.Tensor:
         """Token embeddings (B, T, D) with the ``<image>`` positions replaced by image embeddings.
 
         ``image_embeds`` (tiles, tokens, D) or (n, D) may be given instead of ``pixel_values`` (e.g. to
-        embed a screenshot once and reuse it)."""
+        embed a screenshot once and reuse it). ``num_tiles`` (one count per image, as the Processor
+        returns it) makes the check per image: the k-th run of ``<image>`` positions (row-major) must
+        take exactly the k-th image's tiles, so an image cannot spill into another's placeholders."""
         emb = self.language_model.backbone.embeddings
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: expected (batch, seqlen), got {tuple(input_ids.shape)}")
@@ -154,6 +156,9 @@ class Holotron(nn.Module):
         feats = image_embeds.reshape(-1, image_embeds.shape[-1])
         if feats.shape[-1] != x.shape[-1]:
             raise ValueError(f"image_embeds width {feats.shape[-1]} != language model width {x.shape[-1]}")
+        if num_tiles is not None:
+            per_tile = image_embeds.shape[1] if image_embeds.dim() == 3 else self.config.tokens_per_tile
+            _check_images(is_img, torch.as_tensor(num_tiles).reshape(-1).tolist(), feats.shape[0], per_tile)
         if n_pos != feats.shape[0]:
             tiles = feats.shape[0] / self.config.tokens_per_tile
             raise ImageTokenError(
@@ -171,13 +176,15 @@ class Holotron(nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, pixel_values: torch.Tensor | None = None, *,
                 image_embeds: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
                 state: InferenceState | None = None, attention_mask: torch.Tensor | None = None,
-                logits_to_keep: int | None = None) -> torch.Tensor:
-        """Logits (B, T, V) fp32. ``pixel_values`` (tiles, 3, S, S) fill the prompt's ``<image>`` positions."""
+                logits_to_keep: int | None = None, num_tiles: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) fp32. ``pixel_values`` (tiles, 3, S, S) fill the prompt's ``<image>`` positions;
+        ``num_tiles`` (tiles per image, optional) checks them image by image. ``model(**processor(...))``
+        works: the Processor's output holds exactly these keys."""
         if inputs_embeds is None:
             if input_ids is None:
                 raise ValueError("pass input_ids (or inputs_embeds)")
-            inputs_embeds = self.embed_inputs(input_ids, pixel_values, image_embeds)
-        elif pixel_values is not None or image_embeds is not None:
+            inputs_embeds = self.embed_inputs(input_ids, pixel_values, image_embeds, num_tiles)
+        elif pixel_values is not None or image_embeds is not None or num_tiles is not None:
             raise ValueError("inputs_embeds already hold the image embeddings: do not pass pixel_values too")
         return self.language_model(inputs_embeds=inputs_embeds, state=state, attention_mask=attention_mask,
                                    logits_to_keep=logits_to_keep)
@@ -214,6 +221,26 @@ class Holotron(nn.Module):
         if not isinstance(model, cls):
             raise TypeError(f"{path_or_repo_id} holds a {type(model).__name__}, not a {cls.__name__}")
         return model
+
+
+def _check_images(is_img: torch.Tensor, num_tiles: list[int], n_feats: int, per_tile: int) -> None:
+    """Each image's tiles fill exactly one run of <image> positions, in order (row-major)."""
+    n_tiles = n_feats // per_tile
+    if sum(num_tiles) != n_tiles or n_feats % per_tile:
+        raise ImageTokenError(f"num_tiles says {sum(num_tiles)} tiles but pixel_values hold {n_feats / per_tile:g} "
+                              f"({n_feats} embeddings, {per_tile} per tile)")
+    edges = torch.nn.functional.pad(is_img.to(torch.int8), (1, 1)).diff(dim=1)  # +1 at a run's start, -1 after its end
+    starts, ends = (edges == 1).nonzero(), (edges == -1).nonzero()             # (runs, 2) row-major
+    lengths = (ends[:, 1] - starts[:, 1]).tolist()
+    if len(lengths) != len(num_tiles):
+        raise ImageTokenError(f"{len(num_tiles)} images in num_tiles but {len(lengths)} runs of <image> positions in "
+                              "input_ids: each image needs one <img><image>*N</img> block (build the prompt with "
+                              "holotron.Processor)")
+    for k, (row, n, tiles) in enumerate(zip(starts[:, 0].tolist(), lengths, num_tiles)):
+        if n != tiles * per_tile:
+            raise ImageTokenError(f"image {k} (row {row}) has {n} <image> positions but its {tiles} tiles give "
+                                  f"{tiles * per_tile} embeddings ({per_tile} per tile): the prompt was built for "
+                                  "other images, or num_tiles / pixel_values are not in the prompt's order")
 
 
 def build_vl_model(cfg: dict, preprocessor: dict | None = None) -> Holotron:
