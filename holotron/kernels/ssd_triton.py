@@ -106,7 +106,7 @@ def _dt_cumsum(
 def _chunk_state(
     x_ptr, B_ptr, dtp_ptr, cs_ptr, cstart_ptr, cend_ptr, st_ptr,
     H, P, N, HPG, s_x_t, s_x_h, s_b_t, s_b_g,
-    Q: tl.constexpr, QP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    Q, QP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, OPS: tl.constexpr,
 ):
     """S_c[h] (p, n) = sum_s x_s^T (B_s dt_s exp(cs_end - cs_s)), fp32, into (chunks, h, p, n)."""
@@ -179,7 +179,7 @@ def _chunk_out(
     H, P, N, HPG, n_pb,
     s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, s_b_t, s_b_g, s_c_t, s_c_g,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr,
-    Q: tl.constexpr, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    Q, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, OPS: tl.constexpr, STATE_OPS: tl.constexpr,
 ):
     """y_t = sum_{s<=t} (C_t.B_s) exp(cs_t - cs_s) dt_s x_s + exp(cs_t) C_t.S_in + D x_t; y *= silu(z)."""
