@@ -142,6 +142,17 @@ def test_image_embeds_and_inputs_embeds_paths_equal_pixel_values(model):
     assert torch.equal(x[:3], model.language_model.backbone.embeddings.weight[ids[0, :3]])
 
 
+def test_gradients_reach_the_vision_tower_and_projector():
+    model = tiny_vl(seed=4).train()
+    ids = torch.tensor([_image_prompt(1)])
+    model(ids, _tiles(1, 5))[0, -1].logsumexp(-1).backward()
+    for name in ("vision_model.radio_model.model.patch_generator.embedder.weight",
+                 "vision_model.radio_model.model.blocks.0.attn.qkv.weight", "mlp1.1.weight", "mlp1.3.weight",
+                 "language_model.backbone.layers.0.mixer.in_proj.weight"):
+        g = model.get_parameter(name).grad
+        assert g is not None and g.abs().max() > 0, name
+
+
 # ------------------------------------------------------------------------------------------------
 # transformers' nemotron_h_omni as an independent oracle
 # ------------------------------------------------------------------------------------------------
@@ -208,6 +219,29 @@ def test_logits_match_transformers(hf_pair):
     # one row alone, and the image positions matter to both
     assert_close(ours(ids[:1], tiles[:3]), _hf_logits(hf, ids[:1], tiles[:3]), name="one row")
     assert rel_rms(ours(ids[:1], tiles[:3] * 0.5), ref[:1]) > 1e-2
+
+
+@torch.no_grad()
+def test_holotron_save_reads_back_in_transformers(hf_pair, tmp_path):
+    """holotron writes the real checkpoint's spelling (llm_config, img_context_token_id, vit_hidden_size);
+    transformers reads it (its legacy names) into the same model."""
+    from transformers.models.nemotron_h_omni.modeling_nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
+    hf, folder, ours = hf_pair
+    hf_cfg = json.loads((folder / "config.json").read_text())
+    parsed = HolotronConfig.from_hf(hf_cfg)
+    assert HolotronConfig.from_hf(json.loads(json.dumps(parsed.to_hf()))) == parsed
+    ours.save_pretrained(tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert {"llm_config", "img_context_token_id", "vit_hidden_size"} <= set(written)
+    back = NemotronH_Omni_Reasoning_V3.from_pretrained(tmp_path / "out").float().eval()
+    for m in back.modules():
+        if hasattr(m, "time_step_limit"):
+            m.time_step_limit = (0.0, float("inf"))
+    assert back.config.image_token_id == IMAGE_TOKEN_ID and back.config.vision_hidden_size == 32
+    ids = torch.tensor([_image_prompt(2)])
+    tiles = _tiles(2, 6)
+    assert_close(_hf_logits(back, ids, tiles), ours(ids, tiles), name="holotron-saved checkpoint in transformers")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -360,6 +394,8 @@ def test_load_names_the_config_file_in_refusals(ckpt, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 def test_repo_id_from_the_hub_cache_offline(ckpt, model, tmp_path, monkeypatch):
+    import huggingface_hub.constants  # imported before HF_HOME changes: its constants keep the old cache
+
     sha = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--acme--tiny-vl"
     shutil.copytree(ckpt, repo / "snapshots" / sha)
@@ -369,6 +405,7 @@ def test_repo_id_from_the_hub_cache_offline(ckpt, model, tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # after huggingface_hub was imported: read at call time
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert huggingface_hub.constants.HF_HUB_CACHE != str(tmp_path / "hub")
 
     loaded = holotron.load("acme/tiny-vl")
     assert isinstance(loaded, Holotron)
