@@ -131,7 +131,8 @@ class Holotron(nn.Module):
         return embed_tiles(self.vision_model, self.mlp1, pixel_values)
 
     def embed_inputs(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None = None,
-                     image_embeds: torch.Tensor | None = None, num_tiles=None) -> torch.Tensor:
+                     image_embeds: torch.Tensor | None = None,
+                     num_tiles: torch.Tensor | list[int] | None = None) -> torch.Tensor:
         """Token embeddings (B, T, D) with the ``<image>`` positions replaced by image embeddings.
 
         ``image_embeds`` (tiles, tokens, D) or (n, D) may be given instead of ``pixel_values`` (e.g. to
@@ -185,7 +186,8 @@ class Holotron(nn.Module):
                 raise ValueError("pass input_ids (or inputs_embeds)")
             inputs_embeds = self.embed_inputs(input_ids, pixel_values, image_embeds, num_tiles)
         elif pixel_values is not None or image_embeds is not None or num_tiles is not None:
-            raise ValueError("inputs_embeds already hold the image embeddings: do not pass pixel_values too")
+            raise ValueError("inputs_embeds already hold the image embeddings: do not pass pixel_values, image_embeds "
+                             "or num_tiles too")
         return self.language_model(inputs_embeds=inputs_embeds, state=state, attention_mask=attention_mask,
                                    logits_to_keep=logits_to_keep)
 
