@@ -1,0 +1,24 @@
+"""Synthetic GUI screens for training and evaluating grounding (issue 6).
+
+    from holotron.data import generate_sample, stream, to_messages, corpus
+    s = generate_sample(0)                  # Sample(image, elements, instruction, target, answer, ...)
+    msgs = to_messages(s)                   # chat messages for holotron.Processor, answer last
+    texts = corpus(1000)                    # prompt + answer texts for a tokenizer
+
+Files: labels.txt (the vocabulary), labels.py (loading it, unique labels per screen), styles.py
+(themes, sizes, fonts, the train / heldout split), canvas.py (recording drawing + boxes), widgets.py
+(one control each), blocks.py (groups of controls), layouts.py (whole screens), instructions.py
+(instruction, answer, messages, corpus), screens.py (generate_sample, stream).
+"""
+
+from .canvas import Element, Text
+from .instructions import corpus, to_messages
+from .labels import all_labels, load_labels
+from .layouts import LAYOUTS
+from .screens import ROLES, Sample, check_sample, generate_sample, stream
+from .styles import SIZES, SPLITS, THEMES
+
+__all__ = [
+    "Element", "Text", "Sample", "generate_sample", "stream", "to_messages", "corpus", "check_sample",
+    "load_labels", "all_labels", "ROLES", "LAYOUTS", "SIZES", "SPLITS", "THEMES",
+]

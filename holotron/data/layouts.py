@@ -1,0 +1,596 @@
+"""Whole screens: bars (title, menu, tool, tab, status, navigation) around columns of content blocks.
+
+Training layouts: "app" (a desktop window), "dialog" (a modal over another screen), "web" (a page with
+a navigation bar), "mobile" (a phone app), "form" (a sign-in style card). Held-out layouts, never shown
+in training: "panels" (icon rail + list + detail, no title bar) and "wizard" (steps beside a form,
+Back / Next in a footer). Every layout adapts to any screen size; each is a function
+``layout(ctx) -> None`` drawing on ``ctx.c``.
+"""
+
+from __future__ import annotations
+
+from . import blocks as B
+from . import widgets as W
+from .blocks import Ctx
+from .canvas import text_height, text_width
+from .styles import mix
+
+SHORTCUTS = ("Ctrl+N", "Ctrl+O", "Ctrl+S", "Ctrl+Shift+S", "Ctrl+P", "Ctrl+Z", "Ctrl+Y", "Ctrl+F", "Ctrl+H",
+             "F5", "F11", "Alt+F4", "Ctrl+W", "Ctrl+Q", "Ctrl+,", "Shift+F10", "Ctrl+G", "Del")
+
+APP_BLOCKS = {"form": 3, "checks": 2, "radios": 1.5, "switches": 1, "dropdowns": 1.5, "buttons": 2.5, "links": 1,
+              "heading": 1.5, "paragraph": 1, "cards": 1, "list": 1}
+WEB_BLOCKS = {"cards": 3, "links": 1.5, "paragraph": 1.5, "heading": 1.5, "form": 1.5, "buttons": 2, "list": 0.7,
+              "checks": 0.7, "dropdowns": 0.5}
+MOBILE_BLOCKS = {"list": 3, "switches": 2.5, "form": 2, "buttons": 1.5, "checks": 1, "heading": 1, "paragraph": 1,
+                 "cards": 0.5, "links": 0.7, "radios": 1, "dropdowns": 1}
+DETAIL_BLOCKS = {"form": 3, "dropdowns": 2, "switches": 1.5, "checks": 1.5, "radios": 1.5, "paragraph": 1,
+                 "buttons": 1, "heading": 1, "links": 0.5}
+
+
+# ----------------------------------------------------------------------------------------------
+# bars
+# ----------------------------------------------------------------------------------------------
+
+def title_bar(x: Ctx, x0: int, y: int, x1: int) -> int:
+    st, c, p = x.st, x.c, x.st.p
+    h = max(24, round(st.font_size * 2.3))
+    c.rect((x0, y, x1, y + h), fill=p.bar)
+    size = st.font_size
+    if st.window_look == "mac":
+        d = max(10, round(h * 0.45))
+        left = W.window_dots(c, st, x0 + max(8, d), y + h // 2, d,
+                             [bool(x.claim_icon(n)) for n in ("close", "minimize", "maximize")])
+        room = x1 - x0 - 2 * (left - x0) - 8
+        title = x.take("title", size, room)
+        if title:
+            c.text_in((x0, y, x1, y + h), title, size, p.text, owner=None)
+    else:
+        bw = round(h * 1.45)
+        xx = x1 - 3 * bw
+        for name in ("minimize", "maximize", "close"):
+            W.icon_button(c, st, (xx, y, xx + bw, y + h), name, color=p.text, label=x.claim_icon(name))
+            xx += bw
+        s = round(h * 0.5)
+        c.rect((x0 + st.pad, y + (h - s) // 2, x0 + st.pad + s, y + (h - s) // 2 + s), fill=p.accent,
+               radius=min(3, s // 4))
+        tx = x0 + 2 * st.pad + s
+        title = x.take("title", size, x1 - 3 * bw - tx - st.pad)
+        if title:
+            c.text_in((tx, y, x1 - 3 * bw, y + h), title, size, p.text, align="left")
+    c.line([(x0, y + h), (x1 - 1, y + h)], p.border, 1)
+    return y + h + 1
+
+
+def menu_bar(x: Ctx, x0: int, y: int, x1: int):
+    """Menu titles left to right; sometimes one is open. Returns (y below, a function drawing the open
+    menu's panel, to be called after the content so the panel lies on top)."""
+    st, c, p = x.st, x.c, x.st.p
+    size = st.font_size
+    h = max(20, round(size * 1.9))
+    c.rect((x0, y, x1, y + h), fill=p.bar)
+    pad = max(6, round(st.pad * 0.7))
+    xx, boxes = x0 + 4, []
+    for _ in range(x.rng.randint(3, 9)):
+        label = x.take("menu", size, 400)
+        if label is None:
+            break
+        w = text_width(label, size) + 2 * pad
+        if xx + w > x1 - 4:
+            break
+        boxes.append(((xx, y + 1, xx + w, y + h - 1), label))
+        xx += w
+    opened = x.rng.randrange(len(boxes)) if boxes and x.chance(0.35) else None
+    for k, (box, label) in enumerate(boxes):
+        W.menu_title(c, st, box, label, k == opened, size)
+    bottom = y + h
+    c.line([(x0, bottom), (x1 - 1, bottom)], mix(p.bar, p.border, 0.5), 1)
+
+    def draw_panel():
+        if opened is None:
+            return
+        row_h = max(text_height(size) + 8, round(size * 1.9 * st.density))
+        rows = []
+        for _ in range(x.rng.randint(3, 9)):
+            label = x.take("menu item", size, 320)
+            if label is None:
+                break
+            shortcut = x.rng.choice(SHORTCUTS) if x.chance(0.4) else None
+            rows.append((label, shortcut))
+            if x.chance(0.2):
+                rows.append(("-", None))
+        while rows and rows[-1][0] == "-":
+            rows.pop()
+        room = (c.height - bottom - 12) // row_h
+        rows = rows[:max(0, room)]
+        while rows and rows[-1][0] == "-":
+            rows.pop()
+        if not rows:
+            return
+        width = max(text_width(lab, size) + (text_width(sc, max(9, size - 1)) + 3 * st.pad if sc else 0)
+                    for lab, sc in rows if lab != "-") + 2 * st.pad + 12
+        width = max(width, round(size * 10))
+        box = boxes[opened][0]
+        px = min(box[0], c.width - width - 6)
+        if px < 0 or width > c.width - 6:
+            return
+        hover = x.rng.randrange(len(rows)) if x.chance(0.4) else None
+        if hover is not None and rows[hover][0] == "-":
+            hover = None
+        W.menu_panel(c, st, px, bottom + 1, rows, size, width, row_h, hover)
+
+    return bottom + 1, draw_panel
+
+
+def toolbar(x: Ctx, x0: int, y: int, x1: int, search: bool | None = None) -> int:
+    st, c, p = x.st, x.c, x.st.p
+    ch = st.control_h
+    h = ch + 2 * max(3, st.gap // 2 + 2)
+    c.rect((x0, y, x1, y + h), fill=mix(p.bg, p.bar, 0.5))
+    top = y + (h - ch) // 2
+    right = x1 - st.pad
+    if (search if search is not None else x.chance(0.5)) and x1 - x0 > 500 and x.labels.claim("Search"):
+        sw = max(140, min(300, round((x1 - x0) * 0.22)))
+        W.text_field(c, st, (right - sw, top, right, top + ch), "Search", "Search", True, icon="search")
+        right -= sw + st.gap
+    xx = x0 + st.pad
+    boxed = x.chance(0.4)
+    names = list(W.TOOLBAR_ICONS)
+    x.rng.shuffle(names)
+    for name in names[:x.rng.randint(2, 6)]:
+        if xx + ch > right:
+            break
+        W.icon_button(c, st, (xx, top, xx + ch, top + ch), name, boxed=boxed, label=x.claim_icon(name))
+        xx += ch + max(2, st.gap // 2)
+    if x.chance(0.7):
+        xx += st.gap
+        c.line([(xx, top + 3), (xx, top + ch - 4)], p.border, 1)
+        xx += st.gap + 1
+        B.buttons(x, xx, top, right, top + ch, n=x.rng.randint(1, 3), align="left")
+    c.line([(x0, y + h), (x1 - 1, y + h)], mix(p.bg, p.border, 0.7), 1)
+    return y + h + 1
+
+
+def tab_row(x: Ctx, x0: int, y: int, x1: int, group: str = "tab") -> int:
+    st, c, p = x.st, x.c, x.st.p
+    h = st.control_h + max(2, st.gap // 2)
+    xx, labels = x0, []
+    for _ in range(x.rng.randint(2, 7)):
+        label = x.take(group, st.font_size, 400)
+        if label is None:
+            break
+        w = W.tab_width(st, label)
+        if xx + w > x1:
+            break
+        labels.append((xx, w, label))
+        xx += w + (2 if st.tab_look == "box" else 0)
+    if not labels:
+        return y
+    sel = x.rng.randrange(len(labels))
+    for k, (tx, w, label) in enumerate(labels):
+        W.tab(c, st, (tx, y, tx + w, y + h), label, k == sel)
+    c.line([(x0, y + h), (x1 - 1, y + h)], p.border, 1)
+    return y + h + 1
+
+
+def status_bar(x: Ctx, x0: int, y1: int, x1: int) -> int:
+    """A status bar ending at y1; returns its top."""
+    st, c, p = x.st, x.c, x.st.p
+    size = st.small
+    h = round(size * 2.1)
+    y = y1 - h
+    c.rect((x0, y, x1, y1), fill=p.bar)
+    c.line([(x0, y), (x1 - 1, y)], mix(p.bar, p.border, 0.6), 1)
+    left = x.rng.choice(("Ready", "Saved", "Connected", "Ln 12, Col 4", "3 items selected", "Syncing...", "100%"))
+    if x.labels.claim(left):
+        c.text_in((x0, y, x1, y1), left, size, p.muted, align="left", pad=st.pad)
+    if x.chance(0.5):
+        label = x.take("link", size, (x1 - x0) // 3)
+        if label:
+            w, _ = W.link_size(st, label, size)
+            W.link(c, st, x1 - st.pad - w, y + h // 2, label, size, underline=False, color=p.muted)
+    return y - 1
+
+
+def sidebar(x: Ctx, x0: int, y0: int, x1: int, y1: int, group: str = "list item"):
+    st, c, p = x.st, x.c, x.st.p
+    c.rect((x0, y0, x1, y1), fill=mix(p.bg, p.bar, 0.7))
+    c.line([(x1 - 1, y0), (x1 - 1, y1 - 1)], mix(p.bg, p.border, 0.6), 1)
+    pad = max(6, st.pad // 2)
+    y = y0 + pad
+    if x.chance(0.5):
+        y = (B.heading(x, x0 + pad + 4, y, x1 - pad, y1, size=st.small) or y) + 4
+    rh = max(st.control_h, text_height(st.font_size) + 10)
+    B.list_rows(x, x0 + pad, y, x1 - pad, y1 - pad, n=x.rng.randint(3, 12), chevrons=False, row_h=rh,
+                group=group)
+
+
+def columns(x: Ctx, x0: int, y0: int, x1: int, y1: int, weights: dict, max_cols: int = 3):
+    """Split the area into 1..max_cols columns (each at least ~260 px) and fill each with blocks."""
+    st = x.st
+    m = max(8, round(st.pad * 1.4))
+    x0, y0, x1, y1 = x0 + m, y0 + m, x1 - m, y1 - m
+    if x1 - x0 < 60 or y1 - y0 < st.control_h:
+        return
+    min_w = max(260, st.font_size * 20)
+    n = x.rng.randint(1, max(1, min(max_cols, (x1 - x0) // min_w)))
+    g = 2 * m
+    cw = (x1 - x0 - g * (n - 1)) // n
+    for k in range(n):
+        cx0 = x0 + k * (cw + g)
+        B.fill_column(x, cx0, y0, cx0 + cw, y1, weights)
+
+
+# ----------------------------------------------------------------------------------------------
+# layouts
+# ----------------------------------------------------------------------------------------------
+
+def app(x: Ctx):
+    """A desktop application window, full screen or floating over a desktop with a taskbar."""
+    c, st, p = x.c, x.st, x.st.p
+    X0, Y0, X1, Y1 = 0, 0, c.width, c.height
+    if c.width >= 800 and c.height >= 560 and x.chance(0.35):
+        c.rect((0, 0, c.width, c.height), fill=p.desktop)
+        tb = max(28, round(st.font_size * 2.6))
+        c.rect((0, c.height - tb, c.width, c.height), fill=mix(p.desktop, (0, 0, 0), 0.55))
+        for k in range(x.rng.randint(3, 8)):
+            s = tb - 10
+            c.rect((10 + k * (s + 8), c.height - tb + 5, 10 + k * (s + 8) + s, c.height - 5),
+                   fill=mix(p.desktop, (255, 255, 255), 0.25 + 0.08 * (k % 3)), radius=4)
+        X0, Y0 = round(c.width * x.rng.uniform(0.02, 0.12)), round(c.height * x.rng.uniform(0.02, 0.10))
+        X1 = c.width - round(c.width * x.rng.uniform(0.02, 0.12))
+        Y1 = c.height - tb - round(c.height * x.rng.uniform(0.02, 0.08))
+        c.rect((X0 + 4, Y0 + 6, X1 + 4, Y1 + 6), fill=mix(p.desktop, (0, 0, 0), 0.35), radius=6)
+        c.rect((X0, Y0, X1, Y1), fill=p.bg, outline=p.border, radius=6 if st.corner != "square" else 0)
+    y = title_bar(x, X0, Y0, X1)
+    draw_menu = None
+    if x.chance(0.6) and X1 - X0 >= 360:
+        y, draw_menu = menu_bar(x, X0, y, X1)
+    if x.chance(0.55):
+        y = toolbar(x, X0, y, X1)
+    bottom = status_bar(x, X0, Y1, X1) if x.chance(0.5) else Y1
+    if x.chance(0.4):
+        y = tab_row(x, X0 + st.pad, y + 4, X1 - st.pad)
+    cx0 = X0
+    if X1 - X0 >= 700 and x.chance(0.55):
+        sw = max(150, min(300, round((X1 - X0) * x.rng.uniform(0.16, 0.26))))
+        sidebar(x, X0, y, X0 + sw, bottom)
+        cx0 = X0 + sw
+    columns(x, cx0, y, X1, bottom, APP_BLOCKS)
+    if draw_menu:
+        draw_menu()
+
+
+def dialog(x: Ctx):
+    """A modal dialog over a dimmed app, web or phone screen; only the dialog is clickable."""
+    c, st, p = x.c, x.st, x.st.p
+    base = mobile if c.width < 600 else x.rng.choice((app, app, web))
+    base(x)
+    mark = c.mark()
+    margin = max(12, round(c.width * 0.04))
+    dw = min(c.width - 2 * margin, round(st.font_size * x.rng.uniform(26, 40)))
+    pad = max(12, round(st.pad * 1.5))
+    x0, x1 = 0, dw
+    y = 0
+    # title row (and a close icon)
+    th = text_height(st.large)
+    ih = max(th + 8, round(st.control_h * 0.9))
+    close = x.labels.claim("Close dialog") and x.chance(0.7)
+    title = x.take("title", st.large, dw - 2 * pad - (ih + 4 if close else 0))
+    if title:
+        c.text_in((pad, y + pad, dw - pad, y + pad + ih), title, st.large, p.text, align="left", bold=True)
+    if close:
+        W.icon_button(c, st, (dw - pad - ih, y + pad, dw - pad, y + pad + ih), "close", color=p.muted,
+                      label="Close dialog")
+    y += pad + ih + st.gap
+    limit = c.height - 2 * margin
+    y = B.paragraph(x, pad, y, dw - pad, limit, max_lines=4) or y
+    y += st.gap
+    extra = x.rng.choice(("none", "form", "checks", "radios", "dropdowns"))
+    if extra != "none":
+        ny = B.BLOCKS[extra](x, pad, y, dw - pad, limit - st.control_h - 2 * pad)
+        y = (ny if ny is not None else y) + st.gap
+    y += st.gap
+    narrow = dw < 320
+    by = B.buttons(x, pad, y, dw - pad, limit, n=x.rng.randint(1, 3), align="right" if not narrow else "left",
+                   stacked=narrow)
+    y = (by if by is not None else y) + pad
+    dh = y
+    dx = (c.width - dw) // 2
+    dy = max(margin // 2, (c.height - dh) // 2 + x.rng.randint(-margin, margin))
+    dy = min(dy, c.height - dh - 2) if dh < c.height else 0
+    c.shift(mark, dx, dy)
+    box = (dx, dy, dx + dw, dy + dh)
+    with c.beneath(mark):
+        c.dim((0, 0, 0), x.rng.uniform(0.3, 0.55), upto=mark)
+        c.cover(box, upto=mark)
+        r = min(14, st.radius(st.control_h) * 2)
+        c.rect((box[0] + 3, box[1] + 5, box[2] + 3, box[3] + 5), fill=mix(p.bg, (0, 0, 0), 0.6), radius=r)
+        c.rect(box, fill=p.surface, outline=p.border, width=1, radius=r)
+
+
+def web(x: Ctx):
+    """A web page: navigation bar, a hero heading, content columns and a footer."""
+    c, st, p = x.c, x.st, x.st.p
+    w = c.width
+    m = max(12, round(w * x.rng.uniform(0.02, 0.07)))
+    nh = st.control_h + 2 * max(6, st.gap)
+    c.rect((0, 0, w, nh), fill=p.bar if x.chance(0.6) else p.bg)
+    c.line([(0, nh), (w - 1, nh)], mix(p.bg, p.border, 0.6), 1)
+    brand = x.take("brand", st.large, w // 3)
+    xx = m
+    if brand:
+        c.text_in((m, 0, w, nh), brand, st.large, p.accent if x.chance(0.5) else p.text, align="left", bold=True)
+        xx = m + text_width(brand, st.large) + 3 * st.pad
+    top = (nh - st.control_h) // 2
+    right = w - m
+    if w < 700:
+        for name in ("menu", "search")[:x.rng.randint(1, 2)]:
+            right -= st.control_h
+            W.icon_button(c, st, (right, top, right + st.control_h, top + st.control_h), name, label=x.claim_icon(name))
+            right -= st.gap
+    else:
+        label = x.take("button", st.font_size, 200)
+        if label:
+            bw = W.button_width(st, label)
+            right -= bw
+            W.button(c, st, (right, top, right + bw, top + st.control_h), label, primary=True)
+            right -= 2 * st.pad
+        for _ in range(x.rng.randint(2, 6)):
+            label = x.take("link", st.font_size, 240)
+            if label is None:
+                break
+            lw, _ = W.link_size(st, label)
+            if xx + lw > right:
+                break
+            W.link(c, st, xx, nh // 2, label, underline=False, color=p.text)
+            xx += lw + 2 * st.pad
+    y = nh + 1
+    footer = c.height
+    if x.chance(0.6) and c.height > 500:
+        fh = round(st.small * 3.2)
+        footer = c.height - fh
+        c.rect((0, footer, w, c.height), fill=p.bar)
+        B.links(x, m, footer + (fh - text_height(st.small) - 5) // 2, w - m, c.height, n=x.rng.randint(2, 6),
+                size=st.small, column=False, underline=False)
+    if x.chance(0.7):
+        hero = round(st.font_size * x.rng.uniform(1.9, 2.6))
+        center = x.chance(0.4)
+        y += round(st.gap * 3)
+        h = text_height(hero) + 6
+        title = x.take("title", hero, w - 2 * m)
+        if title and y + h < footer:
+            c.text_in((m, y, w - m, y + h), title, hero, p.text, align="center" if center else "left", bold=True)
+            y += h + st.gap
+        y = B.paragraph(x, m, y, w - m, footer, max_lines=2, align="center" if center else "left") or y
+        y += st.gap
+        y = B.buttons(x, m, y, w - m, footer, n=x.rng.randint(1, 2), align="center" if center else "left") or y
+    columns(x, 0, y, w, footer, WEB_BLOCKS)
+
+
+def mobile(x: Ctx):
+    """A phone app: status bar, app bar, one column of content, maybe a bottom tab bar and a button."""
+    c, st, p = x.c, x.st, x.st.p
+    w, hgt = c.width, c.height
+    sh = round(st.small * 2.0)
+    c.rect((0, 0, w, sh), fill=p.bar)
+    clock = x.rng.choice(("9:41", "10:24", "12:05", "18:30", "7:02"))
+    x.labels.claim(clock)
+    c.text_in((12, 0, w, sh), clock, st.small, p.text, align="left", pad=4, bold=True)
+    bw, bh = round(st.small * 1.8), round(st.small * 0.9)
+    bx, by = w - 16 - bw, (sh - bh) // 2
+    c.rect((bx, by, bx + bw, by + bh), outline=p.text, width=1, radius=2)
+    c.rect((bx + 2, by + 2, bx + 2 + round((bw - 4) * x.rng.uniform(0.2, 1)), by + bh - 2), fill=p.text)
+    for k in range(4):
+        hh = round(bh * (0.4 + 0.2 * k))
+        c.rect((bx - 30 + k * 5, by + bh - hh, bx - 27 + k * 5, by + bh), fill=p.text)
+    # app bar
+    ah = round(st.control_h * 1.35)
+    y = sh
+    c.rect((0, y, w, y + ah), fill=p.bar if x.chance(0.5) else p.bg)
+    s = st.control_h
+    top = y + (ah - s) // 2
+    lead = x.rng.choice(("back", "menu", None))
+    xx = 8
+    if lead:
+        W.icon_button(c, st, (xx, top, xx + s, top + s), lead, label=x.claim_icon(lead))
+        xx += s + st.gap
+    right = w - 8
+    for name in x.rng.sample(("search", "more", "add", "settings", "star", "bell"), x.rng.randint(0, 2)):
+        right -= s
+        W.icon_button(c, st, (right, top, right + s, top + s), name, label=x.claim_icon(name))
+        right -= 2
+    title = x.take("title", st.large, right - xx - st.gap)
+    if title:
+        c.text_in((xx, y, right, y + ah), title, st.large, p.text, align="left", bold=True)
+    y += ah
+    c.line([(0, y), (w - 1, y)], mix(p.bg, p.border, 0.6), 1)
+    y += 1
+    bottom = hgt
+    if x.chance(0.65):
+        th_ = round(st.font_size * 3.6)
+        bottom = hgt - th_
+        c.rect((0, bottom, w, hgt), fill=p.bar)
+        c.line([(0, bottom), (w - 1, bottom)], mix(p.bg, p.border, 0.6), 1)
+        n = x.rng.randint(3, 5)
+        cw = w // n
+        sel = x.rng.randrange(n)
+        icons = x.rng.sample(W.TOOLBAR_ICONS, n)
+        for k in range(n):
+            cell = (k * cw, bottom + 1, (k + 1) * cw, hgt)
+            label = x.take("tab", st.small, cw - 6)
+            if label is None:
+                continue
+            color = p.accent if k == sel else p.muted
+            gs = round(st.font_size * 1.5)
+            gx, gy = cell[0] + (cw - gs) // 2, cell[1] + round(th_ * 0.12)
+            W.glyph(c, (gx, gy, gx + gs, gy + gs), icons[k], color)
+            c.text_in((cell[0], gy + gs, cell[2], cell[3] - 2), label, st.small, color, owner=label)
+            c.element(label, "tab", cell)
+        bottom -= 1
+    m = max(10, round(w * 0.04))
+    y += m
+    if x.chance(0.3):
+        y = (B.heading(x, m, y, w - m, bottom) or y) + st.gap
+    B.fill_column(x, m, y, w - m, bottom - m, MOBILE_BLOCKS)
+    if x.chance(0.25) and x.labels.claim("Add"):
+        d = round(st.control_h * 1.5)
+        box = (w - m - d, bottom - m - d, w - m, bottom - m)
+        c.cover(box)
+        c.ellipse((box[0] + 2, box[1] + 3, box[2] + 2, box[3] + 3), fill=mix(p.bg, (0, 0, 0), 0.35))
+        c.ellipse(box, fill=p.accent)
+        W.glyph(c, (box[0] + d // 5, box[1] + d // 5, box[2] - d // 5, box[3] - d // 5), "add", p.on_accent)
+        c.element("Add", "icon", box)
+
+
+def form_card(x: Ctx):
+    """A sign-in style page: a card with a title, fields, a checkbox, a wide button and links."""
+    c, st, p = x.c, x.st, x.st.p
+    w, hgt = c.width, c.height
+    c.rect((0, 0, w, hgt), fill=mix(p.bg, p.accent, x.rng.uniform(0.0, 0.12)))
+    margin = max(12, round(w * 0.04))
+    cw = min(w - 2 * margin, round(st.font_size * x.rng.uniform(24, 34)))
+    pad = max(14, round(st.pad * 1.8))
+    mark = c.mark()
+    y = pad
+    limit = hgt - 2 * margin
+    brand = x.take("brand", st.large, cw - 2 * pad) if x.chance(0.5) else None
+    if brand:
+        c.text_in((0, y, cw, y + text_height(st.large) + 4), brand, st.large, p.accent, bold=True)
+        y += text_height(st.large) + 4 + st.gap
+    y = (B.heading(x, pad, y, cw - pad, limit, group="title") or y) + st.gap
+    if x.chance(0.5):
+        y = (B.paragraph(x, pad, y, cw - pad, limit, max_lines=3) or y) + st.gap
+    y = (B.form(x, pad, y, cw - pad, limit, n=x.rng.randint(1, 4), labels_above=True, full_width=True) or y) + st.gap
+    if x.chance(0.7):
+        y = (B.checks(x, pad, y, cw - pad, limit, n=x.rng.randint(1, 2)) or y) + st.gap
+    y = (B.buttons(x, pad, y, cw - pad, limit, n=x.rng.randint(1, 2), stacked=True) or y) + st.gap
+    if x.chance(0.8):
+        y = (B.links(x, pad, y, cw - pad, limit, n=x.rng.randint(1, 3), column=True) or y)
+    ch = y + pad
+    dx = (w - cw) // 2
+    dy = max(margin // 2, (hgt - ch) // 2)
+    if dy + ch > hgt:
+        dy = 0
+    c.shift(mark, dx, dy)
+    with c.beneath(mark):
+        r = min(16, st.radius(st.control_h) * 2)
+        c.rect((dx + 2, dy + 4, dx + cw + 2, dy + ch + 4), fill=mix(p.bg, (0, 0, 0), 0.2 if not p.dark else 0.5), radius=r)
+        c.rect((dx, dy, dx + cw, dy + ch), fill=p.surface, outline=p.border, width=1, radius=r)
+
+
+def panels(x: Ctx):
+    """Held-out: an icon rail, a searchable list and a detail pane with a footer of actions."""
+    c, st, p = x.c, x.st, x.st.p
+    w, hgt = c.width, c.height
+    s = st.control_h
+    rail = s + 2 * max(6, st.gap)
+    c.rect((0, 0, rail, hgt), fill=p.bar)
+    names = x.rng.sample(W.TOOLBAR_ICONS, x.rng.randint(3, 7))
+    sel = x.rng.randrange(len(names))
+    y = max(6, st.gap)
+    for k, name in enumerate(names):
+        if y + s > hgt - s - 8:
+            break
+        box = ((rail - s) // 2, y, (rail - s) // 2 + s, y + s)
+        if k == sel:
+            c.rect(box, fill=p.selected, radius=st.radius(s))
+        W.icon_button(c, st, box, name, color=p.accent if k == sel else p.muted, label=x.claim_icon(name))
+        y += s + st.gap
+    x0 = rail
+    if w >= 700:
+        lw = max(200, min(380, round(w * x.rng.uniform(0.22, 0.3))))
+        c.rect((x0, 0, x0 + lw, hgt), fill=mix(p.bg, p.bar, 0.4))
+        c.line([(x0 + lw, 0), (x0 + lw, hgt - 1)], p.border, 1)
+        m = max(8, st.pad)
+        y = (B.heading(x, x0 + m, m, x0 + lw - m, hgt) or m) + st.gap
+        if x.labels.claim("Search"):
+            W.text_field(c, st, (x0 + m, y, x0 + lw - m, y + s), "Search", "Search", True, icon="search")
+            y += s + st.gap
+        B.list_rows(x, x0 + m // 2, y, x0 + lw - m // 2, hgt - m, n=x.rng.randint(4, 12), selected=0)
+        x0 += lw + 1
+    # detail pane: header, optional tabs, content, footer of actions
+    m = max(10, round(st.pad * 1.4))
+    hh = st.control_h + 2 * m
+    c.text_in((x0 + m, 0, w, hh), x.take("title", st.large, w - x0 - 2 * m - 3 * s) or "", st.large, p.text,
+              align="left", bold=True)
+    xx = w - m
+    for name in x.rng.sample(("more", "star", "refresh", "download"), x.rng.randint(0, 2)):
+        xx -= s
+        W.icon_button(c, st, (xx, m, xx + s, m + s), name, label=x.claim_icon(name))
+        xx -= 4
+    y = hh
+    if x.chance(0.5):
+        y = tab_row(x, x0 + m, y, w - m)
+    fh = st.control_h + 2 * m
+    footer = hgt - fh
+    c.rect((x0, footer, w, hgt), fill=mix(p.bg, p.bar, 0.6))
+    c.line([(x0, footer), (w - 1, footer)], p.border, 1)
+    B.buttons(x, x0 + m, footer + m, w - m, hgt - m + 1, n=x.rng.randint(1, 3), align="right")
+    columns(x, x0, y, w, footer, DETAIL_BLOCKS, max_cols=2)
+
+
+def wizard(x: Ctx):
+    """Held-out: a step-by-step setup: header, numbered steps, a form, Back / Next in a footer."""
+    c, st, p = x.c, x.st, x.st.p
+    w, hgt = c.width, c.height
+    s = st.control_h
+    m = max(10, round(st.pad * 1.4))
+    hh = s + 2 * m
+    c.rect((0, 0, w, hh), fill=p.bar)
+    close = x.claim_icon("close")
+    W.icon_button(c, st, (w - m - s, m, w - m, m + s), "close", color=p.muted, label=close)
+    title = x.take("title", st.large, w - 3 * m - s)
+    if title:
+        c.text_in((m, 0, w - 2 * m - s, hh), title, st.large, p.text, align="left", bold=True)
+    fh = s + 2 * m
+    footer = hgt - fh
+    c.rect((0, footer, w, hgt), fill=p.bar)
+    c.line([(0, footer), (w - 1, footer)], p.border, 1)
+    label = x.take("link", st.font_size, w // 3)
+    lx = m
+    if label:
+        W.link(c, st, m, footer + fh // 2, label, underline=False)
+        lx += W.link_size(st, label)[0] + m
+    B.buttons(x, lx, footer + m, w - m, hgt - m + 1, n=2, align="right")
+    x0 = 0
+    n = x.rng.randint(3, 6)
+    current = x.rng.randrange(n)
+    if w >= 700:
+        sw = max(180, min(300, round(w * 0.22)))
+        c.rect((0, hh, sw, footer), fill=mix(p.bg, p.bar, 0.5))
+        y = hh + m
+        rh = max(s, text_height(st.font_size) + 12)
+        d = round(text_height(st.font_size) * 1.5)
+        for k in range(n):
+            if y + rh > footer - m:
+                break
+            label = x.take("tab", st.font_size, sw - 2 * m - d - st.gap)
+            if label is None:
+                break
+            row = (m // 2, y, sw - m // 2, y + rh)
+            if k == current:
+                c.rect(row, fill=p.selected, radius=st.radius(rh) // 2)
+            cy = y + rh // 2
+            color = p.accent if k <= current else p.muted
+            c.ellipse((row[0] + 6, cy - d // 2, row[0] + 6 + d, cy - d // 2 + d), fill=color if k < current else None,
+                      outline=color, width=2)
+            c.text_in((row[0] + 6, cy - d // 2, row[0] + 6 + d, cy - d // 2 + d), str(k + 1), st.small,
+                      p.on_accent if k < current else color)
+            c.text_in((row[0] + 6 + d + st.gap, y, row[2], y + rh), label, st.font_size,
+                      p.text if k == current else p.muted, align="left", owner=label)
+            c.element(label, "tab", row)
+            y += rh + 2
+        x0 = sw
+    else:  # a row of step dots
+        d = max(8, st.small)
+        y = hh + m
+        for k in range(n):
+            cx = m + k * (d + 10)
+            c.ellipse((cx, y, cx + d, y + d), fill=p.accent if k <= current else mix(p.bg, p.muted, 0.5))
+        hh = y + d
+    columns(x, x0, hh, w, footer, DETAIL_BLOCKS, max_cols=2)
+
+
+LAYOUTS = {"app": app, "dialog": dialog, "web": web, "mobile": mobile, "form": form_card,
+           "panels": panels, "wizard": wizard}
