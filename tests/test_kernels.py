@@ -296,6 +296,22 @@ def test_step_triton_headdim80_strided_state():
     assert torch.equal(cache[:, [0, 2]], other), "the step wrote outside its state"
 
 
+def test_step_triton_float64_state():
+    """A float64 state is updated in float64 (the step computes in the state's dtype)."""
+    kw = as64(make_inputs(2, 3, 2, 5, 1, 4, seed=15, initial_state=True, D="head", z=True))
+    s_ref, s = kw["initial_state"].clone(), kw["initial_state"].clone()
+    y_ref = steps(kw, "naive", s_ref)
+    assert_close(steps(kw, "triton", s), y_ref, rtol=1e-9, atol=1e-12, name="fp64 step y")
+    assert_close(s, s_ref, rtol=1e-9, atol=1e-12, name="fp64 step state")
+
+
+def test_step_triton_rejects_strided_dstate():
+    kw = step_inputs(make_inputs(1, 1, 2, 3, 1, 4, seed=16), 0)
+    state = torch.zeros(1, 2, 3, 8, device=DEV)[..., ::2]
+    with pytest.raises(ValueError, match="state must have a unit-stride last dim"):
+        ssd_step(state, *(kw.pop(k) for k in ("x", "dt", "A", "B", "C")), backend="triton", **kw)
+
+
 @pytest.mark.parametrize("backend", ["naive", "triton"])
 def test_step_equals_scan(backend):
     """T calls of ssd_step == one ssd_scan (y and state)."""
