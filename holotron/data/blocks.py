@@ -217,7 +217,7 @@ def dropdowns(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None) -
         if y + th + 6 + ch > y1:
             break
         name = x.take("dropdown", st.font_size, x1 - x0)
-        value = x.take("value", st.font_size, x1 - x0 - st.pad - ch - 4)
+        value = x.take("option", st.font_size, x1 - x0 - st.pad - ch - 4)
         if name is None or value is None:
             break
         dw = min(x1 - x0, max(W.dropdown_min_width(st, value), round((x1 - x0) * x.rng.uniform(0.4, 1.0))))
@@ -382,7 +382,7 @@ def list_rows(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None, i
         label = x.take(group, st.font_size, room)
         if label is None:
             break
-        detail = x.take("value", max(9, st.font_size - 2), room) if sub else None
+        detail = x.take("option", max(9, st.font_size - 2), room) if sub else None
         W.list_row(c, st, (x0, y, x1, y + row_h), label, selected=k == sel, chevron=chevrons,
                    icon=icon_names[k % len(icon_names)] if icons else None, sub=detail)
         y += row_h

@@ -32,7 +32,8 @@ def parse_labels(text: str) -> dict[str, tuple[str, ...]]:
 @functools.lru_cache(maxsize=1)
 def load_labels() -> dict[str, tuple[str, ...]]:
     """{group: labels} from the labels.txt shipped in this package (groups: button, menu, menu item, tab,
-    link, field, checkbox, radio, switch, dropdown, list item, title, heading, sentence)."""
+    link, field, checkbox, radio, switch, dropdown, list item, title, heading, sentence, value, option,
+    placeholder, brand)."""
     text = resources.files(__package__).joinpath(LABELS_FILE).read_text(encoding="utf-8")
     return parse_labels(text)
 

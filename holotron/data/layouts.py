@@ -449,12 +449,35 @@ def form_card(x: Ctx):
     w, hgt = c.width, c.height
     c.rect((0, 0, w, hgt), fill=mix(p.bg, p.accent, x.rng.uniform(0.0, 0.12)))
     margin = max(12, round(w * 0.04))
+    top_bar = w >= 700 and x.chance(0.6)
+    if top_bar:  # the site around the card: a brand and a few links
+        nh = st.control_h + 2 * max(6, st.gap)
+        c.rect((0, 0, w, nh), fill=p.bar)
+        brand = x.take("brand", st.large, w // 3)
+        if brand:
+            c.text_in((margin, 0, w, nh), brand, st.large, p.text, align="left", bold=True)
+        lx = w - margin
+        for _ in range(x.rng.randint(1, 3)):
+            label = x.take("link", st.font_size, 220)
+            if label is None:
+                break
+            lw, _ = W.link_size(st, label)
+            if lx - lw < w // 2:
+                break
+            lx -= lw
+            W.link(c, st, lx, nh // 2, label, underline=False, color=p.text)
+            lx -= 2 * st.pad
+    if w >= 700 and hgt >= 600 and x.chance(0.5):
+        fh = round(st.small * 3)
+        B.links(x, margin, hgt - fh, w - margin, hgt - 4, n=x.rng.randint(2, 5), size=st.small, column=False,
+                underline=False)
+        hgt -= fh
     cw = min(w - 2 * margin, round(st.font_size * x.rng.uniform(24, 34)))
     pad = max(14, round(st.pad * 1.8))
     mark = c.mark()
     y = pad
     limit = hgt - 2 * margin
-    brand = x.take("brand", st.large, cw - 2 * pad) if x.chance(0.5) else None
+    brand = x.take("brand", st.large, cw - 2 * pad) if not top_bar and x.chance(0.5) else None
     if brand:
         c.text_in((0, y, cw, y + text_height(st.large) + 4), brand, st.large, p.accent, bold=True)
         y += text_height(st.large) + 4 + st.gap
@@ -469,11 +492,13 @@ def form_card(x: Ctx):
         y = (B.links(x, pad, y, cw - pad, limit, n=x.rng.randint(1, 3), column=True) or y)
     ch = y + pad
     dx = (w - cw) // 2
-    dy = max(margin // 2, (hgt - ch) // 2)
+    top = (st.control_h + 2 * max(6, st.gap) + 4) if top_bar else 0
+    dy = max(top + margin // 2, top + (hgt - top - ch) // 2)
     if dy + ch > hgt:
-        dy = 0
+        dy = top if top + ch <= hgt else 0
     c.shift(mark, dx, dy)
     with c.beneath(mark):
+        c.cover((dx, dy, dx + cw, dy + ch), upto=mark)
         r = min(16, st.radius(st.control_h) * 2)
         c.rect((dx + 2, dy + 4, dx + cw + 2, dy + ch + 4), fill=mix(p.bg, (0, 0, 0), 0.2 if not p.dark else 0.5), radius=r)
         c.rect((dx, dy, dx + cw, dy + ch), fill=p.surface, outline=p.border, width=1, radius=r)
@@ -512,8 +537,9 @@ def panels(x: Ctx):
     # detail pane: header, optional tabs, content, footer of actions
     m = max(10, round(st.pad * 1.4))
     hh = st.control_h + 2 * m
-    c.text_in((x0 + m, 0, w, hh), x.take("title", st.large, w - x0 - 2 * m - 3 * s) or "", st.large, p.text,
-              align="left", bold=True)
+    title = x.take("title", st.large, w - x0 - 2 * m - 3 * s)
+    if title:
+        c.text_in((x0 + m, 0, w, hh), title, st.large, p.text, align="left", bold=True)
     xx = w - m
     for name in x.rng.sample(("more", "star", "refresh", "download"), x.rng.randint(0, 2)):
         xx -= s
@@ -552,7 +578,16 @@ def wizard(x: Ctx):
     if label:
         W.link(c, st, m, footer + fh // 2, label, underline=False)
         lx += W.link_size(st, label)[0] + m
-    B.buttons(x, lx, footer + m, w - m, hgt - m + 1, n=2, align="right")
+    # Back / Next when they are still free, else any two buttons
+    xx = w - m
+    for names in (("Next", "Continue", "Finish", "Done"), ("Back", "Previous", "Skip")):
+        label = next((s_ for s_ in x.rng.sample(names, len(names)) if x.labels.claim(s_)), None)
+        if label is None:
+            label = x.take("button", st.font_size, 300)
+        bw = W.button_width(st, label) if label else 0
+        if label and xx - bw >= lx:
+            W.button(c, st, (xx - bw, footer + m, xx, footer + m + s), label, primary=names[0] == "Next")
+            xx -= bw + st.gap
     x0 = 0
     n = x.rng.randint(3, 6)
     current = x.rng.randrange(n)

@@ -175,7 +175,7 @@ def generate_sample(
             raise ValueError(f"screens must be at least 200x200 px, got {width}x{height}")
         # look
         th = _choice(rng, theme, sp.themes, THEMES, "theme")
-        hue = float(accent_hue) if accent_hue is not None else 30 * rng.choice(sp.hue_bands) + rng.uniform(0, 30)
+        hue = float(accent_hue) if accent_hue is not None else 30 * rng.choice(sp.hue_bands) + rng.uniform(1, 29)
         cor = _choice(rng, corner, sp.corners, CORNERS, "corner")
         fs = int(_choice(rng, font_size, sp.font_sizes, None, "font size"))
         if not 8 <= fs <= 40:

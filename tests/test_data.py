@@ -1,0 +1,242 @@
+"""holotron.data: synthetic screens are deterministic, geometrically valid, correctly answered, varied,
+split into disjoint train / held-out looks, and feed holotron.Processor the way training needs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from holotron.data import (
+    ROLES, SIZES, SPLITS, all_labels, corpus, generate_sample, load_labels, stream, to_messages,
+)
+from holotron.data import canvas as canvas_mod
+from holotron.data.labels import parse_labels
+from holotron.grounding import Box, localization_prompt, parse_click, point_in_box, to_pixels
+
+INNER_LABEL = ("button", "tab", "link", "menu", "menu item", "list item")  # roles whose label is drawn inside
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _within(a, b) -> bool:
+    return b[0] <= a[0] and b[1] <= a[1] and a[2] <= b[2] and a[3] <= b[3]
+
+
+# ----------------------------------------------------------------------------------------------
+# determinism
+# ----------------------------------------------------------------------------------------------
+
+def test_same_seed_same_pixels_and_text():
+    a = generate_sample(123)
+    canvas_mod._mask.cache_clear()  # cached text masks must not change pixels
+    b = generate_sample(123)
+    assert a.image.tobytes() == b.image.tobytes()
+    assert (a.elements, a.instruction, a.answer, a.settings) == (b.elements, b.instruction, b.answer, b.settings)
+    c = generate_sample(124)
+    assert c.image.tobytes() != a.image.tobytes()
+    # render=False builds the same screen without pixels
+    d = generate_sample(123, render=False)
+    assert d.image is None and (d.elements, d.answer) == (a.elements, a.answer)
+
+
+def test_stream_is_generate_sample_by_seed():
+    got = list(stream(40, 3, split="heldout", render=False))
+    assert [s.seed for s in got] == [40, 41, 42]
+    for s in got:
+        ref = generate_sample(s.seed, split="heldout", render=False)
+        assert (s.elements, s.answer) == (ref.elements, ref.answer)
+
+
+# ----------------------------------------------------------------------------------------------
+# geometry and answers (hypothesis over seeds)
+# ----------------------------------------------------------------------------------------------
+
+@given(seed=st.integers(0, 10**9), split=st.sampled_from(sorted(SPLITS)), jitter=st.sampled_from([0.0, 0.5, 1.0]))
+def test_elements_valid_and_answer_inside_target(seed, split, jitter):
+    s = generate_sample(seed, split=split, jitter=jitter, render=False)
+    w, h = s.size
+    assert s.elements and s.target in s.elements
+    for k, e in enumerate(s.elements):
+        assert e.role in ROLES and e.label.strip()
+        x0, y0, x1, y1 = e.box
+        assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h, (e, s.size)
+        for f in s.elements[k + 1:]:
+            assert not _overlap(e.box, f.box), (e, f)
+    labels = [e.label.lower() for e in s.elements]
+    assert len(set(labels)) == len(labels)
+    for t in s.texts:  # every text on the screen, inside the image, inside or clear of each element
+        assert _within(t.box, (0, 0, w, h)), t
+        for e in s.elements:
+            assert _within(t.box, e.box) or not _overlap(t.box, e.box), (t, e)
+    for e in s.elements:  # a label drawn inside its element fits there
+        if e.role in INNER_LABEL:
+            assert any(t.text == e.label and _within(t.box, e.box) for t in s.texts), e
+    # the instruction names the target, and no other element carries its label
+    assert s.target.label in s.instruction
+    others = [e.label.lower() for e in s.elements if e is not s.target]
+    assert not any(re.search(r"(?<![a-z0-9])" + re.escape(s.target.label.lower()) + r"(?![a-z0-9])", o) for o in others)
+    # the answer: H Company's JSON, integers in [0, 1000], landing in the target in pixels
+    assert re.fullmatch(r'\{"x": \d{1,4}, "y": \d{1,4}\}', s.answer), s.answer
+    assert json.loads(s.answer).keys() == {"x", "y"}
+    p = parse_click(s.answer)
+    assert 0 <= p.x <= 1000 and 0 <= p.y <= 1000
+    px = to_pixels(p, w, h)
+    assert s.target.box[0] <= px.x <= s.target.box[2] - 1 and s.target.box[1] <= px.y <= s.target.box[3] - 1
+    assert point_in_box(p, Box(*s.target.box), w, h) and point_in_box(p, s.target_box, w, h)
+    if jitter == 0:  # the centre, rounded
+        cx, cy = (s.target.box[0] + s.target.box[2]) / 2, (s.target.box[1] + s.target.box[3]) / 2
+        assert (p.x, p.y) == (round(1000 * cx / w), round(1000 * cy / h))
+
+
+def test_jitter_moves_the_click_inside_the_box():
+    centre = [generate_sample(s, render=False).answer for s in range(30)]
+    jittered = [generate_sample(s, jitter=1.0, render=False).answer for s in range(30)]
+    assert sum(a != b for a, b in zip(centre, jittered)) >= 10
+
+
+def test_pixels_show_the_elements():
+    """Each element box holds something drawn (more than one colour), and the target differs from the
+    screen around it: boxes match the render."""
+    for seed in range(8):
+        s = generate_sample(seed)
+        img = np.asarray(s.image)
+        assert img.shape == (s.size[1], s.size[0], 3)
+        for e in s.elements:
+            x0, y0, x1, y1 = e.box
+            patch = img[y0:y1, x0:x1].reshape(-1, 3)
+            assert len(np.unique(patch, axis=0)) > 1, (seed, e)
+
+
+# ----------------------------------------------------------------------------------------------
+# variety and the split
+# ----------------------------------------------------------------------------------------------
+
+def test_settings_vary_over_seeds():
+    samples = [generate_sample(seed, render=False) for seed in range(50)]
+    seen = {k: {s.settings[k] for s in samples} for k in ("theme", "size_family", "layout", "font_size", "corner")}
+    assert len(seen["theme"]) >= 3 and len(seen["size_family"]) >= 3 and len(seen["layout"]) >= 4
+    assert len(seen["font_size"]) >= 4 and len(seen["corner"]) >= 2
+    widths = [s.size[0] for s in samples]
+    assert min(widths) < 500 and max(widths) > 1500
+    assert len({s.target.role for s in samples}) >= 7
+    assert len({s.answer for s in samples}) >= 45
+
+
+def test_dark_and_light_themes_render_dark_and_light():
+    for theme, dark in (("light", False), ("grey", False), ("dark", True), ("slate", True)):
+        lum = [np.asarray(generate_sample(seed, theme=theme, layout="app").image.convert("L")).mean() for seed in range(3)]
+        assert all((v < 100) if dark else (v > 150) for v in lum), (theme, lum)
+
+
+def test_heldout_split_uses_settings_train_never_does():
+    train = [generate_sample(seed, split="train", render=False) for seed in range(60)]
+    held = [generate_sample(seed, split="heldout", render=False) for seed in range(60)]
+    for key in ("theme", "layout", "font_size", "corner", "size_family"):
+        a, b = {s.settings[key] for s in train}, {s.settings[key] for s in held}
+        assert a and b and not a & b, (key, a, b)
+    bands = lambda ss: {int(s.settings["accent_hue"] // 30) % 12 for s in ss}  # noqa: E731
+    assert not bands(train) & bands(held)
+
+    def aspect_ranges(split):
+        return [SIZES[f][1] for f in SPLITS[split].sizes]
+
+    for s in held:  # held-out aspect ratios lie outside every training family's range
+        a = s.size[0] / s.size[1]
+        assert not any(lo - 0.01 <= a <= hi + 0.01 for lo, hi in aspect_ranges("train")), (a, s.settings)
+    for s in train:
+        a = s.size[0] / s.size[1]
+        assert any(lo - 0.01 <= a <= hi + 0.01 for lo, hi in aspect_ranges("train")), (a, s.settings)
+
+
+def test_options_are_honoured_and_checked():
+    s = generate_sample(5, size=(390, 844), theme="dark", layout="mobile", font_size=15, corner="pill", density=1.0)
+    assert s.image.size == (390, 844)
+    assert (s.settings["theme"], s.settings["layout"], s.settings["font_size"], s.settings["corner"]) == \
+        ("dark", "mobile", 15, "pill")
+    s = generate_sample(5, size_range=((700, 720), (500, 510)), render=False)
+    assert 700 <= s.size[0] <= 720 and 500 <= s.size[1] <= 510
+    s = generate_sample(5, size="ultrawide", render=False)
+    assert s.settings["size_family"] == "ultrawide" and s.size[0] >= 2000
+    for seed in range(10):
+        assert generate_sample(seed, roles=("checkbox", "switch"), render=False).target.role in ("checkbox", "switch")
+    for bad in (dict(split="test"), dict(theme="neon"), dict(layout="grid"), dict(size="watch"), dict(jitter=2),
+                dict(roles=("slider",)), dict(size=(100, 100)), dict(size=(800, 600), size_range=((1, 2), (1, 2)))):
+        with pytest.raises(ValueError):
+            generate_sample(0, **bad)
+
+
+@pytest.mark.parametrize("size", [(390, 844), (360, 640), (1920, 1080), (2560, 1080), (777, 333), (1000, 1000)])
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_phone_desktop_and_odd_sizes(size, split):
+    for seed in range(3):
+        s = generate_sample(seed, size=size, split=split)
+        assert s.image.size == size and s.image.mode == "RGB"
+        assert len(s.elements) >= 1
+        assert point_in_box(s.point, s.target_box, *size)
+
+
+# ----------------------------------------------------------------------------------------------
+# the label vocabulary
+# ----------------------------------------------------------------------------------------------
+
+def test_labels_file():
+    groups = load_labels()
+    labels = all_labels()
+    assert len(set(labels)) >= 200
+    for g in ("button", "menu", "menu item", "tab", "link", "field", "checkbox", "radio", "switch", "dropdown",
+              "list item", "title", "sentence"):
+        assert len(groups[g]) >= 10, g
+    assert all(label.isascii() and label == label.strip() and label for label in labels)
+    assert parse_labels("# c\n[a]\nx\nx\n\n[b]\ny\n") == {"a": ("x",), "b": ("y",)}
+    for bad in ("x\n[a]\n", "[a]\n[a]\n", "[]\n"):
+        with pytest.raises(ValueError):
+            parse_labels(bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# model input: messages, the processor, the tokenizer corpus
+# ----------------------------------------------------------------------------------------------
+
+def test_to_messages_through_the_processor(tmp_path):
+    from holotron import Processor
+    from tiny_tokenizer import write_tiny_tokenizer
+
+    def preprocess(image):  # one stub tile of 4 tokens per image
+        return torch.zeros(1, 3, 8, 8), 4
+
+    proc = Processor.from_pretrained(write_tiny_tokenizer(tmp_path), image_processor=preprocess)
+    s = generate_sample(3)
+    msgs = to_messages(s)
+    assert msgs[0] == {"role": "system", "content": "/no_think"}
+    assert msgs[1]["role"] == "user" and msgs[1]["content"][0] == {"type": "image", "image": s.image}
+    assert msgs[1]["content"][1]["text"] == localization_prompt(s.instruction)
+    assert msgs[-1] == {"role": "assistant", "content": s.answer}
+    prompt = proc.apply_chat_template(msgs[:-1], add_generation_prompt=True)
+    assert prompt.endswith("<SPECIAL_11>Assistant\n<think></think>") and s.instruction in prompt
+    # the prompt ends in a special token, so prompt ids + answer ids are exactly the ids of the joined text:
+    # the loss can go on the answer's ids (plus end of turn) appended to the inference prompt
+    assert proc.encode(prompt + s.answer) == proc.encode(prompt) + proc.encode(s.answer)
+    batch = proc(msgs[:-1])
+    ids = batch["input_ids"][0].tolist()
+    assert ids.count(proc.image_token_id) == 4 and batch["pixel_values"].shape[0] == 1
+    assert proc.decode(proc.encode(s.answer)) == s.answer
+    assert to_messages(s, image=False)[1]["content"][0] == {"type": "image"}
+    assert to_messages(s, thinking=True)[0]["role"] == "user"
+
+
+def test_corpus():
+    texts = corpus(20, seed0=7)
+    assert len(texts) == 20 and texts == corpus(20, seed0=7)
+    for seed, text in zip(range(7, 27), texts):
+        s = generate_sample(seed, render=False)
+        assert text == localization_prompt(s.instruction) + "\n" + s.answer
+        assert parse_click(text.rsplit("\n", 1)[1]) is not None
+    assert corpus(5, split="heldout") != corpus(5)
