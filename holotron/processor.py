@@ -92,6 +92,10 @@ def resolve_pretrained(path_or_repo_id: str | os.PathLike, allow_patterns: Seque
     path = Path(text).expanduser()
     if path.is_dir():
         return path
+    from .bundled import bundled_path
+
+    if (b := bundled_path(text)) is not None:  # a model shipped inside the package
+        return b
     if path.exists():
         raise ModelNotFoundError(f"model path {text!r} is a file, not a checkpoint folder")
     if text.startswith((".", "/", "~")) or not _REPO_ID.match(text):

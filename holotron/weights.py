@@ -99,6 +99,10 @@ def resolve(path_or_repo_id, revision: str | None = None, cache_dir=None) -> Pat
     p = Path(os.fspath(path_or_repo_id)).expanduser()
     if p.is_dir():
         return p
+    from .bundled import bundled_path
+
+    if (b := bundled_path(path_or_repo_id)) is not None:  # a model shipped inside the package
+        return b
     if p.is_file():
         if p.name == CONFIG or p.suffix == ".safetensors":
             return p.parent

@@ -181,3 +181,17 @@ def test_cli_without_arguments_uses_the_bundled_model_or_says_it_is_missing(caps
         captured = capsys.readouterr()
         assert rc == 0 and "bundled" in captured.err
         assert json.loads(captured.out)["image"] == str(bundled.example_image())
+
+
+def test_bundled_model_names_resolve(tmp_path, monkeypatch):
+    """A bare name of a model shipped under holotron/models resolves for load and the Processor."""
+    import holotron
+    from holotron.processor import Processor
+
+    models = tmp_path / "models"
+    write_tiny_vl_checkpoint(models / "holotron-tiny-ui", seed=1)
+    monkeypatch.setattr(bundled, "MODELS_DIR", models)
+    assert bundled.default_model() == str(models / "holotron-tiny-ui")
+    assert isinstance(holotron.load("holotron-tiny-ui"), holotron.Holotron)
+    assert Processor.from_pretrained("holotron-tiny-ui").image_token_id == 18
+    assert bundled.bundled_path("org/holotron-tiny-ui") is None and bundled.bundled_path("../x") is None
