@@ -240,3 +240,42 @@ def test_corpus():
         assert text == localization_prompt(s.instruction) + "\n" + s.answer
         assert parse_click(text.rsplit("\n", 1)[1]) is not None
     assert corpus(5, split="heldout") != corpus(5)
+
+
+# ----------------------------------------------------------------------------------------------
+# the canvas: recorded boxes are where the pixels are
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [9, 13, 20, 31])
+def test_text_box_is_the_ink_box(size):
+    from holotron.data.canvas import Canvas
+
+    for text, bold in (("Save changes", False), ("Forgot password?", True), ("gjpqy", False), ("T", False)):
+        c = Canvas(300, 80, (255, 255, 255))
+        box = c.text_in((10, 10, 290, 70), text, size, (0, 0, 0), align="center", bold=bold)
+        img = np.asarray(c.render().convert("L"))
+        ys, xs = np.nonzero(img < 255)
+        ink = (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
+        assert _within(ink, box), (text, size, bold, ink, box)  # all ink inside the recorded box ...
+        slack = size // 8 + 1                                    # ... which is no more than a side bearing larger
+        assert max(ink[0] - box[0], ink[1] - box[1], box[2] - ink[2], box[3] - ink[3]) <= slack, (ink, box)
+        assert c.texts[0].box == box and c.texts[0].text == text
+        # centred: the ink's middle is within a pixel of the box's middle horizontally
+        assert abs((box[0] + box[2]) / 2 - 150) <= 1.0
+
+
+def test_cover_and_dim_hide_what_lies_beneath():
+    from holotron.data.canvas import Canvas
+
+    c = Canvas(200, 100, (255, 255, 255))
+    c.text(10, 20, "under", 12, (0, 0, 0))
+    c.element("A", "button", (0, 0, 50, 40))
+    c.element("B", "button", (100, 0, 150, 40))
+    c.cover((40, 0, 60, 100))
+    assert [e.label for e in c.elements] == ["B"] and c.texts == []
+    mark = c.mark()
+    c.element("C", "button", (160, 50, 190, 90))
+    c.dim((0, 0, 0), 0.5, upto=mark)
+    assert [e.label for e in c.elements] == ["C"]
+    c.shift(mark, -10, 5)
+    assert c.elements[0].box == (150, 55, 180, 95)
