@@ -279,3 +279,32 @@ def test_cover_and_dim_hide_what_lies_beneath():
     assert [e.label for e in c.elements] == ["C"]
     c.shift(mark, -10, 5)
     assert c.elements[0].box == (150, 55, 180, 95)
+
+
+# ----------------------------------------------------------------------------------------------
+# the bundled example screenshot
+# ----------------------------------------------------------------------------------------------
+
+def test_bundled_example_screen():
+    import PIL
+    from PIL import Image
+
+    from holotron.data import EXAMPLE_ANSWER, EXAMPLE_INSTRUCTION, EXAMPLE_TARGET, example_path, example_sample
+    from holotron.data.example import MADE_WITH_PILLOW
+
+    path = example_path()
+    assert path.is_file() and len(path.read_bytes()) < 150_000
+    with path.open("rb") as f:
+        image = Image.open(f)
+        image.load()
+    assert image.size == (1280, 800) and image.mode == "RGB"
+    assert EXAMPLE_TARGET.label in EXAMPLE_INSTRUCTION
+    p = parse_click(EXAMPLE_ANSWER)
+    assert point_in_box(p, Box(*EXAMPLE_TARGET.box), *image.size)
+    x0, y0, x1, y1 = EXAMPLE_TARGET.box  # a filled button: the box holds its colour and its text
+    patch = np.asarray(image)[y0:y1, x0:x1].reshape(-1, 3)
+    assert len(np.unique(patch, axis=0)) > 10
+    if PIL.__version__ == MADE_WITH_PILLOW:  # font metrics and rasterisation may differ in other Pillow builds
+        s = example_sample()
+        assert s.target == EXAMPLE_TARGET and s.answer == EXAMPLE_ANSWER
+        assert s.image.tobytes() == image.tobytes(), "regenerate it: python -m holotron.data.example"

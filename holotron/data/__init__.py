@@ -8,10 +8,12 @@
 Files: labels.txt (the vocabulary), labels.py (loading it, unique labels per screen), styles.py
 (themes, sizes, fonts, the train / heldout split), canvas.py (recording drawing + boxes), widgets.py
 (one control each), blocks.py (groups of controls), layouts.py (whole screens), instructions.py
-(instruction, answer, messages, corpus), screens.py (generate_sample, stream).
+(instruction, answer, messages, corpus), screens.py (generate_sample, stream), example.py (the bundled
+example_screen.png, EXAMPLE_INSTRUCTION and its EXAMPLE_TARGET).
 """
 
 from .canvas import Element, Text
+from .example import EXAMPLE_ANSWER, EXAMPLE_INSTRUCTION, EXAMPLE_TARGET, example_path, example_sample
 from .instructions import corpus, to_messages
 from .labels import all_labels, load_labels
 from .layouts import LAYOUTS
@@ -21,4 +23,5 @@ from .styles import SIZES, SPLITS, THEMES
 __all__ = [
     "Element", "Text", "Sample", "generate_sample", "stream", "to_messages", "corpus", "check_sample",
     "load_labels", "all_labels", "ROLES", "LAYOUTS", "SIZES", "SPLITS", "THEMES",
+    "example_path", "example_sample", "EXAMPLE_INSTRUCTION", "EXAMPLE_TARGET", "EXAMPLE_ANSWER",
 ]
