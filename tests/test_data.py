@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from holotron.data import (
-    ROLES, SIZES, SPLITS, all_labels, corpus, generate_sample, load_labels, stream, to_messages,
+    LAYOUTS, ROLES, SIZES, SPLITS, all_labels, corpus, generate_sample, load_labels, stream, to_messages,
 )
 from holotron.data import canvas as canvas_mod
 from holotron.data.labels import parse_labels
@@ -59,9 +59,13 @@ def test_stream_is_generate_sample_by_seed():
 # geometry and answers (hypothesis over seeds)
 # ----------------------------------------------------------------------------------------------
 
-@given(seed=st.integers(0, 10**9), split=st.sampled_from(sorted(SPLITS)), jitter=st.sampled_from([0.0, 0.5, 1.0]))
-def test_elements_valid_and_answer_inside_target(seed, split, jitter):
-    s = generate_sample(seed, split=split, jitter=jitter, render=False)
+@given(seed=st.integers(0, 10**9), split=st.sampled_from(sorted(SPLITS)), jitter=st.sampled_from([0.0, 0.5, 1.0]),
+       size=st.one_of(st.none(), st.tuples(st.integers(200, 2600), st.integers(200, 1600))),
+       layout=st.one_of(st.none(), st.sampled_from(sorted(LAYOUTS))))
+def test_elements_valid_and_answer_inside_target(seed, split, jitter, size, layout):
+    s = generate_sample(seed, split=split, jitter=jitter, size=size, layout=layout, render=False)
+    if size is not None:
+        assert s.size == size
     w, h = s.size
     assert s.elements and s.target in s.elements
     for k, e in enumerate(s.elements):
@@ -168,7 +172,8 @@ def test_options_are_honoured_and_checked():
     for seed in range(10):
         assert generate_sample(seed, roles=("checkbox", "switch"), render=False).target.role in ("checkbox", "switch")
     for bad in (dict(split="test"), dict(theme="neon"), dict(layout="grid"), dict(size="watch"), dict(jitter=2),
-                dict(roles=("slider",)), dict(size=(100, 100)), dict(size=(800, 600), size_range=((1, 2), (1, 2)))):
+                dict(roles=("slider",)), dict(size=(100, 100)), dict(size=(800, 600), size_range=((1, 2), (1, 2))),
+                dict(size=(300, 250), font_size=26), dict(font_size=7)):
         with pytest.raises(ValueError):
             generate_sample(0, **bad)
 

@@ -91,7 +91,8 @@ def _field_content(x: Ctx, name: str, width: int) -> tuple[str | None, bool]:
     """(text shown in the field, is it a placeholder) for a field called ``name``."""
     size = x.st.font_size
     if "password" in name.lower() and x.chance(0.5):
-        return "*" * x.rng.randint(6, 12), False
+        stars = "*" * x.rng.randint(6, 12)
+        return (stars, False) if text_width(stars, size) <= width else (None, False)
     r = x.rng.random()
     if r < 0.4:
         return x.take("placeholder", size, width), True

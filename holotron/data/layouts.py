@@ -38,7 +38,7 @@ def title_bar(x: Ctx, x0: int, y: int, x1: int) -> int:
     c.rect((x0, y, x1, y + h), fill=p.bar)
     size = st.font_size
     if st.window_look == "mac":
-        d = max(10, round(h * 0.45))
+        d = min(max(10, round(h * 0.45)), (x1 - x0) // 7)
         left = W.window_dots(c, st, x0 + max(8, d), y + h // 2, d,
                              [bool(x.claim_icon(n)) for n in ("close", "minimize", "maximize")])
         room = x1 - x0 - 2 * (left - x0) - 8
@@ -46,7 +46,7 @@ def title_bar(x: Ctx, x0: int, y: int, x1: int) -> int:
         if title:
             c.text_in((x0, y, x1, y + h), title, size, p.text, owner=None)
     else:
-        bw = round(h * 1.45)
+        bw = min(round(h * 1.45), (x1 - x0) // 4)
         xx = x1 - 3 * bw
         for name in ("minimize", "maximize", "close"):
             W.icon_button(c, st, (xx, y, xx + bw, y + h), name, color=p.text, label=x.claim_icon(name))
@@ -62,12 +62,15 @@ def title_bar(x: Ctx, x0: int, y: int, x1: int) -> int:
     return y + h + 1
 
 
-def menu_bar(x: Ctx, x0: int, y: int, x1: int):
+def menu_bar(x: Ctx, x0: int, y: int, x1: int, limit: int):
     """Menu titles left to right; sometimes one is open. Returns (y below, a function drawing the open
-    menu's panel, to be called after the content so the panel lies on top)."""
+    menu's panel, to be called after the content so the panel lies on top, or None). Nothing is drawn
+    when the bar would reach below ``limit``."""
     st, c, p = x.st, x.c, x.st.p
     size = st.font_size
     h = max(20, round(size * 1.9))
+    if y + h + 1 > limit:
+        return y, None
     c.rect((x0, y, x1, y + h), fill=p.bar)
     pad = max(6, round(st.pad * 0.7))
     xx, boxes = x0 + 4, []
@@ -122,10 +125,12 @@ def menu_bar(x: Ctx, x0: int, y: int, x1: int):
     return bottom + 1, draw_panel
 
 
-def toolbar(x: Ctx, x0: int, y: int, x1: int, search: bool | None = None) -> int:
+def toolbar(x: Ctx, x0: int, y: int, x1: int, limit: int, search: bool | None = None) -> int:
     st, c, p = x.st, x.c, x.st.p
     ch = st.control_h
     h = ch + 2 * max(3, st.gap // 2 + 2)
+    if y + h + 1 > limit:
+        return y
     c.rect((x0, y, x1, y + h), fill=mix(p.bg, p.bar, 0.5))
     top = y + (h - ch) // 2
     right = x1 - st.pad
@@ -151,9 +156,11 @@ def toolbar(x: Ctx, x0: int, y: int, x1: int, search: bool | None = None) -> int
     return y + h + 1
 
 
-def tab_row(x: Ctx, x0: int, y: int, x1: int, group: str = "tab") -> int:
+def tab_row(x: Ctx, x0: int, y: int, x1: int, limit: int, group: str = "tab") -> int:
     st, c, p = x.st, x.c, x.st.p
     h = st.control_h + max(2, st.gap // 2)
+    if y + h + 1 > limit:
+        return y
     xx, labels = x0, []
     for _ in range(x.rng.randint(2, 7)):
         label = x.take(group, st.font_size, 400)
@@ -173,16 +180,18 @@ def tab_row(x: Ctx, x0: int, y: int, x1: int, group: str = "tab") -> int:
     return y + h + 1
 
 
-def status_bar(x: Ctx, x0: int, y1: int, x1: int) -> int:
-    """A status bar ending at y1; returns its top."""
+def status_bar(x: Ctx, x0: int, y1: int, x1: int, limit: int) -> int:
+    """A status bar ending at y1; returns its top (y1 itself when it would reach above ``limit``)."""
     st, c, p = x.st, x.c, x.st.p
     size = st.small
     h = round(size * 2.1)
     y = y1 - h
+    if y - 1 < limit:
+        return y1
     c.rect((x0, y, x1, y1), fill=p.bar)
     c.line([(x0, y), (x1 - 1, y)], mix(p.bar, p.border, 0.6), 1)
     left = x.rng.choice(("Ready", "Saved", "Connected", "Ln 12, Col 4", "3 items selected", "Syncing...", "100%"))
-    if x.labels.claim(left):
+    if text_width(left, size) <= (x1 - x0) // 2 - st.pad and x.labels.claim(left):
         c.text_in((x0, y, x1, y1), left, size, p.muted, align="left", pad=st.pad)
     if x.chance(0.5):
         label = x.take("link", size, (x1 - x0) // 3)
@@ -244,13 +253,14 @@ def app(x: Ctx):
         c.rect((X0, Y0, X1, Y1), fill=p.bg, outline=p.border, radius=6 if st.corner != "square" else 0)
     y = title_bar(x, X0, Y0, X1)
     draw_menu = None
+    room = 3 * st.control_h  # what the bars leave for content at least
     if x.chance(0.6) and X1 - X0 >= 360:
-        y, draw_menu = menu_bar(x, X0, y, X1)
+        y, draw_menu = menu_bar(x, X0, y, X1, Y1 - room)
     if x.chance(0.55):
-        y = toolbar(x, X0, y, X1)
-    bottom = status_bar(x, X0, Y1, X1) if x.chance(0.5) else Y1
+        y = toolbar(x, X0, y, X1, Y1 - room)
+    bottom = status_bar(x, X0, Y1, X1, y + room) if x.chance(0.5) else Y1
     if x.chance(0.4):
-        y = tab_row(x, X0 + st.pad, y + 4, X1 - st.pad)
+        y = tab_row(x, X0 + st.pad, y + 4, X1 - st.pad, bottom - room)
     cx0 = X0
     if X1 - X0 >= 700 and x.chance(0.55):
         sw = max(150, min(300, round((X1 - X0) * x.rng.uniform(0.16, 0.26))))
@@ -326,6 +336,8 @@ def web(x: Ctx):
     right = w - m
     if w < 700:
         for name in ("menu", "search")[:x.rng.randint(1, 2)]:
+            if right - st.control_h < xx:
+                break
             right -= st.control_h
             W.icon_button(c, st, (right, top, right + st.control_h, top + st.control_h), name, label=x.claim_icon(name))
             right -= st.gap
@@ -397,6 +409,8 @@ def mobile(x: Ctx):
         xx += s + st.gap
     right = w - 8
     for name in x.rng.sample(("search", "more", "add", "settings", "star", "bell"), x.rng.randint(0, 2)):
+        if right - s < xx:
+            break
         right -= s
         W.icon_button(c, st, (right, top, right + s, top + s), name, label=x.claim_icon(name))
         right -= 2
@@ -407,8 +421,8 @@ def mobile(x: Ctx):
     c.line([(0, y), (w - 1, y)], mix(p.bg, p.border, 0.6), 1)
     y += 1
     bottom = hgt
-    if x.chance(0.65):
-        th_ = round(st.font_size * 3.6)
+    th_ = round(st.font_size * 3.6)
+    if x.chance(0.65) and hgt - y >= th_ + 3 * st.control_h:
         bottom = hgt - th_
         c.rect((0, bottom, w, hgt), fill=p.bar)
         c.line([(0, bottom), (w - 1, bottom)], mix(p.bg, p.border, 0.6), 1)
@@ -433,8 +447,8 @@ def mobile(x: Ctx):
     if x.chance(0.3):
         y = (B.heading(x, m, y, w - m, bottom) or y) + st.gap
     B.fill_column(x, m, y, w - m, bottom - m, MOBILE_BLOCKS)
-    if x.chance(0.25) and x.labels.claim("Add"):
-        d = round(st.control_h * 1.5)
+    d = round(st.control_h * 1.5)
+    if x.chance(0.25) and bottom - m - d >= y and x.labels.claim("Add"):
         box = (w - m - d, bottom - m - d, w - m, bottom - m)
         c.cover(box)
         c.ellipse((box[0] + 2, box[1] + 3, box[2] + 2, box[3] + 3), fill=mix(p.bg, (0, 0, 0), 0.35))
@@ -542,35 +556,29 @@ def panels(x: Ctx):
         c.text_in((x0 + m, 0, w, hh), title, st.large, p.text, align="left", bold=True)
     xx = w - m
     for name in x.rng.sample(("more", "star", "refresh", "download"), x.rng.randint(0, 2)):
+        if xx - s < x0 + m:
+            break
         xx -= s
         W.icon_button(c, st, (xx, m, xx + s, m + s), name, label=x.claim_icon(name))
         xx -= 4
     y = hh
-    if x.chance(0.5):
-        y = tab_row(x, x0 + m, y, w - m)
     fh = st.control_h + 2 * m
     footer = hgt - fh
-    c.rect((x0, footer, w, hgt), fill=mix(p.bg, p.bar, 0.6))
-    c.line([(x0, footer), (w - 1, footer)], p.border, 1)
-    B.buttons(x, x0 + m, footer + m, w - m, hgt - m + 1, n=x.rng.randint(1, 3), align="right")
+    if footer - hh >= 2 * st.control_h:
+        c.rect((x0, footer, w, hgt), fill=mix(p.bg, p.bar, 0.6))
+        c.line([(x0, footer), (w - 1, footer)], p.border, 1)
+        B.buttons(x, x0 + m, footer + m, w - m, hgt - m + 1, n=x.rng.randint(1, 3), align="right")
+    else:
+        footer = hgt
+    if x.chance(0.5):
+        y = tab_row(x, x0 + m, y, w - m, footer - 2 * st.control_h)
     columns(x, x0, y, w, footer, DETAIL_BLOCKS, max_cols=2)
 
 
-def wizard(x: Ctx):
-    """Held-out: a step-by-step setup: header, numbered steps, a form, Back / Next in a footer."""
+def _wizard_footer(x: Ctx, footer: int, fh: int, m: int):
+    """A link on the left, Back / Next (when those labels are still free, else any two buttons) on the right."""
     c, st, p = x.c, x.st, x.st.p
-    w, hgt = c.width, c.height
-    s = st.control_h
-    m = max(10, round(st.pad * 1.4))
-    hh = s + 2 * m
-    c.rect((0, 0, w, hh), fill=p.bar)
-    close = x.claim_icon("close")
-    W.icon_button(c, st, (w - m - s, m, w - m, m + s), "close", color=p.muted, label=close)
-    title = x.take("title", st.large, w - 3 * m - s)
-    if title:
-        c.text_in((m, 0, w - 2 * m - s, hh), title, st.large, p.text, align="left", bold=True)
-    fh = s + 2 * m
-    footer = hgt - fh
+    w, hgt, s = c.width, c.height, st.control_h
     c.rect((0, footer, w, hgt), fill=p.bar)
     c.line([(0, footer), (w - 1, footer)], p.border, 1)
     label = x.take("link", st.font_size, w // 3)
@@ -588,6 +596,27 @@ def wizard(x: Ctx):
         if label and xx - bw >= lx:
             W.button(c, st, (xx - bw, footer + m, xx, footer + m + s), label, primary=names[0] == "Next")
             xx -= bw + st.gap
+
+
+def wizard(x: Ctx):
+    """Held-out: a step-by-step setup: header, numbered steps, a form, Back / Next in a footer."""
+    c, st, p = x.c, x.st, x.st.p
+    w, hgt = c.width, c.height
+    s = st.control_h
+    m = max(10, round(st.pad * 1.4))
+    hh = s + 2 * m
+    c.rect((0, 0, w, hh), fill=p.bar)
+    close = x.claim_icon("close")
+    W.icon_button(c, st, (w - m - s, m, w - m, m + s), "close", color=p.muted, label=close)
+    title = x.take("title", st.large, w - 3 * m - s)
+    if title:
+        c.text_in((m, 0, w - 2 * m - s, hh), title, st.large, p.text, align="left", bold=True)
+    fh = s + 2 * m
+    footer = hgt - fh
+    if footer - hh < 2 * s:  # no room for a footer
+        footer = hgt
+    else:
+        _wizard_footer(x, footer, fh, m)
     x0 = 0
     n = x.rng.randint(3, 6)
     current = x.rng.randrange(n)

@@ -166,8 +166,8 @@ def generate_sample(
         if size_range is not None:
             (w0, w1), (h0, h1) = size_range
             width, height, family = rng.randint(w0, w1), rng.randint(h0, h1), "custom"
-        elif isinstance(size, tuple) and len(size) == 2 and all(isinstance(v, int) for v in size):
-            (width, height), family = size, "custom"
+        elif isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(v, int) for v in size):
+            (width, height), family = tuple(size), "custom"
         else:
             family = _choice(rng, size, sp.sizes, SIZES, "size family")
             width, height = pick_size(rng, family)
@@ -178,8 +178,9 @@ def generate_sample(
         hue = float(accent_hue) if accent_hue is not None else 30 * rng.choice(sp.hue_bands) + rng.uniform(1, 29)
         cor = _choice(rng, corner, sp.corners, CORNERS, "corner")
         fs = int(_choice(rng, font_size, sp.font_sizes, None, "font size"))
-        if not 8 <= fs <= 40:
-            raise ValueError(f"font_size must be in [8, 40] px, got {fs}")
+        if not 8 <= fs <= min(40, min(width, height) // 10):
+            raise ValueError(f"font_size must be in [8, {min(40, min(width, height) // 10)}] px for a {width}x{height} "
+                             f"screen, got {fs}")
         if density is None:
             dens = rng.uniform(*DENSITY)
         elif isinstance(density, (int, float)):

@@ -144,7 +144,12 @@ def make_palette(rng: random.Random, theme: str, accent_hue: float) -> Palette:
     on_accent = (255, 255, 255) if luminance(accent) < 0.55 else (15, 15, 15)
     link = hsl(accent_hue, 0.75, 0.68 if dark else 0.38)
     selected = mix(bg, accent, 0.22)
-    field = hsl(h, s, l + (0.06 if dark else 0.03) * (-1 if not dark and l > 0.97 else 1))
+    if dark:
+        field = hsl(h, s, l + 0.06)    # inputs a little lighter than the page
+    elif l <= 0.97:
+        field = hsl(h, s, l + 0.03)    # ... or a little whiter
+    else:
+        field = hsl(h, s, l - 0.03)    # ... or, on a white page, a little greyer
     control = hsl(h, s, l + sign * rng.uniform(0.06, 0.12))
     desktop = hsl(rng.uniform(0, 360), rng.uniform(0.2, 0.5), rng.uniform(0.25, 0.55))
     return Palette(desktop, bg, surface, bar, border, text, muted, accent, on_accent, link, selected, field,

@@ -246,7 +246,7 @@ def text_field(c: Canvas, st: Style, box: BoxT, name: str, content: str | None, 
         s = min(h - 4, text_height(size) + 6)
         glyph(c, (x - 2, (box[1] + box[3] - s) // 2, x - 2 + s, (box[1] + box[3] - s) // 2 + s), icon, p.muted)
         x += s + 2
-    if content:
+    if content and x + text_width(content, size) <= box[2] - st.pad:  # a text that fits, else the field shows empty
         c.text_in((x, box[1], box[2] - st.pad, box[3]), content, size, p.muted if placeholder else p.text,
                   align="left", owner=name)
     c.element(name, "text field", box)
