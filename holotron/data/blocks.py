@@ -335,8 +335,9 @@ def cards(x: Ctx, x0: int, y: int, x1: int, y1: int) -> int | None:
             title = x.take("heading", st.large, cw - 2 * pad)
             if title is None:
                 continue
-            if x.chance(0.5):
-                c.rect((card[0] + 2, card[1] + 3, card[2] + 2, card[3] + 3), fill=mix(p.bg, (0, 0, 0), 0.12 if not p.dark else 0.4), radius=r)
+            if x.chance(0.5):  # a drop shadow
+                shadow = mix(p.bg, (0, 0, 0), 0.4 if p.dark else 0.12)
+                c.rect((card[0] + 2, card[1] + 3, card[2] + 2, card[3] + 3), fill=shadow, radius=r)
             c.rect(card, fill=p.surface, outline=p.border, width=1, radius=r)
             ty = yy + pad
             c.text_in((cx0 + pad, ty, card[2] - pad, ty + th_l + 2), title, st.large, p.text, align="left", bold=True)
