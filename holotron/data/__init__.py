@@ -7,7 +7,8 @@
 
 Files: labels.txt (the vocabulary), labels.py (loading it, unique labels per screen), styles.py
 (themes, sizes, fonts, the train / heldout split), canvas.py (recording drawing + boxes), widgets.py
-(one control each), blocks.py (groups of controls), layouts.py (whole screens), instructions.py
+(one control each), blocks.py (groups of controls), bars.py (title, menu, tool, tab, status bars and
+sidebars), layouts.py (whole screens), instructions.py
 (instruction, answer, messages, corpus), screens.py (generate_sample, stream), example.py (the bundled
 example_screen.png, EXAMPLE_INSTRUCTION and its EXAMPLE_TARGET).
 """
