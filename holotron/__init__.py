@@ -23,6 +23,7 @@ _LAZY = {
     "Holotron": "holotron.model",
     "Processor": "holotron.processor",
     "generate": "holotron.generate",
+    "generate_text": "holotron.generate",
 }
 
 __all__ = ["ssd_scan", "ssd_step", "__version__", *_LAZY]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-__all__ = ["generate", "stream", "sample", "eos_ids", "stop_ids"]
+__all__ = ["generate", "generate_text", "stream", "sample", "eos_ids", "stop_ids"]
 
 
 def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -146,6 +146,56 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *,
             streamer(tok)
     out = torch.stack(steps, dim=1) if steps else input_ids.new_zeros(input_ids.shape[0], 0)
     return out[0] if one else out
+
+
+def generate_text(model, processor, prompts, images=None, *, max_new_tokens: int | None = None,
+                  stop: str | list[str] | tuple[str, ...] = (), skip_special_tokens: bool = True,
+                  **kwargs) -> str | list[str]:
+    """Prompts in, answers out: the processor builds the batch (chat template, image tiles, left
+    padding), decoding follows the checkpoint's generation_config.json unless overridden by
+    ``kwargs`` (those of ``stream``), every id of ``stop_ids(model, processor)`` ends a row, and a
+    row's answer is cut before the first ``stop`` string it contains. One prompt (a text or a message
+    list) gives a str; a list of prompts gives a list."""
+    from .processor import _is_messages
+
+    single = not (isinstance(prompts, (list, tuple)) and not _is_messages(prompts))
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    batch = processor(prompts, images=images).to(model.device, model.dtype)
+    gen = processor.generation_config.generate_kwargs()
+    gen.pop("eos_token_id", None)
+    gen.update(kwargs)
+    max_new = max_new_tokens if max_new_tokens is not None else gen.pop("max_new_tokens", None) or 256
+    gen.pop("max_new_tokens", None)
+    eos = set(kwargs.pop("eos_token_id", None) or stop_ids(model, processor))
+    gen["eos_token_id"] = sorted(eos)
+    gen.setdefault("pad_token_id", processor.pad_token_id)
+    image_kw = {k: batch[k] for k in ("pixel_values", "num_tiles") if k in batch}
+
+    n = batch["input_ids"].shape[0]
+    decoders = [processor.stream_decoder(skip_special_tokens) for _ in range(n)]
+    texts, done = [""] * n, [False] * n
+    it = stream(model, batch["input_ids"], max_new, attention_mask=batch["attention_mask"], **image_kw, **gen)
+    for tok in it:
+        for r, t in enumerate(tok.tolist()):
+            if done[r]:
+                continue
+            if t in eos:
+                done[r] = True
+                continue
+            texts[r] += decoders[r].put(t)
+            hits = [texts[r].index(s) for s in stops if s in texts[r]]
+            if hits:
+                texts[r], done[r] = texts[r][:min(hits)], True
+        if all(done):
+            it.close()
+            break
+    for r in range(n):
+        if not done[r]:
+            texts[r] += decoders[r].flush()
+            hits = [texts[r].index(s) for s in stops if s in texts[r]]
+            if hits:
+                texts[r] = texts[r][:min(hits)]
+    return texts[0] if single else texts
 
 
 def stop_ids(model, processor=None) -> tuple[int, ...]:
