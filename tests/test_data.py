@@ -313,3 +313,17 @@ def test_bundled_example_screen():
         s = example_sample()
         assert s.target == EXAMPLE_TARGET and s.answer == EXAMPLE_ANSWER
         assert s.image.tobytes() == image.tobytes(), "regenerate it: python -m holotron.data.example"
+
+
+@pytest.mark.parametrize("module", ["holotron.data", "holotron.data.screens"])
+def test_docstring_examples_run(module):
+    """The indented example lines of the module docstrings execute as written."""
+    import importlib
+    import textwrap
+
+    doc = importlib.import_module(module).__doc__
+    code = [line for line in doc.splitlines() if line.startswith("    ")]
+    assert len(code) >= 3
+    namespace: dict = {}
+    exec("from holotron.data import *\n" + textwrap.dedent("\n".join(code)), namespace)  # noqa: S102
+    assert namespace["s"].answer

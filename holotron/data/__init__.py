@@ -3,7 +3,7 @@
     from holotron.data import generate_sample, stream, to_messages, corpus
     s = generate_sample(0)                  # Sample(image, elements, instruction, target, answer, ...)
     msgs = to_messages(s)                   # chat messages for holotron.Processor, answer last
-    texts = corpus(1000)                    # prompt + answer texts for a tokenizer
+    texts = corpus(100)                     # prompt + answer texts for a tokenizer
 
 Files: labels.txt (the vocabulary), labels.py (loading it, unique labels per screen), styles.py
 (themes, sizes, fonts, the train / heldout split), canvas.py (recording drawing + boxes), widgets.py
