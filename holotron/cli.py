@@ -24,7 +24,6 @@ from pathlib import Path
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
-DEFAULT_INSTRUCTION = "the Sign in button"
 
 
 class CLIError(Exception):
@@ -174,7 +173,9 @@ def run(args, log: logging.Logger) -> dict:
     if prompt is None:
         if args.model is not None or args.image is not None:
             raise CLIError("--prompt is required with --model or --image")
-        prompt, args.ground = DEFAULT_INSTRUCTION, True
+        from holotron.data import EXAMPLE_INSTRUCTION
+
+        prompt, args.ground = EXAMPLE_INSTRUCTION, True
         log.info("no --prompt given: grounding the default instruction %r", prompt)
     if args.out and not args.ground:
         raise CLIError("--out draws the click: use it with --ground")
