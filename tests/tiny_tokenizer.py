@@ -1,7 +1,8 @@
 """Build a tiny byte-level BPE tokenizer that carries the real Nemotron special tokens.
 
-Tests (and the tiny shipped model) cannot download the real tokenizer, so they train a small one
-with the `tokenizers` library and write it in the Hugging Face layout:
+Tests cannot download the real tokenizer, so they train a small one with the `tokenizers` library
+(through ``holotron.tokenizer``, which the shipped tiny model's tokenizer also comes from) on a
+fixed toy corpus, and write it in the Hugging Face layout:
 
     tokenizer.json          the fast tokenizer (byte-level BPE, no normaliser, no BOS added)
     tokenizer_config.json   bos/eos/unk (and optionally pad) names, added_tokens_decoder, and
@@ -16,17 +17,14 @@ the real tokenizer). Code under test must read every id from the tokenizer; test
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
-# token -> id in the tiny tokenizer (the reserved low ids)
-N_RESERVED = 32
-_NAMED = {0: "<unk>", 1: "<s>", 2: "</s>", 18: "<image>", 19: "<img>", 20: "</img>", 21: "<think>", 22: "</think>"}
-RESERVED_TOKENS = [_NAMED.get(i, f"<SPECIAL_{i}>") for i in range(N_RESERVED)]
-SPECIAL_IDS = {tok: i for i, tok in enumerate(RESERVED_TOKENS)}
+from holotron.tokenizer import N_RESERVED, RESERVED_TOKENS, SPECIAL_IDS, train_tokenizer, write_tokenizer
+
+__all__ = ["N_RESERVED", "RESERVED_TOKENS", "SPECIAL_IDS", "build_tokenizer", "write_tiny_tokenizer"]
 
 _WORDS = (
     "click the button on the screen open close save cancel submit search settings menu file edit view "
@@ -58,17 +56,7 @@ def _corpus(n_lines: int = 400, seed: int = 0) -> list[str]:
 
 def build_tokenizer(vocab_size: int = 512, seed: int = 0) -> Tokenizer:
     """Train the tiny byte-level BPE in memory (a few milliseconds)."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=RESERVED_TOKENS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(_corpus(seed=seed), trainer)
-    for token, i in SPECIAL_IDS.items():  # the trainer puts special tokens first, in order
-        assert tok.token_to_id(token) == i, (token, tok.token_to_id(token), i)
-    return tok
+    return train_tokenizer(_corpus(seed=seed), vocab_size)
 
 
 def write_tiny_tokenizer(
@@ -76,47 +64,11 @@ def write_tiny_tokenizer(
     pad_token: str | None = None, omit_from_tokenizer_json: tuple[str, ...] = (), config_extra: dict | None = None,
     seed: int = 0,
 ) -> Path:
-    """Write tokenizer.json + tokenizer_config.json (+ chat_template.jinja) into ``folder``.
-
-    chat_template: stored in tokenizer_config.json, or in ``chat_template.jinja`` when
-        ``chat_template_file`` is true; None writes no template (the Processor's built-in is used).
-    omit_from_tokenizer_json: special tokens left out of tokenizer.json's ``added_tokens`` (they stay
-        in the BPE vocab and in tokenizer_config.json's ``added_tokens_decoder``), as some published
-        checkpoints do: a reader that ignores tokenizer_config.json then splits them into pieces.
-    Returns the folder as a Path.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer(vocab_size, seed=seed)
-    data = json.loads(tok.to_str())
-    data["added_tokens"] = [a for a in data["added_tokens"] if a["content"] not in omit_from_tokenizer_json]
-    (folder / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>",
-        "eos_token": "<SPECIAL_12>",
-        "unk_token": "<unk>",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": 131072,
-        "added_tokens_decoder": {
-            str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                     "special": True}
-            for t, i in SPECIAL_IDS.items()
-        },
-    }
-    if pad_token is not None:
-        config["pad_token"] = pad_token
-    if chat_template is not None and not chat_template_file:
-        config["chat_template"] = chat_template
-    if config_extra:
-        config.update(config_extra)
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-    if chat_template is not None and chat_template_file:
-        (folder / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
-    return folder
+    """Write tokenizer.json + tokenizer_config.json (+ chat_template.jinja) into ``folder``; the keywords
+    are ``holotron.tokenizer.write_tokenizer``'s. Returns the folder as a Path."""
+    return write_tokenizer(build_tokenizer(vocab_size, seed=seed), folder, chat_template=chat_template,
+                           chat_template_file=chat_template_file, pad_token=pad_token,
+                           omit_from_tokenizer_json=omit_from_tokenizer_json, config_extra=config_extra)
 
 
 if __name__ == "__main__":  # pragma: no cover - handy for looking at the output

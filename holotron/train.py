@@ -1,0 +1,629 @@
+"""Training holotron VL models on streamed synthetic screens: ``python -m holotron.train``.
+
+    python -m holotron.train --config tiny-ui --steps 3000 --batch-size 32 --out runs/tiny --time-budget 7
+    python -m holotron.train --config micro --steps 4 --batch-size 2 --device cpu --out /tmp/m   # a CPU smoke run
+
+The loop, in the order a step runs:
+  data      ``ScreenBatches[step]``: batch ``step`` of the stream, rendered in DataLoader worker processes
+            (``holotron.data.generate_sample`` with seeds ``seed * 10**12 + step * batch + i``, so a
+            batch depends only on (seed, step): runs and resumed runs see the same data). Each screen
+            goes through ``holotron.Processor`` exactly as at inference (chat template, ``<img><image>*N
+            </img>``, tiling), then the answer tokens are appended. Tiles travel as uint8 and are
+            normalised on the device (``normalize_tiles``: the same arithmetic as the preprocessing).
+  labels    -100 everywhere except the answer tokens: the click JSON, the newline and the end-of-turn
+            token ``<SPECIAL_12>`` (so the model learns to stop). With ``--queries k`` a screen carries
+            k questions, as turns of one conversation; the first turn is the inference prompt.
+  forward   vision tower + mlp1 + the LM's hidden states; the lm_head runs only at the answer
+            positions. Rows are right-padded (pads after the answer change nothing before them, so no
+            attention mask is needed and attention stays plain causal).
+  update    AdamW (no decay on norms, biases, embeddings and the SSM constants), linear warm-up then
+            cosine decay to ``min_lr_ratio * lr`` (``lr_at``), gradient clipping; bf16 autocast on CUDA.
+            With ``--time-budget`` the schedule runs on whichever ends first, steps or minutes.
+  eval      every ``--eval-every`` steps: point-in-box accuracy on held-out screens by greedy
+            generation + ``parse_click`` (``holotron.eval``).
+  save      the HF layout (``save_pretrained``: config.json, safetensors shards, preprocessor_config.json,
+            generation_config.json) + the tokenizer files + ``trainer_state.json`` (the loss log and
+            evals) in ``--out`` at the end (also on a time-budget stop, SIGTERM or Ctrl-C), and in
+            ``--out/checkpoint-STEP`` every ``--save-every`` steps (the latest kept); with
+            ``--save-optimizer`` also ``training_state.pt`` (fp32 weights + AdamW state) for
+            ``--resume``. ``holotron.load`` and ``Processor.from_pretrained`` read the folder as it is.
+
+The scan: Triton's SSD scan has a forward only, so training runs every Mamba layer through the
+pure-PyTorch ``chunked`` backend (autograd works through it) on every device:
+``holotron.kernels.use_backend("chunked")``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import dataclasses
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import kernels
+from .config import TextConfig
+from .model import Holotron, HolotronConfig
+from .processor import END_OF_TURN, Processor
+from .progress import Progress, format_seconds
+from .vision.config import VisionConfig
+from .vision.preprocess import tile_image, to_rgb
+
+__all__ = ["PRESETS", "make_config", "init_weights", "lr_at", "ScreenBatches", "collate", "normalize_tiles",
+           "uint8_tiles", "answer_ids", "extra_targets", "train", "main"]
+
+IGNORE = -100
+GENERATION_CONFIG = {"bos_token_id": 1, "eos_token_id": [2, 12], "pad_token_id": 0, "max_new_tokens": 48}
+
+# ----------------------------------------------------------------------------------------------
+# architectures
+# ----------------------------------------------------------------------------------------------
+
+# name -> (VisionConfig fields, TextConfig fields); vocab_size comes from the tokenizer
+PRESETS: dict[str, tuple[dict, dict]] = {
+    # the shipped model (holotron/models/holotron-tiny-ui/README.md says why these sizes)
+    "tiny-ui": (
+        dict(hidden_size=192, num_hidden_layers=8, num_attention_heads=3, patch_size=16, mlp_ratio=4.0,
+             max_img_size=384, num_prefix_tokens=4, image_size=384, max_num_tiles=12, use_thumbnail=True,
+             projector_hidden_size=1280),
+        dict(hidden_size=320, hybrid_override_pattern="M-M*-M-M*-", num_attention_heads=8, num_key_value_heads=2,
+             head_dim=40, intermediate_size=1280, mamba_num_heads=10, mamba_head_dim=64, ssm_state_size=32,
+             n_groups=2, conv_kernel=4, chunk_size=128),
+    ),
+    # a few-second CPU configuration for tests and smoke runs: same layer kinds, toy sizes
+    "micro": (
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=16, mlp_ratio=2.0,
+             max_img_size=64, num_prefix_tokens=2, image_size=64, max_num_tiles=2, use_thumbnail=True,
+             projector_hidden_size=64),
+        dict(hidden_size=64, hybrid_override_pattern="M*-", num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, intermediate_size=128, mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16,
+             n_groups=1, conv_kernel=4, chunk_size=64),
+    ),
+}
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def make_config(preset: str, vocab_size: int, overrides: list[str] | tuple[str, ...] = ()) -> HolotronConfig:
+    """The HolotronConfig of a preset, with ``overrides`` such as ``"vision.image_size=448"`` or
+    ``"text.hybrid_override_pattern=M*M-"`` (values are JSON, else strings)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown --config {preset!r}: use one of {', '.join(PRESETS)}")
+    vis, txt = (dict(d) for d in PRESETS[preset])
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        part, _, name = key.strip().partition(".")
+        target = {"vision": vis, "text": txt}.get(part)
+        fields = {"vision": VisionConfig, "text": TextConfig}.get(part)
+        if not sep or target is None or name not in {f.name for f in dataclasses.fields(fields)}:
+            raise ValueError(f"--set {item!r}: expected vision.FIELD=VALUE or text.FIELD=VALUE with a field of "
+                             "VisionConfig / TextConfig")
+        target[name] = _parse_value(value)
+    if isinstance(vis.get("norm_mean"), list):
+        vis["norm_mean"] = tuple(vis["norm_mean"])
+    text = TextConfig(**{**txt, "vocab_size": vocab_size, "bos_token_id": 1, "eos_token_id": (2, 12),
+                         "pad_token_id": 0})
+    vision = VisionConfig(**{**vis, "projector_output_size": text.hidden_size})
+    return HolotronConfig(text=text, vision=vision, image_token_id=18)
+
+
+@torch.no_grad()
+def init_weights(model: Holotron, seed: int = 0) -> Holotron:
+    """A from-scratch initialisation (the modules' constructors leave placeholders: zero position
+    embeddings, A = -1, dt_bias = 0). Linear and embedding weights N(0, 0.02), residual output
+    projections scaled by 1/sqrt(2 * layers); norms 1, biases 0; Mamba A in [-16, -1] and
+    softplus(dt_bias) log-uniform in [1e-3, 1e-1] (the Mamba2 recipe); conv1d keeps torch's default."""
+    g = torch.Generator().manual_seed(seed)
+    n_lm = model.config.text.num_hidden_layers
+    n_vit = model.config.vision.num_hidden_layers
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "A_log":
+            p.copy_(torch.log(1 + 15 * torch.rand(p.shape, generator=g)))
+        elif leaf == "dt_bias":
+            dt = torch.exp(math.log(1e-3) + (math.log(1e-1) - math.log(1e-3)) * torch.rand(p.shape, generator=g))
+            p.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        elif leaf == "D":
+            p.fill_(1.0)
+        elif "conv1d" in name:
+            continue
+        elif leaf == "bias":
+            p.zero_()
+        elif p.dim() == 1:  # LayerNorm / RMSNorm weights
+            p.fill_(1.0)
+        else:
+            std = 0.02
+            if name.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")) and name.startswith("language_model"):
+                std /= math.sqrt(2 * n_lm)
+            elif name.endswith(("attn.proj.weight", "mlp.fc2.weight")) and name.startswith("vision_model"):
+                std /= math.sqrt(2 * n_vit)
+            p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model
+
+
+def _no_decay(name: str, p: nn.Parameter) -> bool:
+    return (p.dim() < 2 or name.endswith(("A_log", "dt_bias", ".D")) or "embeddings" in name
+            or "pos_embed" in name or "cls_token" in name)
+
+
+def lr_at(progress: float, lr: float, warmup: float, min_ratio: float = 0.1) -> float:
+    """Learning rate at ``progress`` in [0, 1] of the run: linear warm-up over the first ``warmup``
+    fraction (from lr / 100), then cosine decay from ``lr`` to ``min_ratio * lr`` at progress 1."""
+    progress = min(max(progress, 0.0), 1.0)
+    if warmup > 0 and progress < warmup:
+        return lr * (0.01 + 0.99 * progress / warmup)
+    t = (progress - warmup) / max(1e-12, 1.0 - warmup)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+# ----------------------------------------------------------------------------------------------
+# data
+# ----------------------------------------------------------------------------------------------
+
+def uint8_tiles(image, cfg: VisionConfig) -> tuple[torch.Tensor, int]:
+    """The preprocessing's tiles (same grid, resize and order as ``preprocess_image``) as uint8
+    (tiles, 3, S, S), and the number of image tokens: a quarter of the bytes of float32 for the
+    trip from the data workers; ``normalize_tiles`` finishes the job on the device."""
+    tiles = tile_image(to_rgb(image), cfg.image_size, cfg.max_num_tiles, cfg.use_thumbnail)
+    x = torch.from_numpy(np.stack([np.asarray(t, dtype=np.uint8) for t in tiles])).permute(0, 3, 1, 2).contiguous()
+    return x, len(tiles) * cfg.tokens_per_tile
+
+
+def normalize_tiles(x: torch.Tensor, cfg: VisionConfig) -> torch.Tensor:
+    """uint8 tiles (T, 3, S, S) -> float32 (x / 255 - mean) / std, as ``holotron.vision.preprocess.normalize``."""
+    if x.dtype != torch.uint8:
+        return x.float()
+    mean = torch.tensor(cfg.norm_mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(cfg.norm_std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+    return (x.to(torch.float32) / 255.0 - mean) / std
+
+
+def answer_ids(processor: Processor, answer: str) -> list[int]:
+    """What the model must write after the prompt: the answer, a newline and the end-of-turn token,
+    as the chat template renders an assistant turn (``{answer}\\n<SPECIAL_12>``)."""
+    return processor.encode(answer.strip() + "\n" + END_OF_TURN)
+
+
+def followup_text(target: str) -> str:
+    """A later turn of the same conversation, as the Nemotron template renders it (reasoning off):
+    the newline after the previous end of turn, the user's localisation prompt, the assistant header."""
+    from .grounding import localization_prompt
+
+    return "\n<SPECIAL_11>User\n" + localization_prompt(target).strip() + "\n<SPECIAL_11>Assistant\n<think></think>"
+
+
+def _word(label: str) -> re.Pattern:
+    return re.compile(r"(?<![a-z0-9])" + re.escape(label.lower()) + r"(?![a-z0-9])")
+
+
+def extra_targets(sample, k: int, rng: random.Random) -> list[tuple[str, str]]:
+    """Up to ``k`` more (instruction, answer) pairs for other elements of ``sample``'s screen.
+
+    An element qualifies when it has a target role, is at least 6 px on each side, its label is in no
+    other element's label (as whole words, case-insensitively) and every visible text that holds the
+    label lies on or next to the element (its own caption or value). The generator applies the same
+    rule with the texts' owners, which a Sample does not keep, so this one errs on the strict side."""
+    from .data import ROLES
+    from .data.instructions import answer_text, click_point, instruction_for
+
+    if k <= 0:
+        return []
+    w, h = sample.size
+    els = [e for e in sample.elements if e is not sample.target and e.role in ROLES
+           and min(e.box[2] - e.box[0], e.box[3] - e.box[1]) >= 6]
+    rng.shuffle(els)
+    out = []
+    for e in els:
+        pat = _word(e.label)
+        if any(o is not e and pat.search(o.label.lower()) for o in sample.elements):
+            continue
+        reach = 2 * (e.box[3] - e.box[1]) + 24  # px around the element where its own caption may sit
+        near = (e.box[0] - reach, e.box[1] - reach, e.box[2] + reach, e.box[3] + reach)
+        if any(pat.search(t.text.lower()) and not (t.box[0] < near[2] and near[0] < t.box[2] and t.box[1] < near[3]
+                                                 and near[1] < t.box[3]) for t in sample.texts):
+            continue
+        try:
+            point = click_point(e.box, w, h, rng)
+        except ValueError:
+            continue
+        out.append((instruction_for(e.label, e.role, rng), answer_text(point)))
+        if len(out) == k:
+            break
+    return out
+
+
+class ScreenBatches(torch.utils.data.Dataset):
+    """Map-style dataset whose item ``step`` is the whole training batch of that step (see the module
+    docstring): a dict with input_ids and labels (B, T) right-padded, pixel_values (tiles, 3, S, S) uint8,
+    num_tiles (images,), and counts. Workers build their own Processor from ``tokenizer_dir``."""
+
+    def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
+                 split: str = "train", options: dict | None = None):
+        self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
+        self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
+        self._processor = None
+
+    def __len__(self) -> int:
+        return 2**62
+
+    def __getstate__(self):  # workers (spawned or forked) build their own Processor
+        return {**self.__dict__, "_processor": None}
+
+    @property
+    def processor(self) -> Processor:
+        if self._processor is None:
+            vis = self.vision
+            self._processor = Processor.from_pretrained(self.tokenizer_dir, image_processor=lambda im: uint8_tiles(im, vis))
+        return self._processor
+
+    def sample_seed(self, step: int, i: int) -> int:
+        return self.seed * 10**12 + step * self.batch_size + i
+
+    def row(self, sample, rng: random.Random) -> tuple[list[int], list[int], torch.Tensor, list[int]]:
+        """One screen -> (ids, labels, uint8 tiles, tiles per image)."""
+        from .data import to_messages
+
+        p = self.processor
+        messages = to_messages(sample)
+        prompt = p(messages[:-1], add_generation_prompt=True)  # the inference prompt, image expanded
+        ids = prompt["input_ids"][0].tolist()
+        labels = [IGNORE] * len(ids)
+        ans = answer_ids(p, messages[-1]["content"])
+        ids, labels = ids + ans, labels + ans
+        for instruction, answer in extra_targets(sample, self.queries - 1, rng):
+            follow = p.encode(followup_text(instruction))
+            ans = answer_ids(p, answer)
+            ids += follow + ans
+            labels += [IGNORE] * len(follow) + ans
+        return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist()
+
+    def __getitem__(self, step: int) -> dict:
+        from .data import generate_sample
+
+        rows = []
+        for i in range(self.batch_size):
+            seed = self.sample_seed(step, i)
+            sample = generate_sample(seed, split=self.split, **self.options)
+            rows.append(self.row(sample, random.Random(seed)))
+        return collate(rows, self.processor.pad_token_id)
+
+
+def collate(rows, pad_id: int) -> dict:
+    """Right-pad rows of (ids, labels, tiles, num_tiles) into one batch."""
+    T = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
+    for b, (i, l, _, _) in enumerate(rows):
+        ids[b, :len(i)] = torch.tensor(i)
+        labels[b, :len(l)] = torch.tensor(l)
+    return {
+        "input_ids": ids, "labels": labels,
+        "pixel_values": torch.cat([r[2] for r in rows]),
+        "num_tiles": torch.tensor([n for r in rows for n in r[3]], dtype=torch.long),
+        "tokens": int(sum(len(r[0]) for r in rows)),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# the loss
+# ----------------------------------------------------------------------------------------------
+
+def loss_fn(model: Holotron, batch: dict, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count."""
+    ids = batch["input_ids"].to(device, non_blocking=True)
+    labels = batch["labels"].to(device, non_blocking=True)
+    pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
+    emb = model.embed_inputs(ids, pixel_values)                  # (B, T, D)
+    h = model.language_model.hidden_states(inputs_embeds=emb)    # (B, T, D), plain causal
+    target = labels[:, 1:]                                       # position t predicts token t + 1
+    keep = target != IGNORE
+    logits = model.language_model.lm_head(h[:, :-1][keep])       # (n, V): only where there is a label
+    return F.cross_entropy(logits.float(), target[keep]), int(keep.sum())
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoints
+# ----------------------------------------------------------------------------------------------
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtype = torch.float32,
+                    max_shard_size="5GB", state: dict | None = None, optimizer=None) -> Path:
+    """Write a checkpoint that ``holotron.load`` and ``Processor.from_pretrained`` read: the model in
+    ``dtype`` (the SSM constants stay fp32), generation_config.json, the tokenizer files and
+    ``trainer_state.json``; with ``optimizer``, ``training_state.pt`` (fp32 weights + AdamW state) too."""
+    folder = Path(folder)
+    cpu = copy.deepcopy(model).to("cpu").to(dtype)
+    cpu.generation_config = dict(GENERATION_CONFIG)
+    cpu.save_pretrained(folder, max_shard_size=max_shard_size)
+    for name in TOKENIZER_FILES:
+        src = Path(tokenizer_dir) / name
+        if src.is_file() and src.resolve() != (folder / name).resolve():
+            shutil.copyfile(src, folder / name)
+    if state is not None:
+        (folder / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
+    if optimizer is not None:
+        tmp = folder / "training_state.pt.tmp"
+        torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                    "optimizer": optimizer.state_dict(), "step": (state or {}).get("step", 0)}, tmp)
+        os.replace(tmp, folder / "training_state.pt")
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+# ----------------------------------------------------------------------------------------------
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"holotron.train: error: --device {name}: no CUDA GPU here")
+    return dev
+
+
+def _tokenizer(args, out: Path, log) -> Path:
+    if args.tokenizer:
+        return Path(args.tokenizer)
+    from .tokenizer import build_task_tokenizer
+
+    folder = out / "tokenizer"
+    if not (folder / "tokenizer.json").is_file():
+        t = time.perf_counter()
+        build_task_tokenizer(folder, args.vocab_size, args.tokenizer_corpus)
+        log(f"trained the tokenizer ({args.vocab_size} tokens) on {args.tokenizer_corpus} screens in "
+            f"{time.perf_counter() - t:.1f} s -> {folder}")
+    return folder
+
+
+def train(args) -> dict:
+    """Run training as ``args`` (the parsed command line) says; returns the final trainer state."""
+    t_start = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bar = Progress(args.steps, "train", every_s=args.log_seconds)
+    log = bar.write
+    device = _device(args.device)
+    torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    tok_dir = _tokenizer(args, out, log)
+    processor = Processor.from_pretrained(tok_dir)
+    vocab = processor.vocab_size
+    config = make_config(args.config, vocab, args.set)
+    model = init_weights(Holotron(config), args.seed).to(device)
+    n_params = model.num_parameters()
+
+    decay = [p for n, p in model.named_parameters() if not _no_decay(n, p)]
+    other = [p for n, p in model.named_parameters() if _no_decay(n, p)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if device.type == "cuda" else {}))
+    step, history, evals, elapsed_before = 0, [], [], 0.0
+    if args.resume:
+        ts = torch.load(Path(args.resume) / "training_state.pt", map_location="cpu", weights_only=True)
+        model.load_state_dict(ts["model"])
+        opt.load_state_dict(ts["optimizer"])
+        prev = json.loads((Path(args.resume) / "trainer_state.json").read_text())
+        step, history, evals = ts["step"], prev.get("log", []), prev.get("evals", [])
+        elapsed_before = prev.get("train_seconds", 0.0)
+        log(f"resumed from {args.resume} at step {step}")
+
+    vcfg = config.vision
+    log(f"model {args.config}: {n_params / 1e6:.2f} M parameters (vision {sum(p.numel() for p in model.vision_model.parameters()) / 1e6:.2f} M, "
+        f"mlp1 {sum(p.numel() for p in model.mlp1.parameters()) / 1e6:.2f} M, language model "
+        f"{model.language_model.num_parameters() / 1e6:.2f} M); tiles {vcfg.image_size} px, up to {vcfg.max_num_tiles} "
+        f"+ thumbnail, {vcfg.tokens_per_tile} tokens each; device {device}")
+
+    data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split)
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=None, sampler=range(step, args.steps), num_workers=args.workers,
+        pin_memory=device.type == "cuda", prefetch_factor=args.prefetch if args.workers else None,
+        persistent_workers=False)
+
+    eval_examples = None
+    if args.eval_every and args.eval_n:
+        from .eval import synthetic_examples
+        eval_examples = list(synthetic_examples(args.eval_n, split=args.eval_split))
+        eval_proc = Processor.from_pretrained(tok_dir, image_processor=lambda im: _float_tiles(im, vcfg))
+
+    budget_s = args.time_budget * 60 if args.time_budget else None
+    stop_reason = "steps"
+    interrupted = {"flag": False}
+
+    def on_term(signum, frame):  # SIGTERM (a job scheduler's stop): finish the step, save, exit
+        interrupted["flag"] = True
+
+    old_term = signal.signal(signal.SIGTERM, on_term) if hasattr(signal, "SIGTERM") else None
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    ema, t_loop, tokens_seen, last_save = None, time.perf_counter(), 0, time.perf_counter()
+    t_prev, window_tokens, window_samples = time.perf_counter(), 0, 0
+    save_s = eval_s = 0.0
+    model.train()
+    try:
+        # Triton's scan has no backward: train every Mamba layer through the chunked PyTorch scan
+        with kernels.use_backend("chunked"):
+            for batch in loader:
+                progress = step / args.steps
+                if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes
+                    progress = max(progress, (time.perf_counter() - t_start) / budget_s)
+                lr = lr_at(progress, args.lr, args.warmup, args.min_lr_ratio)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                with amp:
+                    loss, n_labels = loss_fn(model, batch, device)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+                opt.step()
+                step += 1
+                lv = float(loss.detach())
+                ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+                tokens_seen += batch["tokens"]
+                window_tokens += batch["tokens"]
+                window_samples += args.batch_size
+                now = time.perf_counter()
+                if step % args.log_every == 0 or step == args.steps:
+                    dt = now - t_prev
+                    history.append({"step": step, "loss": round(lv, 5), "loss_ema": round(ema, 5), "lr": lr,
+                                    "grad_norm": round(float(gnorm), 4), "tokens_per_s": round(window_tokens / dt),
+                                    "screens_per_s": round(window_samples / dt, 2),
+                                    "seconds": round(now - t_loop + elapsed_before, 2)})
+                    t_prev, window_tokens, window_samples = now, 0, 0
+                last = history[-1] if history else {}
+                bar.update(step, loss=f"{ema:.4f}", lr=f"{lr:.2e}", tok_s=f"{last.get('tokens_per_s', 0):,}",
+                           screens_s=f"{last.get('screens_per_s', 0)}")
+                if eval_examples and (step % args.eval_every == 0):
+                    t = time.perf_counter()
+                    evals.append(_eval(model, eval_proc, eval_examples, device, step, log))
+                    eval_s = time.perf_counter() - t
+                    model.train()
+                if args.save_every and step % args.save_every == 0 and step < args.steps:
+                    t = time.perf_counter()
+                    folder = out / f"checkpoint-{step}"
+                    save_checkpoint(model, folder, tok_dir, dtype=getattr(torch, args.save_dtype),
+                                    max_shard_size=args.max_shard_size,
+                                    state=_state(args, step, history, evals, n_params, now - t_loop + elapsed_before, "running"),
+                                    optimizer=opt if args.save_optimizer else None)
+                    for old in out.glob("checkpoint-*"):  # keep the latest only
+                        if old != folder and old.is_dir():
+                            shutil.rmtree(old)
+                    save_s = time.perf_counter() - t
+                if interrupted["flag"]:
+                    stop_reason = "signal"
+                    break
+                # leave room for the final save (and the final eval) within this run's budget
+                reserve = 2 * save_s + 5 + (eval_s if args.final_eval else 0.0)
+                if budget_s and time.perf_counter() - t_start + reserve >= budget_s:
+                    stop_reason = "time budget"
+                    break
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        bar.close()
+    train_s = time.perf_counter() - t_loop + elapsed_before
+    if eval_examples and (not evals or evals[-1]["step"] != step) and stop_reason != "interrupted" and args.final_eval:
+        evals.append(_eval(model, eval_proc, eval_examples, device, step, log))
+    state = _state(args, step, history, evals, n_params, train_s, stop_reason)
+    save_checkpoint(model, out, tok_dir, dtype=getattr(torch, args.save_dtype), max_shard_size=args.max_shard_size,
+                    state=state, optimizer=opt if args.save_optimizer else None)
+    _write_csv(out / "train_log.csv", history)
+    log(f"stopped after step {step} ({stop_reason}); {format_seconds(train_s)} training, {tokens_seen:,} tokens; "
+        f"checkpoint in {out}")
+    return state
+
+
+def _float_tiles(image, cfg: VisionConfig):
+    from .vision.preprocess import preprocess_image
+
+    return preprocess_image(image, cfg)
+
+
+def _eval(model, processor, examples, device, step, log) -> dict:
+    from .eval import evaluate
+
+    model.eval()
+    with kernels.use_backend("chunked"):
+        rep = evaluate(model, processor, examples, batch_size=16, device=device, progress=False)
+    log(f"eval at step {step}: {rep.hits}/{rep.n} = {100 * rep.accuracy:.1f}% point-in-box "
+        f"(95% CI {100 * rep.ci[0]:.1f}-{100 * rep.ci[1]:.1f}), {rep.unparseable} unparseable")
+    return {"step": step, "n": rep.n, "hits": rep.hits, "accuracy": rep.accuracy, "ci": list(rep.ci),
+            "unparseable": rep.unparseable}
+
+
+def _state(args, step, history, evals, n_params, seconds, status) -> dict:
+    return {"step": step, "status": status, "train_seconds": round(seconds, 2), "parameters": n_params,
+            "args": {k: v for k, v in vars(args).items()}, "evals": evals, "log": history}
+
+
+def _write_csv(path: Path, history: list[dict]) -> None:
+    if not history:
+        return
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(history[0]))
+        w.writeheader()
+        w.writerows(history)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m holotron.train",
+                                description="Train a holotron VL model on streamed synthetic GUI screens.")
+    p.add_argument("--config", default="tiny-ui", help=f"architecture preset: {', '.join(PRESETS)} (default tiny-ui)")
+    p.add_argument("--set", action="append", default=[], metavar="PART.FIELD=VALUE",
+                   help="override a size, e.g. --set vision.image_size=448 --set text.hidden_size=256 (repeatable)")
+    p.add_argument("--out", required=True, help="checkpoint folder (written at the end, and every --save-every steps)")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch-size", type=int, default=32, help="screens per step")
+    p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=float, default=0.05, help="warm-up as a fraction of the run (default 0.05)")
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr / peak lr of the cosine decay")
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    p.add_argument("--seed", type=int, default=0, help="seeds the initialisation and the data stream")
+    p.add_argument("--time-budget", type=float,
+                   help="minutes for this run, setup included: stop cleanly, eval and save before they run out; "
+                        "the lr schedule then ends with whichever comes first, --steps or the minutes")
+    p.add_argument("--workers", type=int, default=max(0, min(16, (os.cpu_count() or 1) - 1)),
+                   help="data worker processes (0: render in the training process)")
+    p.add_argument("--prefetch", type=int, default=4, help="batches each worker prepares ahead")
+    p.add_argument("--split", default="train", help="holotron.data split the training screens come from")
+    p.add_argument("--tokenizer", help="folder with tokenizer.json + tokenizer_config.json (default: train one)")
+    p.add_argument("--vocab-size", type=int, default=2048)
+    p.add_argument("--tokenizer-corpus", type=int, default=4000, help="screens in the tokenizer's corpus")
+    p.add_argument("--eval-every", type=int, default=500, help="steps between evals (0: none)")
+    p.add_argument("--eval-n", type=int, default=64, help="held-out screens per eval")
+    p.add_argument("--eval-split", default="heldout")
+    p.add_argument("--no-final-eval", dest="final_eval", action="store_false", help="skip the eval at the end")
+    p.add_argument("--log-every", type=int, default=10, help="steps between entries of the loss log")
+    p.add_argument("--log-seconds", type=float, default=15.0, help="seconds between progress lines off a terminal")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="steps between checkpoints in OUT/checkpoint-STEP (0: only the final one in OUT)")
+    p.add_argument("--save-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--save-optimizer", action="store_true", help="also write training_state.pt (for --resume)")
+    p.add_argument("--max-shard-size", default="5GB", help="e.g. 14MB")
+    p.add_argument("--resume", help="a checkpoint folder written with --save-optimizer: continue from its step")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.steps < 1 or args.batch_size < 1 or args.queries < 1:
+        raise SystemExit("holotron.train: error: --steps, --batch-size and --queries must be >= 1")
+    state = train(args)
+    last = state["evals"][-1] if state["evals"] else None
+    summary = {"step": state["step"], "status": state["status"], "train_seconds": state["train_seconds"],
+               "loss": state["log"][-1]["loss_ema"] if state["log"] else None,
+               "eval": last, "out": args.out}
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

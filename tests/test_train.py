@@ -1,0 +1,243 @@
+"""Training (holotron.train, holotron.tokenizer): the task tokenizer, batches and their labels, the loss,
+the lr schedule, determinism, checkpoints that the loader, the Processor and the eval CLI accept,
+resuming and the time budget."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+import holotron
+from holotron.data import generate_sample, to_messages
+from holotron.grounding import parse_click
+from holotron.model import Holotron
+from holotron.processor import Processor
+from holotron.tokenizer import SPECIAL_IDS, build_task_tokenizer, train_tokenizer
+from holotron.train import (IGNORE, ScreenBatches, extra_targets, init_weights, loss_fn, lr_at, main, make_config,
+                            normalize_tiles, uint8_tiles)
+from holotron.vision.preprocess import preprocess_image
+
+from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
+
+ROOT = Path(__file__).resolve().parents[1]
+EOT = SPECIAL_IDS["<SPECIAL_12>"]
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    return build_task_tokenizer(tmp_path_factory.mktemp("tok"), vocab_size=600, n=40)
+
+
+@pytest.fixture(scope="module")
+def micro_vision(tok_dir):
+    return make_config("micro", Processor.from_pretrained(tok_dir).vocab_size).vision
+
+
+# ---------------------------------------------------------------------------------------- tokenizer
+
+def test_task_tokenizer_keeps_the_real_special_ids_splits_digits_and_ships_the_chat_template(tok_dir):
+    p = Processor.from_pretrained(tok_dir)
+    for token, i in {"<unk>": 0, "<s>": 1, "</s>": 2, "<SPECIAL_10>": 10, "<SPECIAL_11>": 11, "<SPECIAL_12>": 12,
+                     "<image>": 18, "<img>": 19, "</img>": 20, "<think>": 21, "</think>": 22}.items():
+        assert p.token_to_id(token) == i and p.encode(token) == [i], token
+    pieces = [p.decode([i]) for i in p.encode('{"x": 381, "y": 1000}')]
+    assert [c for c in pieces if c.strip().isdigit()] == ["3", "8", "1", "1", "0", "0", "0"]
+    assert p.chat_template_source.endswith("tokenizer_config.json")
+    assert p.stop_token_ids == (EOT,) and p.pad_token_id == 0
+    text = p.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert p.decode(p.encode(text)) == text
+
+
+def test_train_tokenizer_refuses_a_vocabulary_too_small_for_the_bytes():
+    with pytest.raises(ValueError, match="at least 288"):
+        train_tokenizer(["a b c"], vocab_size=100)
+
+
+# ---------------------------------------------------------------------------------------- data
+
+def test_uint8_tiles_normalised_on_the_device_equal_the_preprocessing(micro_vision):
+    image = generate_sample(3).image
+    tiles, n_tokens = uint8_tiles(image, micro_vision)
+    ref = preprocess_image(image, micro_vision)
+    assert tiles.dtype == torch.uint8 and n_tokens == ref.num_tokens
+    torch.testing.assert_close(normalize_tiles(tiles, micro_vision), ref.pixel_values, rtol=0, atol=1e-6)
+
+
+def _runs(mask: list[bool]) -> list[tuple[int, int]]:
+    runs, start = [], None
+    for i, m in enumerate(mask + [False]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def test_a_real_batch_carries_labels_on_the_answer_tokens_only(tok_dir, micro_vision):
+    """Rows are the inference prompt (Processor, image expanded) + answer + newline + end of turn;
+    labels are -100 everywhere else, padding included."""
+    ds = ScreenBatches(tok_dir, micro_vision, batch_size=3, seed=5)
+    batch = ds[2]
+    proc = Processor.from_pretrained(tok_dir, image_processor=lambda im: preprocess_image(im, micro_vision))
+    pixel_rows = []
+    for b in range(3):
+        sample = generate_sample(ds.sample_seed(2, b))
+        messages = to_messages(sample)
+        prompt = proc(messages[:-1])["input_ids"][0].tolist()
+        pixel_rows.append(proc(messages[:-1])["pixel_values"])
+        ids, labels = batch["input_ids"][b].tolist(), batch["labels"][b].tolist()
+        n = len(prompt)
+        assert ids[:n] == prompt and all(l == IGNORE for l in labels[:n])
+        answer = [l for l in labels if l != IGNORE]
+        assert labels[n:n + len(answer)] == answer == ids[n:n + len(answer)]
+        assert proc.decode(answer) == sample.answer + "\n<SPECIAL_12>" and answer[-1] == EOT
+        end = n + len(answer)
+        assert all(i == proc.pad_token_id for i in ids[end:]) and all(l == IGNORE for l in labels[end:])
+    pv = normalize_tiles(batch["pixel_values"], micro_vision)
+    torch.testing.assert_close(pv, torch.cat(pixel_rows), rtol=0, atol=1e-6)
+    assert int((batch["input_ids"] == 18).sum()) == int(batch["num_tiles"].sum()) * micro_vision.tokens_per_tile
+
+
+def test_more_queries_per_screen_are_later_turns_each_with_its_answer_labelled(tok_dir, micro_vision):
+    ds = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=1, queries=3)
+    batch = ds[0]
+    proc = Processor.from_pretrained(tok_dir)
+    for b in range(2):
+        sample = generate_sample(ds.sample_seed(0, b))
+        ids, labels = batch["input_ids"][b].tolist(), batch["labels"][b].tolist()
+        runs = _runs([l != IGNORE for l in labels])
+        assert 2 <= len(runs) <= 3
+        assert proc.decode(ids[runs[0][0]:runs[0][1]]) == sample.answer + "\n<SPECIAL_12>"
+        for (s0, e0), (s1, _) in zip(runs, runs[1:]):
+            between = proc.decode(ids[e0:s1])
+            assert between.startswith("\n<SPECIAL_11>User\nLocalize an element") and between.endswith(
+                "<SPECIAL_11>Assistant\n<think></think>")
+        for s, e in runs[1:]:
+            text = proc.decode(ids[s:e])
+            assert text.endswith("\n<SPECIAL_12>") and parse_click(text) is not None
+
+
+def test_extra_targets_name_other_unique_elements_and_click_inside_them():
+    checked = 0
+    for seed in range(12):
+        s = generate_sample(seed)
+        w, h = s.size
+        for instruction, answer in extra_targets(s, 4, random.Random(seed)):
+            p = parse_click(answer)
+            named = [e for e in s.elements if e.label in instruction]
+            inside = [e for e in named if e.box[0] <= p.x * w / 1000 < e.box[2] and e.box[1] <= p.y * h / 1000 < e.box[3]]
+            assert inside and all(e is not s.target for e in inside), (seed, instruction, answer)
+            checked += 1
+    assert checked >= 20
+
+
+def test_batches_depend_only_on_seed_and_step(tok_dir, micro_vision):
+    a = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=0)[7]
+    b = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=0)[7]
+    c = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=0)[8]
+    d = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=1)[7]
+    for k in ("input_ids", "labels", "pixel_values", "num_tiles"):
+        assert torch.equal(a[k], b[k])
+    assert not torch.equal(a["input_ids"][0, :c["input_ids"].shape[1]], c["input_ids"][0, :a["input_ids"].shape[1]])
+    assert a["input_ids"].shape != d["input_ids"].shape or not torch.equal(a["input_ids"], d["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------- loss, schedule
+
+def test_the_loss_is_cross_entropy_of_the_answer_tokens_from_the_full_forward(tok_dir, micro_vision):
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
+    batch = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2)[0]
+    loss, n = loss_fn(model, batch, torch.device("cpu"))
+    logits = model(batch["input_ids"], normalize_tiles(batch["pixel_values"], micro_vision))  # (B, T, V)
+    labels = batch["labels"]
+    ref = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=IGNORE)
+    assert n == int((labels != IGNORE).sum()) > 0
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
+    loss.backward()
+    assert model.vision_model.radio_model.model.patch_generator.embedder.weight.grad.abs().sum() > 0
+
+
+def test_lr_warms_up_linearly_then_decays_on_a_cosine_to_the_floor():
+    lr, w, floor = 1e-3, 0.1, 0.1
+    assert lr_at(0.0, lr, w, floor) == pytest.approx(1e-5)
+    assert lr_at(w / 2, lr, w, floor) == pytest.approx(lr * (0.01 + 0.99 * 0.5))
+    assert lr_at(w, lr, w, floor) == pytest.approx(lr)
+    assert lr_at(w + (1 - w) / 2, lr, w, floor) == pytest.approx(lr * (floor + (1 - floor) * 0.5))
+    assert lr_at(1.0, lr, w, floor) == pytest.approx(lr * floor)
+    assert lr_at(2.0, lr, w, floor) == pytest.approx(lr * floor)
+    ps = [i / 200 for i in range(201)]
+    vals = [lr_at(p, lr, w, floor) for p in ps]
+    k = ps.index(w)
+    assert all(a < b for a, b in zip(vals[:k], vals[1:k + 1]))   # rising during warm-up
+    assert all(a > b for a, b in zip(vals[k:], vals[k + 1:]))    # falling after it
+    assert lr_at(0.5, lr, 0.0, 0.0) == pytest.approx(lr / 2)     # no warm-up: pure cosine
+    assert lr_at(0.25, lr, 0.0, 0.0) == pytest.approx(lr * (1 + math.cos(math.pi / 4)) / 2)
+
+
+# ---------------------------------------------------------------------------------------- the command
+
+def _run(*args, timeout=120):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_training_command_writes_a_checkpoint_that_load_processor_and_eval_accept(tmp_path, tok_dir):
+    out = tmp_path / "ckpt"
+    r = _run("-m", "holotron.train", "--config", "micro", "--steps", "3", "--batch-size", "2", "--device", "cpu",
+             "--workers", "1", "--tokenizer", str(tok_dir), "--out", str(out), "--eval-every", "2", "--eval-n", "2",
+             "--log-every", "1")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["step"] == 3 and summary["status"] == "steps" and summary["eval"]["n"] == 2
+    assert "train | 3/3" in r.stderr and "tok/s" in r.stderr
+    model = holotron.load(out)
+    proc = Processor.from_pretrained(out)
+    assert isinstance(model, Holotron) and model.config.text.vocab_size == proc.vocab_size
+    assert model.generation_config["eos_token_id"] == [2, EOT] and EOT in proc.stop_token_ids
+    assert load_file(str(out / "model.safetensors"))["mlp1.1.weight"].dtype == torch.bfloat16  # --save-dtype default
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log"]] == [1, 2, 3] and [e["step"] for e in state["evals"]] == [2, 3]
+    assert (out / "train_log.csv").read_text().splitlines()[0].startswith("step,loss,")
+    r = _run("-m", "holotron.eval", "--model", str(out), "--n", "2", "--batch-size", "2", "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["n"] == 2 and sum(v["n"] for v in res["per_role"].values()) == 2
+
+
+def _train(*argv):
+    assert main([str(a) for a in argv]) == 0
+
+
+def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tmp_path, tok_dir, capsys):
+    common = ["--config", "micro", "--steps", 4, "--batch-size", 2, "--device", "cpu", "--workers", 0,
+              "--tokenizer", tok_dir, "--eval-every", 0, "--save-dtype", "float32", "--log-every", 1]
+    _train(*common, "--out", tmp_path / "a", "--save-every", 2, "--save-optimizer")
+    assert json.loads((tmp_path / "a" / "checkpoint-2" / "trainer_state.json").read_text())["status"] == "running"
+    _train(*common, "--out", tmp_path / "b", "--resume", tmp_path / "a" / "checkpoint-2")
+    a, b = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    start = load_file(str(tmp_path / "a" / "checkpoint-2" / "model.safetensors"))
+    assert not torch.equal(start["mlp1.1.weight"], a["mlp1.1.weight"])  # steps 3 and 4 did change the weights
+    state = json.loads((tmp_path / "b" / "trainer_state.json").read_text())
+    assert state["step"] == 4 and [e["step"] for e in state["log"]] == [1, 2, 3, 4]
+
+
+def test_a_time_budget_stops_early_and_still_saves(tmp_path, tok_dir, capsys):
+    _train("--config", "micro", "--steps", 1000, "--batch-size", 1, "--device", "cpu", "--workers", 0,
+           "--tokenizer", tok_dir, "--eval-every", 0, "--out", tmp_path / "t", "--time-budget", 0.001)
+    state = json.loads((tmp_path / "t" / "trainer_state.json").read_text())
+    assert state["status"] == "time budget" and 1 <= state["step"] < 1000
+    assert isinstance(holotron.load(tmp_path / "t"), Holotron)
+    assert "time budget" in capsys.readouterr().err
