@@ -52,7 +52,9 @@ def wilson_interval(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
     z2 = z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if hits == 0 else max(0.0, centre - half)  # exact at the edges (rounding would leave 1 - 1e-16)
+    hi = 1.0 if hits == n else min(1.0, centre + half)
+    return lo, hi
 
 
 @dataclass

@@ -459,7 +459,7 @@ def train(args) -> dict:
 
     old_term = signal.signal(signal.SIGTERM, on_term) if hasattr(signal, "SIGTERM") else None
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
-    ema, t_loop, tokens_seen, last_save = None, time.perf_counter(), 0, time.perf_counter()
+    ema, ema_sum, n_run, t_loop, tokens_seen = 0.0, 0.0, 0, time.perf_counter(), 0
     t_prev, window_tokens, window_samples = time.perf_counter(), 0, 0
     save_s = eval_s = 0.0
     model.train()
@@ -481,7 +481,9 @@ def train(args) -> dict:
                 opt.step()
                 step += 1
                 lv = float(loss.detach())
-                ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+                ema_sum = 0.95 * ema_sum + 0.05 * lv
+                n_run += 1
+                ema = ema_sum / (1 - 0.95**n_run)  # bias-corrected moving average of the loss
                 tokens_seen += batch["tokens"]
                 window_tokens += batch["tokens"]
                 window_samples += args.batch_size
