@@ -117,12 +117,17 @@ def write_tokenizer(tok: Tokenizer, folder, *, chat_template: str | None = None,
     return folder
 
 
+# the chat template's plain words around a turn (its special tokens are whole tokens already)
+CHAT_WORDS = "System\n/no_think\nUser\nAssistant\n"
+
+
 def task_texts(n: int = 4000, seed0: int = 0) -> list[str]:
     """The grounding task's text: ``holotron.data.corpus(n)`` (localisation prompts and answers of n
-    training screens) plus every label of the vocabulary once, so no label is left to chance."""
+    training screens), the chat template's words once per screen, and every label of the vocabulary
+    once, so no label is left to chance."""
     from .data import all_labels, corpus
 
-    return corpus(n, seed0=seed0) + all_labels()
+    return corpus(n, seed0=seed0) + [CHAT_WORDS] * n + all_labels()
 
 
 def build_task_tokenizer(folder, vocab_size: int = 2048, n: int = 4000) -> Path:

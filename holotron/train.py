@@ -460,13 +460,15 @@ def train(args) -> dict:
     old_term = signal.signal(signal.SIGTERM, on_term) if hasattr(signal, "SIGTERM") else None
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     ema, ema_sum, n_run, t_loop, tokens_seen = 0.0, 0.0, 0, time.perf_counter(), 0
-    t_prev, window_tokens, window_samples = time.perf_counter(), 0, 0
+    t_prev, window_tokens, window_samples, window_wait = time.perf_counter(), 0, 0, 0.0
     save_s = eval_s = 0.0
     model.train()
     try:
         # Triton's scan has no backward: train every Mamba layer through the chunked PyTorch scan
         with kernels.use_backend("chunked"):
+            t_ready = time.perf_counter()
             for batch in loader:
+                window_wait += time.perf_counter() - t_ready  # time the GPU / CPU sat waiting for data
                 progress = step / args.steps
                 if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes
                     progress = max(progress, (time.perf_counter() - t_start) / budget_s)
@@ -493,11 +495,12 @@ def train(args) -> dict:
                     history.append({"step": step, "loss": round(lv, 5), "loss_ema": round(ema, 5), "lr": lr,
                                     "grad_norm": round(float(gnorm), 4), "tokens_per_s": round(window_tokens / dt),
                                     "screens_per_s": round(window_samples / dt, 2),
+                                    "data_wait": round(window_wait / dt, 3),
                                     "seconds": round(now - t_loop + elapsed_before, 2)})
-                    t_prev, window_tokens, window_samples = now, 0, 0
+                    t_prev, window_tokens, window_samples, window_wait = now, 0, 0, 0.0
                 last = history[-1] if history else {}
                 bar.update(step, loss=f"{ema:.4f}", lr=f"{lr:.2e}", tok_s=f"{last.get('tokens_per_s', 0):,}",
-                           screens_s=f"{last.get('screens_per_s', 0)}")
+                           screens_s=f"{last.get('screens_per_s', 0)}", data_wait=f"{last.get('data_wait', 0):.0%}")
                 if eval_examples and (step % args.eval_every == 0):
                     t = time.perf_counter()
                     evals.append(_eval(model, eval_proc, eval_examples, device, step, log))
@@ -522,6 +525,7 @@ def train(args) -> dict:
                 if budget_s and time.perf_counter() - t_start + reserve >= budget_s:
                     stop_reason = "time budget"
                     break
+                t_ready = time.perf_counter()
     except KeyboardInterrupt:
         stop_reason = "interrupted"
     finally:
