@@ -49,7 +49,9 @@ def test_cli_json_end_to_end(ckpt, screenshot):
              "--max-new-tokens", "5")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)  # stdout is exactly one JSON object; logs went to stderr
-    assert out["image_size"] == [120, 80] and out["device"] == "cpu" and out["dtype"] == "float32"
+    cuda = torch.cuda.is_available()  # --device auto: cuda (bf16) when there is a GPU, else cpu (fp32)
+    assert out["image_size"] == [120, 80]
+    assert (out["device"], out["dtype"]) == (("cuda", "bfloat16") if cuda else ("cpu", "float32"))
     assert 1 <= out["new_tokens"] <= 5 and out["prompt_tokens"] > 16  # at least one tile of image tokens
     assert out["prefill_tokens_per_s"] > 0 and out["peak_memory_bytes"] > 0
     assert "loading" in r.stderr and "prefill:" not in r.stdout
