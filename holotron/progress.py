@@ -24,8 +24,10 @@ def format_seconds(s: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int | None, desc: str = "", stream=None, every_s: float = 10.0, enabled: bool = True):
+    def __init__(self, total: int | None, desc: str = "", stream=None, every_s: float = 10.0, enabled: bool = True,
+                 deadline: float | None = None):
         self.total, self.desc = total, desc
+        self.deadline = deadline  # a time.perf_counter() by which the loop stops anyway (caps the ETA)
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every_s = 0.1 if self.tty else every_s
@@ -41,6 +43,8 @@ class Progress:
         if self.total:
             pct = 100 * done / self.total
             eta = elapsed / done * (self.total - done) if done else 0.0
+            if self.deadline is not None:
+                eta = min(eta, max(0.0, self.deadline - time.perf_counter()))
             parts.append(f"{done}/{self.total} ({pct:3.0f}%)")
         else:
             parts.append(str(done))

@@ -402,7 +402,8 @@ def train(args) -> dict:
     t_start = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    bar = Progress(args.steps, "train", every_s=args.log_seconds)
+    bar = Progress(args.steps, "train", every_s=args.log_seconds,
+                   deadline=t_start + 60 * args.time_budget if args.time_budget else None)
     log = bar.write
     device = _device(args.device)
     torch.manual_seed(args.seed)

@@ -241,3 +241,26 @@ def test_a_time_budget_stops_early_and_still_saves(tmp_path, tok_dir, capsys):
     assert state["status"] == "time budget" and 1 <= state["step"] < 1000
     assert isinstance(holotron.load(tmp_path / "t"), Holotron)
     assert "time budget" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------- the shipped model
+
+BUNDLED = ROOT / "holotron" / "models" / "holotron-tiny-ui"
+
+
+@pytest.mark.skipif(not (BUNDLED / "config.json").is_file(), reason="this build has no bundled model")
+def test_the_shipped_model_is_the_tiny_ui_preset_under_30_mb_and_answers_with_a_click():
+    from holotron.bundled import example_image
+    from holotron.eval import answer_batch
+
+    assert sum(f.stat().st_size for f in BUNDLED.glob("*.safetensors")) <= 30_000_000
+    proc = Processor.from_pretrained("holotron-tiny-ui")
+    model = holotron.load("holotron-tiny-ui")
+    preset = make_config("tiny-ui", proc.vocab_size)
+    assert model.config.text == preset.text and model.config.vision.to_hf() == preset.vision.to_hf()
+    assert proc.chat_template_source.endswith("tokenizer_config.json") and proc.token_to_id("<image>") == 18
+    (answer,) = answer_batch(model, proc, [str(example_image())], ["the Upload button"], max_new_tokens=24)
+    point = parse_click(answer)
+    assert point is not None and 0 <= point.x <= 1000 and 0 <= point.y <= 1000, answer
+    card = (BUNDLED / "README.md").read_text()
+    assert "point-in-box" in card and "Wilson" in card
