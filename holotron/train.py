@@ -63,7 +63,7 @@ from .progress import Progress, format_seconds
 from .vision.config import VisionConfig
 from .vision.preprocess import tile_image, to_rgb
 
-__all__ = ["PRESETS", "make_config", "init_weights", "lr_at", "ScreenBatches", "collate", "normalize_tiles",
+__all__ = ["PRESETS", "make_config", "init_weights", "make_optimizer", "lr_at", "ScreenBatches", "collate", "normalize_tiles",
            "uint8_tiles", "answer_ids", "extra_targets", "train", "main"]
 
 IGNORE = -100
@@ -163,6 +163,15 @@ def init_weights(model: Holotron, seed: int = 0) -> Holotron:
 def _no_decay(name: str, p: nn.Parameter) -> bool:
     return (p.dim() < 2 or name.endswith(("A_log", "dt_bias", ".D")) or "embeddings" in name
             or "pos_embed" in name or "cls_token" in name)
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float, fused: bool = False) -> torch.optim.AdamW:
+    """AdamW (betas 0.9 / 0.95) with weight decay on the weight matrices only: not on norms, biases,
+    embeddings, position embeddings, CLS/register tokens or the Mamba constants A_log, D, dt_bias."""
+    decay = [p for n, p in model.named_parameters() if not _no_decay(n, p)]
+    other = [p for n, p in model.named_parameters() if _no_decay(n, p)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if fused else {}))
 
 
 def lr_at(progress: float, lr: float, warmup: float, min_ratio: float = 0.1) -> float:
@@ -418,11 +427,7 @@ def train(args) -> dict:
     model = init_weights(Holotron(config), args.seed).to(device)
     n_params = model.num_parameters()
 
-    decay = [p for n, p in model.named_parameters() if not _no_decay(n, p)]
-    other = [p for n, p in model.named_parameters() if _no_decay(n, p)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if device.type == "cuda" else {}))
+    opt = make_optimizer(model, args.lr, args.weight_decay, fused=device.type == "cuda")
     step, history, evals, elapsed_before = 0, [], [], 0.0
     if args.resume:
         ts = torch.load(Path(args.resume) / "training_state.pt", map_location="cpu", weights_only=True)
@@ -458,7 +463,10 @@ def train(args) -> dict:
     def on_term(signum, frame):  # SIGTERM (a job scheduler's stop): finish the step, save, exit
         interrupted["flag"] = True
 
-    old_term = signal.signal(signal.SIGTERM, on_term) if hasattr(signal, "SIGTERM") else None
+    try:
+        old_term = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: no handler, Ctrl-C and the budget still stop cleanly
+        old_term = None
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     ema, ema_sum, n_run, t_loop, tokens_seen = 0.0, 0.0, 0, time.perf_counter(), 0
     t_prev, window_tokens, window_samples, window_wait = time.perf_counter(), 0, 0, 0.0
