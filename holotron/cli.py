@@ -197,8 +197,7 @@ def run(args, log: logging.Logger) -> dict:
     if args.ground:
         messages = localization_messages(prompt)
         if args.system is not None:
-            messages = [m for m in messages if m["role"] != "system"] + []
-            messages.insert(0, {"role": "system", "content": args.system})
+            messages = [{"role": "system", "content": args.system}] + [m for m in messages if m["role"] != "system"]
     else:
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else []) + [
             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]

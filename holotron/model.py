@@ -60,16 +60,11 @@ class HolotronConfig:
         if d.get("audio_config") or d.get("sound_config"):
             raise ConfigError("audio_config: the audio branch is not implemented")
         text = TextConfig.from_hf(llm)
-        vision = VisionConfig.from_hf(d, preprocessor)
-        if vision.projector_output_size not in (None, text.hidden_size):
-            raise ConfigError(f"projector output size {vision.projector_output_size} != llm hidden_size {text.hidden_size}")
+        vision = VisionConfig.from_hf(d, preprocessor)  # refuses ps_version "v1"; projector output = LM width
         tok = d.get("img_context_token_id", d.get("image_token_id"))
         if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < text.vocab_size:
             raise ConfigError(f"img_context_token_id / image_token_id: expected a token id below vocab_size "
                               f"{text.vocab_size}, got {tok!r}")
-        ps = d.get("ps_version", "v2")
-        if ps not in (None, "v2"):
-            raise ConfigError(f"ps_version {ps!r}: only the 'v2' pixel shuffle is implemented ('v1' transposes the grid)")
         known = {"llm_config", "text_config", "vision_config", "img_context_token_id", "image_token_id",
                  "img_context_token", "img_start_token", "img_end_token", "max_sequence_length",
                  "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "auto_map",
