@@ -21,6 +21,7 @@ See ``holotron/kernels/README.md`` for the recurrence and the chunked algorithm.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import math
@@ -42,6 +43,7 @@ def _say_once(msg: str) -> None:
         log.info(msg)
 
 
+@functools.cache  # find_spec costs microseconds on every decode step otherwise
 def _triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 

@@ -409,6 +409,10 @@ def _step(
     tl.store(y_ptr + bi * s_y_b + h * s_y_h + ps, y.to(y_ptr.dtype.element_ty), mask=mp)
 
 
+# launch settings of the step (the benchmark sweeps them); BLOCK_P None: chosen from the shapes
+STEP_CONFIG = dict(BLOCK_P=None, num_warps=4)
+
+
 def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                     dt_limit=(0.0, float("inf"))):
     """One token: updates ``state`` (b, h, p, n) in place, returns y (b, h, p) like x."""
@@ -424,7 +428,9 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
     clamp = lo > 0.0 or hi < float("inf")
     BLOCK_N = triton.next_power_of_2(n)
-    BLOCK_P = min(triton.next_power_of_2(p), max(1, 4096 // BLOCK_N))
+    # 16 rows of the state per program: P = 80 is five full blocks (no masked lanes), and b * h * 5
+    # programs of 8 KiB each keep every multiprocessor busy from batch 1 on
+    BLOCK_P = STEP_CONFIG["BLOCK_P"] or min(triton.next_power_of_2(p), max(1, 2048 // BLOCK_N))
     Dc = None if D is None else D.contiguous()
     _step[(b, h, triton.cdiv(p, BLOCK_P))](
         state, x, dt, A, B, C, Dc if Dc is not None else A, z if z is not None else x,
@@ -435,6 +441,6 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
         *(z.stride()[:2] if z is not None else (0, 0)), y.stride(0), y.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
-        BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N,
+        BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=STEP_CONFIG["num_warps"],
     )
     return y
