@@ -4,6 +4,7 @@
     query heads j*r .. j*r + r-1 (r = Hq / Hkv);  softmax(q k^T / sqrt(hd) + mask) v;  o_proj.
 
 The mask is built once per forward by the model (``causal_mask``) and shared by every attention layer.
+``step`` is the static-shape decode of one token per row at per-row positions (the decode engine's).
 """
 
 from __future__ import annotations
@@ -71,3 +72,22 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            enable_gqa=self.n_heads != self.n_kv_heads)  # (B, Hq, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+    def step(self, u: torch.Tensor, cache: KVCache, lengths: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """One token per row, every shape static (CUDA-graph safe, no host sync).
+
+        u (B, 1, D); cache k, v (B, Hkv, L, hd); lengths (B,) int64: row b's new key and value go to
+        slot ``lengths[b]``; key_mask (B, 1, 1, L) bool, True at the slots row b attends to (its
+        filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r queries
+        of one head, so the cache is read once, without a GQA expansion.
+        """
+        b = u.shape[0]
+        hkv, hd = self.n_kv_heads, self.head_dim
+        q = self.q_proj(u).view(b, hkv, self.n_heads // hkv, hd)     # (B, Hkv, r, hd): heads j*r .. j*r+r-1
+        k = self.k_proj(u).view(b, hkv, 1, hd)
+        v = self.v_proj(u).view(b, hkv, 1, hd)
+        slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
+        cache.k.scatter_(2, slot, k)
+        cache.v.scatter_(2, slot, v)
+        y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=key_mask)  # (B, Hkv, r, hd)
+        return self.o_proj(y.reshape(b, 1, self.n_heads * hd))

@@ -12,6 +12,12 @@ Prompts of different lengths are left-padded with an ``attention_mask`` (0 at pa
 emits an end-of-sequence id stops (its later positions hold ``pad_token_id``) and is dropped from
 the state, so the others decode as if alone.
 
+On CUDA the decode runs on ``holotron.engine`` (static state, one CUDA graph per step, finished rows
+dropped from the work); its greedy tokens are the plain loop's. ``engine=False`` (or the environment
+variable HOLOTRON_ENGINE=0) keeps the plain loop; ``engine=True`` uses the engine on any device
+(eagerly off CUDA); an ``Engine`` instance is used as given. ``holotron.engine.release(model)`` frees
+the state the engine keeps between calls.
+
 ``python -m holotron.generate`` is the command line (``holotron/cli.py``).
 """
 
@@ -87,11 +93,13 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
            temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
            generator: torch.Generator | None = None, seed: int | None = None,
            eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
-           **prefill_kwargs) -> Iterator[torch.Tensor]:
+           engine=None, **prefill_kwargs) -> Iterator[torch.Tensor]:
     """Yield the new token of every row, (B,) per step; finished rows yield ``pad_token_id``.
 
     ``eos_token_id``: stop ids (default: the model's, see ``eos_ids``; ``[]`` never stops early).
-    ``seed`` makes a fresh generator on the model's device when ``generator`` is not given.
+    ``seed`` makes a fresh generator on the model's device when ``generator`` is not given (on the
+    engine path, ``seed`` / ``generator`` seed the engine's own generator: the draws differ from the
+    plain loop's, greedy tokens do not). ``engine``: None (the engine on CUDA), False, True, or an Engine.
     """
     _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask)
     b, t = input_ids.shape
@@ -103,6 +111,16 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
     if generator is None and seed is not None:
         generator = torch.Generator(device=input_ids.device).manual_seed(seed)
     if max_new_tokens == 0:
+        return
+    eng = _engine(model, engine, b, t + max_new_tokens, temperature > 0, prefill_kwargs)
+    if eng is not None:
+        if eng.sampling:  # the engine's generator, seeded reproducibly from seed / generator / the global RNG
+            if seed is None:
+                dev = generator.device if generator is not None else "cpu"
+                seed = int(torch.randint(2**62, (1,), generator=generator, device=dev))
+            eng.generator.manual_seed(seed)
+        yield from eng.stream(input_ids, max_new_tokens, attention_mask=attention_mask, temperature=temperature,
+                              top_k=top_k, top_p=top_p, eos_token_id=eos, pad_token_id=pad_token_id, **prefill_kwargs)
         return
     eos_t = torch.tensor(eos, dtype=torch.long, device=input_ids.device)
 
@@ -125,6 +143,31 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
                 state.select(keep)
                 rows, tok = rows[keep], tok[keep]
             logits = model(tok[:, None], state=state, logits_to_keep=1)[:, -1]
+
+
+def _engine(model, engine, batch: int, max_len: int, sampling: bool, prefill_kwargs: dict):
+    """The Engine to decode on, or None for the plain loop (see the module docstring)."""
+    from . import engine as engine_mod
+
+    if engine is False:
+        return None
+    if isinstance(engine, engine_mod.Engine):
+        return engine
+    if engine is None:
+        dev = getattr(model, "device", None)
+        if not engine_mod.enabled() or dev is None or torch.device(dev).type != "cuda":
+            return None
+    if not set(prefill_kwargs) <= {"pixel_values", "num_tiles", "image_embeds"}:
+        if engine:
+            raise ValueError(f"engine=True: the engine does not take {sorted(prefill_kwargs)}")
+        return None
+    try:
+        return engine_mod.engine_for(model, batch, max_len, sampling=sampling)
+    except engine_mod.EngineUnsupported as e:
+        if engine:
+            raise
+        engine_mod.log.info("holotron.generate: the plain decode loop: %s", e)
+        return None
 
 
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *,

@@ -12,6 +12,11 @@ The Mamba part never grows with the sequence; only the KV caches and ``valid`` d
 doubles when exceeded, or is reserved up front by ``generate``). Each layer's tensors live on that
 layer's device and dtype. ``select(rows)`` keeps / reorders batch rows (dropping finished sequences,
 beam search).
+
+``DecodeState`` is the static-shape variant the decode engine (``holotron/engine.py``) uses: every
+tensor allocated once for ``max_batch`` rows and ``max_len`` KV slots, one length per row, so one
+decode step has fixed shapes and can be captured in a CUDA graph. Its rows hold real tokens only
+(a padded prompt is compacted when it is loaded); rows are loaded, moved and reset by tensor copies.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MambaState", "KVCache", "InferenceState"]
+__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState"]
 
 
 def _rows(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -131,3 +136,109 @@ class InferenceState:
         kinds = "".join("M" if isinstance(s, MambaState) else "*" if isinstance(s, KVCache) else "-" for s in self.layers)
         return (f"InferenceState(batch={self.batch_size}, seqlen={self.seqlen}, capacity={self.capacity}, "
                 f"layers={kinds!r}, bytes={self.nbytes()['total']})")
+
+
+class DecodeState:
+    """Preallocated state for ``max_batch`` rows of at most ``max_len`` tokens each.
+
+        layers[i]  MambaState (conv (R, conv_dim, K), ssm (R, H, P, N) fp32) | KVCache (k, v (R, Hkv, max_len, hd)) | None
+        lengths    (R,) int64 on the model's device: KV slots [0, lengths[r]) of row r hold its tokens
+
+    No position counter is shared between rows: each row's next token is written at slot ``lengths[r]``
+    (there is no positional encoding, so a row's slots need only hold its own tokens, in any order of
+    arrival). ``view(b)`` gives the per-layer states of the first b rows (views, updated in place).
+    """
+
+    def __init__(self, layers: list, lengths: torch.Tensor, max_len: int):
+        self.layers: list[MambaState | KVCache | None] = layers
+        self.lengths = lengths
+        self.max_len = max_len
+
+    @classmethod
+    def allocate(cls, lm, max_batch: int, max_len: int, ssm_dtype: torch.dtype = torch.float32,
+                 zero: bool = True) -> "DecodeState":
+        """For a ``HybridLM``. ``zero=False`` leaves the tensors uninitialised (benchmarks that time
+        steps on synthetic states; masked KV slots must otherwise be finite, so the default zeroes)."""
+        new = torch.zeros if zero else torch.empty
+        layers: list[MambaState | KVCache | None] = []
+        for blk in lm.backbone.layers:
+            m = blk.mixer
+            if blk.kind == "mamba":
+                w = m.conv1d.weight
+                layers.append(MambaState(conv=new(max_batch, m.conv_dim, m.d_conv, device=w.device, dtype=w.dtype),
+                                         ssm=new(max_batch, m.n_heads, m.head_dim, m.d_state, device=w.device,
+                                                 dtype=ssm_dtype)))
+            elif blk.kind == "attention":
+                w = m.k_proj.weight
+                shape = (max_batch, m.n_kv_heads, max_len, m.head_dim)
+                layers.append(KVCache(k=new(shape, device=w.device, dtype=w.dtype),
+                                      v=new(shape, device=w.device, dtype=w.dtype)))
+            else:
+                layers.append(None)
+        lengths = torch.zeros(max_batch, dtype=torch.long, device=lm.backbone.embeddings.weight.device)
+        return cls(layers, lengths, max_len)
+
+    @property
+    def max_batch(self) -> int:
+        return self.lengths.shape[0]
+
+    def view(self, b: int) -> list:
+        """Per-layer states of rows [0, b) as views (in-place updates reach this state)."""
+        out = []
+        for s in self.layers:
+            if isinstance(s, MambaState):
+                out.append(MambaState(conv=s.conv[:b], ssm=s.ssm[:b]))
+            elif isinstance(s, KVCache):
+                out.append(KVCache(k=s.k[:b], v=s.v[:b]))
+            else:
+                out.append(None)
+        return out
+
+    def load(self, row: int, src: InferenceState, src_row: int) -> int:
+        """Copy row ``src_row`` of a (prefilled) ``InferenceState`` into ``row``, keeping its real
+        tokens only (pads dropped, order kept). Returns the row's length."""
+        keep = src.valid[src_row, :src.seqlen].nonzero().squeeze(1)  # slots of real tokens
+        n = keep.numel()
+        if n > self.max_len:
+            raise ValueError(f"DecodeState.load: {n} tokens do not fit max_len {self.max_len}")
+        for d, s in zip(self.layers, src.layers):
+            if isinstance(d, MambaState):
+                d.conv[row].copy_(s.conv[src_row])
+                d.ssm[row].copy_(s.ssm[src_row])
+            elif isinstance(d, KVCache):
+                if n == src.seqlen:
+                    d.k[row, :, :n].copy_(s.k[src_row, :, :n])
+                    d.v[row, :, :n].copy_(s.v[src_row, :, :n])
+                else:
+                    idx = keep.to(s.k.device)
+                    d.k[row, :, :n].copy_(s.k[src_row].index_select(1, idx))
+                    d.v[row, :, :n].copy_(s.v[src_row].index_select(1, idx))
+        self.lengths[row] = n
+        return n
+
+    def move(self, src: int, dst: int, used: int) -> None:
+        """Copy row ``src`` into row ``dst`` (the first ``used`` KV slots, the Mamba state, the length)."""
+        for s in self.layers:
+            if isinstance(s, MambaState):
+                s.conv[dst].copy_(s.conv[src])
+                s.ssm[dst].copy_(s.ssm[src])
+            elif isinstance(s, KVCache):
+                s.k[dst, :, :used].copy_(s.k[src, :, :used])
+                s.v[dst, :, :used].copy_(s.v[src, :, :used])
+        self.lengths[dst] = self.lengths[src]
+
+    def bytes_per_row(self, length: int | None = None) -> dict[str, int]:
+        """Bytes one row holds: Mamba (constant) and KV for ``length`` tokens (default ``max_len``)."""
+        length = self.max_len if length is None else length
+        mamba = sum((s.conv[0].nbytes + s.ssm[0].nbytes) for s in self.layers if isinstance(s, MambaState))
+        kv = sum(2 * s.k[0, :, 0].nbytes * length for s in self.layers if isinstance(s, KVCache))
+        return {"mamba": mamba, "attention": kv, "total": mamba + kv}
+
+    def nbytes(self) -> int:
+        n = self.lengths.nbytes
+        for s in self.layers:
+            if isinstance(s, MambaState):
+                n += s.nbytes()
+            elif isinstance(s, KVCache):
+                n += s.nbytes()
+        return n
