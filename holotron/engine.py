@@ -307,7 +307,8 @@ class Engine:
     def cancel(self, req: Request) -> None:
         """Drop a request: out of the queue, or its row freed."""
         if req.row is not None:
-            self._free(req)
+            with torch.inference_mode():
+                self._free(req)
         elif req in self.queue:
             self.queue.remove(req)
         req.done = True

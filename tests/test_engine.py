@@ -1,0 +1,284 @@
+"""The decode engine against the plain generate() loop: padded batches, rows ending at different
+times, refill, compaction, chunked prefill, prefix snapshots, images, sampling; on a GPU, the
+CUDA-graph step against the eager one and against the plain loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from holotron.config import TextConfig
+from holotron.engine import Engine, choose_tokens, default_batch_sizes, engine_for, release
+from holotron.generate import generate
+from holotron.lm import HybridLM
+from holotron.state import DecodeState
+
+from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
+from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
+
+IMG_START, IMG_END = 19, 20
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=5)
+
+
+def _ids(n, seed, lo=3, hi=96):
+    return torch.randint(lo, hi, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _left_pad(rows):
+    t = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), t, dtype=torch.long)
+    mask = torch.zeros(len(rows), t, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, t - len(r):], mask[i, t - len(r):] = r, 1
+    return ids, mask
+
+
+def _alone(model, ids, n, **kw):
+    return generate(model, ids[None], n, engine=False, **kw)[0].tolist()
+
+
+def test_padded_batch_equals_the_plain_loop(model):
+    ids, mask = _left_pad([_ids(n, seed=n) for n in (3, 11, 7, 1)])
+    plain = generate(model, ids, 12, attention_mask=mask, eos_token_id=[], engine=False)
+    fast = generate(model, ids, 12, attention_mask=mask, eos_token_id=[], engine=True)
+    assert torch.equal(fast, plain)
+
+
+def test_rows_ending_at_different_times_equal_the_plain_loop_and_shrink_the_step(model):
+    ids, mask = _left_pad([_ids(n, seed=10 + n) for n in (4, 9, 6, 5, 8)])
+    free = generate(model, ids, 10, attention_mask=mask, eos_token_id=[], engine=False)
+    stop = int(free[1, 2])  # row 1 ends at step 2; the others wherever they meet it (or not at all)
+    plain = generate(model, ids, 10, attention_mask=mask, eos_token_id=stop, pad_token_id=-1, engine=False)
+    eng = Engine(model, max_batch=5, max_len=32)
+    live = []
+    fast = generate(model, ids, 10, attention_mask=mask, eos_token_id=stop, pad_token_id=-1, engine=eng,
+                    streamer=lambda tok: live.append(eng.live))
+    assert torch.equal(fast, plain)
+    assert live == sorted(live, reverse=True) and live[-1] < 5
+    assert eng.idle and eng.rows == [None] * 5
+    ended = [int((plain[r] == stop).nonzero()[0]) + 1 if (plain[r] == stop).any() else 10 for r in range(5)]
+    assert len(set(ended)) > 1, "the test needs rows that end at different steps"
+
+
+def test_compaction_moves_live_rows_down_and_runs_smaller_batches(model):
+    eng = Engine(model, max_batch=4, max_len=64, batch_sizes=[1, 2, 4])
+    prompts = [_ids(5 + i, seed=20 + i) for i in range(4)]
+    reqs = [eng.submit(p, max_new_tokens=n) for p, n in zip(prompts, (2, 9, 3, 6))]
+    steps = []
+    orig = eng._step
+    eng._step = lambda b: (steps.append(b), orig(b))
+    eng.run()
+    assert steps[0] == 4 and steps[-1] == 1 and 2 in steps  # 4 live, then 3 and 2 (batch 4, 2), then 1
+    for p, n, r in zip(prompts, (2, 9, 3, 6), reqs):
+        assert r.done and r.tokens == _alone(model, p, n, eos_token_id=[])
+
+
+def test_refill_serves_more_requests_than_rows(model):
+    eng = Engine(model, max_batch=2, max_len=64)
+    prompts = [_ids(n, seed=30 + n) for n in (4, 12, 7, 2, 9)]
+    news = (6, 3, 8, 5, 4)
+    reqs = [eng.submit(p, max_new_tokens=n) for p, n in zip(prompts, news)]
+    live = []
+    while not eng.idle:
+        eng.step()
+        live.append(eng.live)
+    assert max(live) == 2
+    for p, n, r in zip(prompts, news, reqs):
+        assert r.tokens == _alone(model, p, n, eos_token_id=[])
+    # and with an end-of-sequence id: a row that stops early is refilled at once
+    first = _alone(model, prompts[0], 6, eos_token_id=[])
+    eos = first[1]
+    reqs = [eng.submit(p, max_new_tokens=n, eos_token_id=[eos]) for p, n in zip(prompts, news)]
+    eng.run()
+    for p, n, r in zip(prompts, news, reqs):
+        want = _alone(model, p, n, eos_token_id=[eos])
+        cut = want.index(eos) + 1 if eos in want else len(want)
+        assert r.tokens == want[:cut]
+
+
+def test_prefix_snapshot_continuations_equal_full_prompts(model):
+    eng = Engine(model, max_batch=3, max_len=64)
+    shared = _ids(13, seed=40)
+    pre = eng.prefix(shared)
+    suffixes = [_ids(n, seed=41 + n) for n in (3, 1, 6)] + [shared[:0]]
+    reqs = [eng.submit(s if len(s) else None, prefix=pre, max_new_tokens=7) for s in suffixes]
+    reqs.append(eng.submit(_ids(5, seed=49), max_new_tokens=7))  # a request without the prefix in the same batch
+    eng.run()
+    for s, r in zip(suffixes, reqs):
+        assert r.tokens == _alone(model, torch.cat([shared, s]), 7, eos_token_id=[])
+    assert reqs[-1].tokens == _alone(model, _ids(5, seed=49), 7, eos_token_id=[])
+    assert pre.length == 13 and pre.nbytes() > 0
+
+
+def test_chunked_prefill_equals_one_call(model):
+    prompts = [_ids(37, seed=50), _ids(21, seed=51)]
+    ids, mask = _left_pad(prompts)
+    plain = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=False)
+    eng = Engine(model, max_batch=2, max_len=64, prefill_tokens=16)  # chunks of 8 positions for 2 rows
+    chunks = []
+    orig = eng.lm.forward
+    eng.lm.forward = lambda *a, **k: (chunks.append(k["inputs_embeds"].shape[1]), orig(*a, **k))[1]
+    try:
+        fast = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=eng)
+    finally:
+        del eng.lm.forward
+    assert chunks == [8, 8, 8, 8, 5] and torch.equal(fast, plain)
+
+
+def test_vl_batch_with_images_and_a_shared_screenshot():
+    model = tiny_vl(seed=2)
+    g = torch.Generator().manual_seed(0)
+    tiles = torch.randn(3, 3, TILE, TILE, generator=g)
+
+    def prompt(n_tiles, before, after):
+        return torch.tensor(list(before) + [IMG_START] + [IMAGE_TOKEN_ID] * (n_tiles * TOKENS_PER_TILE) + [IMG_END]
+                            + list(after))
+
+    a, b = prompt(1, (5, 40), (42, 43, 44)), prompt(2, (6,), (45, 46))
+    ids, mask = _left_pad([a, b])
+    kw = dict(attention_mask=mask, pixel_values=tiles, num_tiles=[1, 2], eos_token_id=[])
+    assert torch.equal(generate(model, ids, 6, engine=True, **kw), generate(model, ids, 6, engine=False, **kw))
+
+    eng = Engine(model, max_batch=2, max_len=128)
+    screen = prompt(2, (5, 41), ())
+    pre = eng.prefix(screen, pixel_values=tiles[1:], num_tiles=[2])
+    tasks = [torch.tensor([50, 51, 52]), torch.tensor([60, 61])]
+    reqs = [eng.submit(t, prefix=pre, max_new_tokens=5) for t in tasks]
+    reqs.append(eng.submit(a, max_new_tokens=5, pixel_values=tiles[:1]))  # its own image, queued behind
+    eng.run()
+    for t, r in zip(tasks, reqs):
+        full = torch.cat([screen, t])[None]
+        assert r.tokens == generate(model, full, 5, pixel_values=tiles[1:], eos_token_id=[], engine=False)[0].tolist()
+    assert reqs[2].tokens == generate(model, a[None], 5, pixel_values=tiles[:1], eos_token_id=[], engine=False)[0].tolist()
+
+
+def test_sampling_is_seeded_and_temperature_zero_rows_stay_greedy(model):
+    ids, mask = _left_pad([_ids(n, seed=60 + n) for n in (5, 8)])
+    kw = dict(attention_mask=mask, eos_token_id=[], engine=True)
+    a = generate(model, ids, 8, temperature=1.0, seed=3, **kw)
+    assert torch.equal(a, generate(model, ids, 8, temperature=1.0, seed=3, **kw))
+    assert not torch.equal(a, generate(model, ids, 8, temperature=1.0, seed=4, **kw))
+    greedy = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=False)
+    assert torch.equal(generate(model, ids, 8, temperature=3.0, top_k=1, seed=0, **kw), greedy)
+    assert torch.equal(generate(model, ids, 8, temperature=3.0, top_p=1e-6, seed=0, **kw), greedy)
+    eng = Engine(model, max_batch=2, max_len=32, sampling=True)
+    hot = eng.submit(_ids(5, seed=65), max_new_tokens=8, temperature=1.5)
+    cold = eng.submit(_ids(8, seed=68), max_new_tokens=8)
+    eng.run()
+    assert cold.tokens == greedy[1].tolist() and len(hot.tokens) == 8
+
+
+def test_choose_tokens_filters_like_sample():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(4000, 1)
+    g = torch.Generator().manual_seed(0)
+    one = torch.ones(4000)
+    k2 = choose_tokens(logits, one, torch.full((4000,), 2), torch.full((4000,), 2.0), g)
+    assert set(k2.tolist()) == {0, 1}
+    p = choose_tokens(logits, one, torch.full((4000,), 4), torch.full((4000,), 0.79), g)
+    assert set(p.tolist()) == {0, 1}
+    full = choose_tokens(logits, one, torch.full((4000,), 4), torch.full((4000,), 2.0), g)
+    freq = torch.bincount(full, minlength=4).float() / len(full)
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.03)
+    assert torch.equal(choose_tokens(logits[:3], torch.zeros(3), torch.full((3,), 4), torch.full((3,), 2.0), g),
+                       torch.zeros(3, dtype=torch.long))
+
+
+def test_closing_the_stream_frees_the_rows(model):
+    eng = Engine(model, max_batch=2, max_len=32)
+    ids, mask = _left_pad([_ids(4, seed=70), _ids(6, seed=71)])
+    from holotron.generate import stream
+
+    s = stream(model, ids, 10, attention_mask=mask, eos_token_id=[], engine=eng)
+    next(s), next(s)
+    assert eng.live == 2
+    s.close()
+    assert eng.idle
+
+
+def test_errors(model):
+    eng = Engine(model, max_batch=1, max_len=16)
+    assert eng.max_len == 64  # rounded up to the alignment
+    with pytest.raises(ValueError, match="exceed the engine's max_len 64"):
+        eng.submit(_ids(60, seed=0), max_new_tokens=8)
+    with pytest.raises(ValueError, match="needs an Engine built with sampling=True"):
+        eng.submit(_ids(3, seed=0), temperature=1.0)
+    with pytest.raises(ValueError, match="empty prompt"):
+        eng.submit(None)
+    with pytest.raises(ValueError, match="1-d"):
+        eng.submit(torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="exceeds max_batch 1"):
+        next(eng.stream(torch.zeros(2, 3, dtype=torch.long), 4))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda_graph=True needs the model on a CUDA device"):
+            Engine(model, 1, 16, cuda_graph=True)
+
+
+def test_engine_cache_reuses_and_rebuilds(model):
+    a = engine_for(model, 2, 40)
+    assert engine_for(model, 1, 30) is a
+    b = engine_for(model, 3, 40)
+    assert b is not a and b.max_batch == 3
+    c = engine_for(model, 2, 40, sampling=True)
+    assert c is not b and c.sampling
+    release(model)
+    assert engine_for(model, 1, 8) is not c
+    release(model)
+
+
+def test_default_batch_sizes():
+    assert default_batch_sizes(1) == [1]
+    assert default_batch_sizes(5) == [1, 2, 4, 5]
+    assert default_batch_sizes(256) == [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256]
+
+
+def test_decode_state_bytes_per_row_at_12b_size():
+    with torch.device("meta"):
+        lm = HybridLM(TextConfig()).to(torch.bfloat16)
+    st = DecodeState.allocate(lm, 1, 4096)
+    per = st.bytes_per_row(4096)
+    assert per["mamba"] == 28 * (12288 * 4 * 2 + 128 * 80 * 128 * 4)   # 149.5 MB, whatever the length
+    assert per["attention"] == 6 * 2 * 8 * 128 * 2 * 4096             # 24 KiB per token
+    assert st.bytes_per_row(131072)["attention"] == 32 * per["attention"]
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["M*-M*", "M-M*-M"])
+def test_cuda_graph_step_equals_eager_step_and_plain_loop(pattern):
+    model = tiny_lm(tiny_config(hybrid_override_pattern=pattern), seed=7).cuda()
+    prompts = [_ids(n, seed=80 + n) for n in (5, 9, 3)]
+    ids, mask = _left_pad(prompts)
+    ids, mask = ids.cuda(), mask.cuda()
+    graph = Engine(model, max_batch=4, max_len=64, keep_logits=True)
+    eager = Engine(model, max_batch=4, max_len=64, keep_logits=True, cuda_graph=False)
+    assert graph.cuda_graph and sorted(graph.graphs) == [1, 2, 4]
+    for eng in (graph, eager):
+        for p, n in zip(prompts, (12, 4, 8)):
+            eng.submit(p.cuda(), max_new_tokens=n)
+    while not graph.idle:
+        a, b = graph.step(), eager.step()
+        assert [t for _, t in a] == [t for _, t in b]
+        assert torch.equal(graph.logits[:graph.live], eager.logits[:eager.live])
+    plain = generate(model, ids, 10, attention_mask=mask, eos_token_id=[], engine=False)
+    assert torch.equal(generate(model, ids, 10, attention_mask=mask, eos_token_id=[]), plain)  # auto: the graph path
+
+
+@pytest.mark.gpu
+def test_cuda_graph_vl_and_sampling():
+    model = tiny_vl(seed=2).cuda()
+    tiles = torch.randn(2, 3, TILE, TILE, generator=torch.Generator().manual_seed(1)).cuda()
+    ids = torch.tensor([[5, 40, IMG_START] + [IMAGE_TOKEN_ID] * (2 * TOKENS_PER_TILE) + [IMG_END, 42, 43]]).cuda()
+    kw = dict(pixel_values=tiles, eos_token_id=[])
+    assert torch.equal(generate(model, ids, 8, **kw), generate(model, ids, 8, engine=False, **kw))
+    a = generate(model, ids, 8, temperature=1.0, seed=5, **kw)
+    assert torch.equal(a, generate(model, ids, 8, temperature=1.0, seed=5, **kw))
+    assert torch.equal(generate(model, ids, 8, temperature=2.0, top_k=1, seed=1, **kw),
+                       generate(model, ids, 8, engine=False, **kw))
+    release(model)
