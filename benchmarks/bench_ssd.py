@@ -1,32 +1,44 @@
-"""Times the SSD scan and decode step per backend on a CUDA GPU; prints a table, writes JSON.
+"""The SSD scan and decode step on a CUDA GPU, next to the floor and a peer; prints tables, writes JSON.
 
-    python benchmarks/bench_ssd.py [--out DIR]      (JSON goes to DIR/bench_ssd.json, DIR=$OUT if set)
+    python benchmarks/bench_ssd.py [--out DIR] [--quick]      JSON to DIR/bench_ssd.json (DIR=$OUT if set)
+    python benchmarks/bench_ssd.py --smoke                    one fused scan per path (a hang check)
+    python benchmarks/bench_ssd.py --plot JSON --png FILE     the chart of time vs seqlen (CPU is fine)
 
-Scan: H=128, P=80, N=128, G=8, L=4096, batch 1, bf16 (the Holotron-12B Mamba layer at 4k prefill),
-with D per head, dt_bias and softplus. Step: batch 1 and 8 at the same H, P, N, G.
-Times are medians of triton.testing.do_bench (CUDA events). Floors: the bytes each scan must
-move at the measured copy bandwidth, and its matmul FLOPs at the measured bf16 matmul rate.
+Shape: the Nemotron-Nano-12B / Holotron-12B Mamba layer, H=128, P=80, N=128, G=8, chunk 128, bf16,
+with D per head, dt_bias and softplus (issue 7's shapes). Times are medians of
+triton.testing.do_bench (CUDA events). Ceilings measured in the same run: device copy bandwidth and
+a bf16 8192^3 matmul. Floors: the fewest bytes (x, dt, B, C read once, y written once, the fp32 final
+state written once; the step reads and writes its fp32 state) at the copy bandwidth, and the chunked
+algorithm's matmul FLOPs at the matmul rate.
+
+Peer: flash-linear-attention's chunk_simple_gla (fla-core, pure Python + Triton), when importable:
+the same recurrence with B, C expanded to every head, k = B dt, g = dt A, inputs prepared outside the
+timing (its time has no D term). mamba_ssm is not on the GPU image; its figures are issue 7's,
+quoted and labelled as such, never measured here. Baselines are benchmark-only: never a dependency.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import subprocess
 import sys
+import time
 
-import torch
-import triton
-from triton.testing import do_bench
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from holotron.kernels import ssd_scan, ssd_step  # noqa: E402
-
-H, P, N, G, L = 128, 80, 128, 8, 4096
-Q = 128
+H, P, N, G, Q = 128, 80, 128, 8, 128
+SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # issue 7's (batch, seqlen)
+SWEEP_L = [1024, 2048, 4096, 8192, 16384, 32768]  # batch 1
+SWEEP_B = [1, 2, 4, 8, 16]  # seqlen 4096
+STEP_B = [1, 8, 64, 128]
+# issue 7's figures for mamba_ssm 2.3.2 (H200, torch 2.11, triton 3.6), not measured here
+MAMBA_SSM_MS = {(1, 4096): 0.58, (1, 16384): 1.56, (4, 8192): 3.28, (8, 16384): 13.6}  # 1x4096: 0.50-0.66
+MAMBA_SSM_STEP_US = {1: 5.2, 8: 25.5, 64: 190.0, 128: 412.0}  # selective_state_update in a CUDA graph
 
 
 def inputs(b, l, dtype, dev, seed=0):
+    import torch
     g = torch.Generator(device=dev).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=dev, generator=g)  # noqa: E731
     return dict(
@@ -36,8 +48,20 @@ def inputs(b, l, dtype, dev, seed=0):
     )
 
 
+def scan_bytes(b, l):
+    return 2 * (2 * b * l * H * P + b * l * H + 2 * b * l * G * N) + 4 * b * H * P * N
+
+
+def scan_flops(b, l):
+    """Matmul FLOPs of the chunked algorithm on full Q x Q blocks: C B^T per group, the weighted
+    scores times X, the chunk states and C S_in per head."""
+    nc = b * math.ceil(l / Q)
+    return nc * (G * 2 * Q * Q * N + H * (2 * Q * Q * P + 2 * Q * P * N + 2 * Q * N * P))
+
+
 def ceilings(dev):
-    """Measured copy bandwidth (bytes/s) and bf16 matmul rate (FLOP/s) on random data."""
+    import torch
+    from triton.testing import do_bench
     src = torch.randn(1 << 28, device=dev)  # 1 GiB
     dst = torch.empty_like(src)
     t = do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3
@@ -45,60 +69,288 @@ def ceilings(dev):
     a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     bm = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     t = do_bench(lambda: a @ bm, return_mode="median") * 1e-3
+    del src, dst
     return bw, 2 * 8192**3 / t
+
+
+def load_fla():
+    try:
+        from fla.ops.simple_gla import chunk_simple_gla
+        import fla
+        return chunk_simple_gla, getattr(fla, "__version__", "?")
+    except Exception as e:  # noqa: BLE001  (a benchmark-only peer: report and go on)
+        print(f"# fla not importable ({type(e).__name__}: {e}); no peer timed")
+        return None, None
+
+
+def fla_args(kw):
+    """chunk_simple_gla's inputs for the same recurrence (no D): q = C, k = B dt, v = x, g = dt A."""
+    import torch
+    import torch.nn.functional as F
+    dt = F.softplus(kw["dt"].float() + kw["dt_bias"])  # (b, l, H)
+    rep = H // G
+    q = kw["C"].repeat_interleave(rep, dim=2).contiguous()
+    k = (kw["B"].float().repeat_interleave(rep, dim=2) * dt[..., None]).to(kw["x"].dtype).contiguous()
+    return dict(q=q, k=k, v=kw["x"].contiguous(), g=(dt * kw["A"]).contiguous(), scale=1.0, output_final_state=True)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt())
+
+
+def smoke():
+    """Each scan path once at a real shape, and a packed one; a hang here is a bug in the waits."""
+    import torch
+    from holotron.kernels import ssd_scan
+    dev = torch.device("cuda")
+    kw = inputs(2, 1024, torch.bfloat16, dev)
+    x, dt, A, B, C = (kw.pop(k) for k in ("x", "dt", "A", "B", "C"))
+    y, s = ssd_scan(x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)
+    cu = torch.tensor([0, 300, 301, 1024], device=dev)
+    y2, s2 = ssd_scan(x[:1], dt[:1], A, B[:1], C[:1], dt_softplus=True, cu_seqlens=cu, backend="triton", **kw)
+    torch.cuda.synchronize()
+    print("smoke ok", bool(torch.isfinite(y).all()), bool(torch.isfinite(y2).all()))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="issue shapes only, no sweeps or variants")
+    ap.add_argument("--unfused", action="store_true", help="the four-kernel scan (when the fused one hangs)")
+    ap.add_argument("--plot", default=None)
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds; later sections are skipped past it")
+    ap.add_argument("--png", default="docs/ssd_scan_time.png")
     args = ap.parse_args()
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    if args.plot:
+        return plot(args.plot, args.png)
+    if args.smoke:
+        return smoke()
+    run(args)
+
+
+def run(args):
+    import torch
+    import triton
+    from triton.testing import do_bench
+    from holotron.kernels import ssd_scan, ssd_step, ssd_triton as T
+
+    if args.unfused:
+        T.SCAN_CONFIG["fused"] = False
     dev = torch.device("cuda")
+    t_start = time.perf_counter()
+    late = lambda frac: time.perf_counter() - t_start > frac * args.budget  # noqa: E731
+    torch.backends.cuda.matmul.allow_tf32 = False
     bw, mm = ceilings(dev)
-    rows = []
+    fla, fla_ver = load_fla()
+    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                fla=fla_ver, copy_GBps=bw / 1e9, bf16_matmul_TFLOPs=mm / 1e12,
+                date=time.strftime("%Y-%m-%d"), command=" ".join(sys.argv))
+    print(f"# {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}  fla {fla_ver}  "
+          f"copy {bw / 1e9:.0f} GB/s  bf16 matmul {mm / 1e12:.0f} TFLOP/s", flush=True)
+    out = dict(meta=meta, accuracy=[], scan=[], variants=[], step=[], first_call=[])
+    os.makedirs(args.out, exist_ok=True)
 
-    kw = inputs(1, L, torch.bfloat16, dev)
-    x, dt, A, B, C = (kw.pop(k) for k in ("x", "dt", "A", "B", "C"))
-    el = 2  # bf16 bytes
-    bytes_min = (x.numel() * 2 + dt.numel() + B.numel() * 2) * el + H * P * N * 4  # x, y, dt, B, C, state
-    n_chunks = triton.cdiv(L, Q)
-    # matmul FLOPs of the chunked algorithm (full Q x Q blocks, as the kernels compute them):
-    # C B^T, (W) x, chunk states, C . S_in
-    flops = n_chunks * H * (2 * Q * Q * N + 2 * Q * Q * P + 2 * Q * P * N + 2 * Q * N * P)
-    for backend in ("triton", "chunked"):
-        fn = lambda: ssd_scan(x, dt, A, B, C, dt_softplus=True, chunk_size=Q, backend=backend, **kw)  # noqa: E731
-        fn()
-        ms = do_bench(fn, warmup=50, rep=300, return_mode="median")
-        s = ms * 1e-3
-        rows.append(dict(op="ssd_scan", backend=backend, shape=f"b1 L{L} H{H} P{P} N{N} G{G} bf16",
-                         ms=ms, GBps=bytes_min / s / 1e9, TFLOPs=flops / s / 1e12,
-                         floor_bytes_ms=bytes_min / bw * 1e3, floor_flops_ms=flops / mm * 1e3))
+    def save():
+        with open(os.path.join(args.out, "bench_ssd.json"), "w") as fh:
+            json.dump(out, fh, indent=1)
 
-    for b in (1, 8):
+    def ours(kw):
+        k = dict(kw)
+        x, dt, A, B, C = (k.pop(n) for n in ("x", "dt", "A", "B", "C"))
+        return lambda: ssd_scan(x, dt, A, B, C, dt_softplus=True, chunk_size=Q, backend="triton", **k)
+
+    def bench(fn, rep=200):
+        return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+    # ---- first call (compile) at a new shape, and accuracy vs float64 at the real shape
+    kw = inputs(1, 4096, torch.bfloat16, dev, seed=1)
+    t = time.perf_counter()
+    ours(kw)()
+    torch.cuda.synchronize()
+    out["first_call"].append(dict(what="ssd_scan first call b1 L4096 (compile, cold cache)", s=time.perf_counter() - t))
+    t = time.perf_counter()
+    ours(inputs(2, 3000, torch.bfloat16, dev, seed=2))()
+    torch.cuda.synchronize()
+    out["first_call"].append(dict(what="ssd_scan first call at a second shape b2 L3000", s=time.perf_counter() - t))
+    print("# first calls:", [f"{r['what']}: {r['s']:.2f} s" for r in out["first_call"]], flush=True)
+
+    for b, l in [(1, 4096), (2, 8192)]:
+        kw = inputs(b, l, torch.bfloat16, dev, seed=3)
+        kw["D"] = None  # the peer has no D term: compare like with like
+        k64 = {n: (v.double() if torch.is_tensor(v) and n != "A" else v) for n, v in kw.items()}
+        from holotron.kernels import ssd_scan as S
+        y_ref, s_ref = S(k64["x"], k64["dt"], kw["A"], k64["B"], k64["C"], dt_bias=k64["dt_bias"], dt_softplus=True,
+                         chunk_size=Q, backend="chunked")
+        row = dict(shape=f"b{b} L{l}")
+        for name, cfg in (("fused", dict(fused=True)), ("four-kernel", dict(fused=False))):
+            old = dict(T.SCAN_CONFIG)
+            T.SCAN_CONFIG.update(cfg)
+            y, s = ours(kw)()
+            T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update(old)
+            row[f"{name} y"], row[f"{name} state"] = rel(y, y_ref), rel(s, s_ref)
+        if fla is not None:
+            o, ht = fla(**fla_args(kw))
+            row["fla y"], row["fla state"] = rel(o, y_ref), rel(ht.transpose(-1, -2), s_ref)
+        out["accuracy"].append(row)
+        print("# relative RMS error vs float64:", {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        del k64, y_ref, s_ref
+    save()
+
+    # ---- variants of the fused scan's launch settings
+    base = dict(T.SCAN_CONFIG)
+    variants = [dict(), dict(num_warps=4), dict(BLOCK_M=128), dict(num_stages=1), dict(state_ops="half"),
+                dict(BLOCK_K=32), dict(fused=False)]
+    if args.quick:
+        variants = [dict()]
+    for b, l in ([(1, 4096), (8, 16384)] if not args.quick else []):
+        kw = inputs(b, l, torch.bfloat16, dev)
+        for v in variants:
+            if late(0.3):
+                break
+            T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update({**base, **v})
+            try:
+                ms = bench(ours(kw), rep=100)
+            except Exception as e:  # noqa: BLE001  (a config that does not compile: say so, go on)
+                print(f"# variant {v} failed: {type(e).__name__}: {str(e)[:200]}")
+                ms = None
+            out["variants"].append(dict(shape=f"b{b} L{l}", config=v, ms=ms))
+            print(f"# variant b{b} L{l} {v}: {ms}", flush=True)
+        del kw
+    best, score = dict(), {}
+    for r in out["variants"]:  # the fused config with the least time relative to the best, summed over shapes
+        if r["ms"] is not None and r["config"].get("fused", True):
+            fastest = min(q["ms"] for q in out["variants"] if q["shape"] == r["shape"] and q["ms"] is not None)
+            score.setdefault(json.dumps(r["config"], sort_keys=True), []).append(r["ms"] / fastest)
+    full = {k: sum(v) for k, v in score.items() if len(v) == max(map(len, score.values()))}
+    if full:
+        best = json.loads(min(full, key=full.get))
+    T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update({**base, **best})
+    meta["scan_config"] = dict(T.SCAN_CONFIG)
+    print("# scan config:", T.SCAN_CONFIG, flush=True)
+    save()
+
+    # ---- the scan at issue 7's shapes and the sweeps, next to the peer and the floor
+    shapes = list(SHAPES)
+    if not args.quick:
+        shapes += [(1, l) for l in SWEEP_L if (1, l) not in shapes] + [(b, 4096) for b in SWEEP_B if (b, 4096) not in shapes]
+    for b, l in shapes:
+        if late(0.6) and (b, l) not in SHAPES:
+            print(f"# skipped b{b} L{l}: over the time budget")
+            continue
+        kw = inputs(b, l, torch.bfloat16, dev)
+        ms = bench(ours(kw))
+        row = dict(b=b, l=l, ms=ms, GBps=scan_bytes(b, l) / ms / 1e6, TFLOPs=scan_flops(b, l) / ms / 1e9,
+                   floor_bytes_ms=scan_bytes(b, l) / bw * 1e3, floor_flops_ms=scan_flops(b, l) / mm * 1e3,
+                   mamba_ssm_issue_ms=MAMBA_SSM_MS.get((b, l)))
+        row["floor_ms"] = max(row["floor_bytes_ms"], row["floor_flops_ms"])
+        if fla is not None and not late(0.6):
+            fa = fla_args(kw)
+            t = time.perf_counter()
+            fla(**fa)
+            torch.cuda.synchronize()
+            row["fla_first_call_s"] = time.perf_counter() - t
+            row["fla_ms"] = bench(lambda: fla(**fa))
+            del fa
+        if (b, l) == (1, 4096):  # the scan captured in a CUDA graph: no host time in the figure
+            f = ours(kw)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                f()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                f()
+            row["graph_ms"] = bench(g.replay)
+        out["scan"].append(row)
+        print(f"# scan b{b} L{l}: {ms:.3f} ms  fla {row.get('fla_ms')}  floor {row['floor_ms']:.3f}", flush=True)
+        del kw
+        torch.cuda.empty_cache()
+        save()
+
+    # ---- the decode step, in a CUDA graph over distinct per-layer states (no L2 reuse), and eager
+    step_variants = [dict(BLOCK_P=16, num_warps=4), dict(BLOCK_P=16, num_warps=2), dict(BLOCK_P=32, num_warps=4),
+                     dict(BLOCK_P=16, num_warps=8), dict(BLOCK_P=8, num_warps=2)]
+    if args.quick:
+        step_variants = [dict(T.STEP_CONFIG)]
+    for b in STEP_B:
+        if late(0.85):
+            break
         kw = inputs(b, 1, torch.bfloat16, dev, seed=1)
         x, dt, A, B, C = (kw.pop(k)[:, 0] if k != "A" else kw.pop(k) for k in ("x", "dt", "A", "B", "C"))
-        state = torch.randn(b, H, P, N, device=dev)
-        bytes_step = 2 * state.numel() * 4 + (2 * x.numel() + 2 * B.numel()) * el
-        for backend in ("triton", "naive"):
-            fn = lambda: ssd_step(state, x, dt, A, B, C, dt_softplus=True, backend=backend, **kw)  # noqa: E731
-            fn()
-            ms = do_bench(fn, warmup=50, rep=300, return_mode="median")
-            rows.append(dict(op="ssd_step", backend=backend, shape=f"b{b} H{H} P{P} N{N} G{G} bf16",
-                             ms=ms, GBps=bytes_step / (ms * 1e-3) / 1e9, TFLOPs=None,
-                             floor_bytes_ms=bytes_step / bw * 1e3, floor_flops_ms=None))
+        sbytes = b * H * P * N * 4
+        layers = max(2, min(32, math.ceil(400e6 / sbytes)))
+        states = [torch.randn(b, H, P, N, device=dev) for _ in range(layers)]
+        for v in step_variants:
+            T.STEP_CONFIG.update(v)
+            fn = lambda st: ssd_step(st, x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)  # noqa: E731
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for st in states:
+                    fn(st)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for st in states:
+                    fn(st)
+            us = bench(g.replay) * 1e3 / layers
+            eager_us = bench(lambda: fn(states[0])) * 1e3
+            bytes_step = 2 * sbytes + 2 * (2 * b * H * P + 2 * b * G * N + b * H)
+            out["step"].append(dict(b=b, config=dict(v), layers=layers, graph_us=us, eager_us=eager_us,
+                                    TBps=bytes_step / us / 1e6, floor_us=bytes_step / bw * 1e6,
+                                    mamba_ssm_issue_us=MAMBA_SSM_STEP_US.get(b)))
+            print(f"# step b{b} {v}: graph {us:.2f} us/layer ({bytes_step / us / 1e6:.2f} TB/s), eager {eager_us:.1f} us", flush=True)
+        del states
+        save()
 
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                copy_GBps=bw / 1e9, bf16_matmul_TFLOPs=mm / 1e12)
-    print(f"# {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}  "
-          f"copy {meta['copy_GBps']:.0f} GB/s  bf16 matmul {meta['bf16_matmul_TFLOPs']:.0f} TFLOP/s")
-    print(f"| op | backend | shape | median ms | GB/s (min bytes) | TFLOP/s | floor ms (bytes) | floor ms (FLOPs) |")
-    print("|---|---|---|---|---|---|---|---|")
+    # ---- tables
+    print(f"\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (issue) | floor ms | x floor | FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
-    for r in rows:
-        print(f"| {r['op']} | {r['backend']} | {r['shape']} | {r['ms']:.3f} | {f(r['GBps'], '.0f')} | "
-              f"{f(r['TFLOPs'], '.1f')} | {f(r['floor_bytes_ms'], '.3f')} | {f(r['floor_flops_ms'], '.3f')} |")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench_ssd.json"), "w") as fh:
-        json.dump(dict(meta=meta, rows=rows), fh, indent=1)
+    for r in out["scan"]:
+        fl, mb = r.get("fla_ms"), r.get("mamba_ssm_issue_ms")
+        print(f"| {r['b']} x {r['l']} | {r['ms']:.3f} | {f(r.get('graph_ms'), '.3f')} | {f(fl, '.3f')} | {f(mb, '.2f')} | "
+              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {f(fl and fl / r['ms'], '.2f')} | "
+              f"{f(mb and mb / r['ms'], '.2f')} | {r['GBps']:.0f} | {r['TFLOPs']:.0f} |")
+    print("\n| batch | step config | graph us/layer | TB/s | floor us | mamba_ssm us (issue) | eager us |")
+    print("|---|---|---|---|---|---|---|")
+    for r in out["step"]:
+        print(f"| {r['b']} | {r['config']} | {r['graph_us']:.2f} | {r['TBps']:.2f} | {r['floor_us']:.2f} | "
+              f"{f(r['mamba_ssm_issue_us'], '.1f')} | {r['eager_us']:.1f} |")
+    save()
+
+
+def plot(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    d = json.load(open(path))
+    rows = sorted([r for r in d["scan"] if r["b"] == 1], key=lambda r: r["l"])
+    L = [r["l"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(L, [r["ms"] for r in rows], "o-", label="holotron ssd_scan (triton)")
+    if any(r.get("fla_ms") for r in rows):
+        ax.plot(L, [r.get("fla_ms") for r in rows], "s-", label=f"FLA chunk_simple_gla {d['meta'].get('fla')} (measured)")
+    mb = [(r["l"], r["mamba_ssm_issue_ms"]) for r in rows if r.get("mamba_ssm_issue_ms")]
+    if mb:
+        ax.plot(*zip(*mb), "^--", label="mamba_ssm 2.3.2 (issue 7's figures, not measured here)")
+    ax.plot(L, [r["floor_ms"] for r in rows], "k:", label="floor (bytes at copy bandwidth / FLOPs at matmul rate)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("seqlen (batch 1)")
+    ax.set_ylabel("ms")
+    m = d["meta"]
+    ax.set_title(f"SSD scan, H=128 P=80 N=128 G=8 chunk 128 bf16\n{m['gpu']}, torch {m['torch']}, triton {m['triton']}, {m['date']}",
+                 fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    print("wrote", png)
 
 
 if __name__ == "__main__":

@@ -63,14 +63,33 @@ def _mm(a, b, like, OPS: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32))
 
 
+@triton.jit
+def _chunk_bounds(c, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr, L, CPS, Q, VARLEN: tl.constexpr):
+    """Chunk c's token range [t0, t1), its sequence, its index in that sequence and whether it is the
+    sequence's last. Without cu_seqlens, sequence s is batch row s and owns chunks s*CPS .. s*CPS+CPS-1."""
+    if VARLEN:
+        t0 = tl.load(cstart_ptr + c)
+        t1 = tl.load(cend_ptr + c)
+        seq = tl.load(cseq_ptr + c)
+        ci = tl.load(cidx_ptr + c)
+        last = tl.load(clast_ptr + c)
+    else:
+        seq = c // CPS
+        ci = c - seq * CPS
+        t0 = seq * L + ci * Q
+        t1 = tl.minimum(t0 + Q, seq * L + L)
+        last = (ci == CPS - 1).to(tl.int32)
+    return t0, t1, seq, ci, last
+
+
 # ----------------------------------------------------------------------------- 1. dt, cumsum
 
 
 @triton.jit
 def _dt_cumsum(
-    dt_ptr, bias_ptr, A_ptr, cstart_ptr, cend_ptr, dtp_ptr, cs_ptr,
-    H, s_dt_t, s_dt_h, lo, hi,
-    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
+    dt_ptr, bias_ptr, A_ptr, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr, dtp_ptr, cs_ptr,
+    H, s_dt_t, s_dt_h, lo, hi, L, CPS, Q,
+    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
     QP: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
     """Writes processed dt and cs = cumsum(dt * A) over the chunk, (h, chunks, QP) fp32 each;
@@ -78,8 +97,7 @@ def _dt_cumsum(
     c = tl.program_id(0)
     hs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     n_chunks = tl.num_programs(0)
-    t0 = tl.load(cstart_ptr + c)
-    t1 = tl.load(cend_ptr + c)
+    t0, t1, _, _, _ = _chunk_bounds(c, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr, L, CPS, Q, VARLEN)
     q = tl.arange(0, QP)
     tok = (t0 + q).to(tl.int64)
     mq = (t0 + q) < t1
@@ -241,6 +259,153 @@ def _chunk_out(
     tl.store(y_ptr + tok_m[:, None] * s_y_t + h * s_y_h + ps[None, :], acc.to(y_ptr.dtype.element_ty), mask=mo)
 
 
+# ----------------------------------------------------------------------------- fused scan
+
+
+@triton.jit
+def _scan_fused(
+    x_ptr, z_ptr, D_ptr, B_ptr, C_ptr, dtp_ptr, cs_ptr, init_ptr, final_ptr, slot_ptr, flag_ptr, y_ptr,
+    cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr,
+    H, P, N, HPG, L, CPS,
+    s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, s_b_t, s_b_g, s_c_t, s_c_g,
+    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
+    VARLEN: tl.constexpr, TICKET: tl.constexpr,
+    Q, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    P0: tl.constexpr, P1: tl.constexpr, OPS: tl.constexpr, STATE_OPS: tl.constexpr,
+):
+    """One program per (chunk, head), the whole of P (as a P0 block and, when P is not a power of two,
+    a second P1 block: 80 = 64 + 16). In three phases:
+      1. S_c = sum_s exp(cs_end - cs_s) dt_s B_s x_s^T, the chunk's own state, kept as (n, p);
+      2. waits until the program of the sequence's previous chunk has published S_in (its outgoing
+         state), reads it, publishes S_out = exp(cs_end) S_in + S_c (or writes the final state);
+      3. y = exp(cs_t) C_t . S_in + sum_{s<=t} (C_t.B_s) exp(cs_t - cs_s) dt_s x_s (+ D x) (* silu z).
+    Chunk states never go to memory except through a ring of two slots per (sequence, head): chunk i
+    writes slot i % 2 only after chunk i - 1 published, i.e. after chunk i - 1 finished reading slot i % 2.
+    Programs take chunks in ticket order (an atomic counter): a chunk only waits on one that started
+    earlier, so the waits always end, whatever order the hardware starts programs in."""
+    if TICKET:
+        ticket = tl.atomic_add(flag_ptr, 1)
+    else:
+        ticket = tl.program_id(0)
+    c = ticket // H
+    h = ticket - c * H
+    n_chunks = tl.num_programs(0) // H
+    t0, t1, seq, ci, last = _chunk_bounds(c, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr, L, CPS, Q, VARLEN)
+    real = t1 > t0  # padding chunks at the end of a packed table do nothing
+    g = h // HPG
+    row = (h.to(tl.int64) * n_chunks + c) * QP
+    sh = seq.to(tl.int64) * H + h
+    ns = tl.arange(0, BLOCK_N)
+    mn = ns < N
+    p0 = tl.arange(0, P0)
+    mp0 = p0 < P
+    cs_end = tl.load(cs_ptr + row + QP - 1)
+
+    # 1. the chunk's own state, (n, p): sum over source blocks of (B w)^T x
+    sc0 = tl.zeros((BLOCK_N, P0), dtype=tl.float32)
+    if P1 > 0:
+        p1 = P0 + tl.arange(0, P1)
+        mp1 = p1 < P
+        sc1 = tl.zeros((BLOCK_N, P1), dtype=tl.float32)
+    for k0 in range(0, Q, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        mk = (ks < Q) & (t0 + ks < t1)
+        tok = (t0 + ks).to(tl.int64)
+        BkT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None],
+                      mask=mk[None, :] & mn[:, None], other=0.0)  # (BLOCK_N, BLOCK_K)
+        dt = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
+        cs = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
+        w = tl.where(mk, dt * tl.exp(cs_end - cs), 0.0)  # decay from s to the chunk's end
+        BwT = BkT.to(tl.float32) * w[None, :]
+        x0 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p0[None, :], mask=mk[:, None] & mp0[None, :], other=0.0)
+        sc0 += _mm(BwT, x0, x0, OPS)
+        if P1 > 0:
+            x1 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p1[None, :], mask=mk[:, None] & mp1[None, :], other=0.0)
+            sc1 += _mm(BwT, x1, x1, OPS)
+
+    # 2. the state entering the chunk; publish the one leaving it
+    if real & (ci > 0):
+        while tl.atomic_add(flag_ptr + 1 + sh, 0, sem="acquire", scope="gpu") < ci:
+            pass
+    slot_in = slot_ptr + (sh * 2 + (ci + 1) % 2) * N * P  # slot (ci - 1) % 2, laid out (n, p)
+    slot_out = slot_ptr + (sh * 2 + ci % 2) * N * P
+    m0s = mn[:, None] & mp0[None, :]
+    from_slot = real & (ci > 0)  # (scalar conditions enter masks through tl.where: the interpreter
+    # rejects a mask made by & with a scalar)
+    s0 = tl.load(slot_in + ns[:, None] * P + p0[None, :], mask=tl.where(from_slot, m0s, False), other=0.0, cache_modifier=".cg")
+    if HAS_INIT:
+        s0 += tl.load(init_ptr + (sh * P + p0[None, :]) * N + ns[:, None], mask=tl.where(real & (ci == 0), m0s, False), other=0.0)
+    decay_end = tl.exp(cs_end)
+    o0 = decay_end * s0 + sc0
+    is_last = last != 0
+    keep = last == 0  # not the sequence's last chunk: publish for the next one
+    tl.store(final_ptr + (sh * P + p0[None, :]) * N + ns[:, None], o0, mask=tl.where(real & is_last, m0s, False))
+    tl.store(slot_out + ns[:, None] * P + p0[None, :], o0, mask=tl.where(real & keep, m0s, False))
+    if P1 > 0:
+        m1s = mn[:, None] & mp1[None, :]
+        s1 = tl.load(slot_in + ns[:, None] * P + p1[None, :], mask=tl.where(from_slot, m1s, False), other=0.0, cache_modifier=".cg")
+        if HAS_INIT:
+            s1 += tl.load(init_ptr + (sh * P + p1[None, :]) * N + ns[:, None], mask=tl.where(real & (ci == 0), m1s, False), other=0.0)
+        o1 = decay_end * s1 + sc1
+        tl.store(final_ptr + (sh * P + p1[None, :]) * N + ns[:, None], o1, mask=tl.where(real & is_last, m1s, False))
+        tl.store(slot_out + ns[:, None] * P + p1[None, :], o1, mask=tl.where(real & keep, m1s, False))
+    tl.debug_barrier()  # every thread's slot stores happen before the release below
+    if real & keep:
+        tl.atomic_xchg(flag_ptr + 1 + sh, ci + 1, sem="release", scope="gpu")
+
+    # 3. outputs, BLOCK_M rows at a time
+    for m0 in range(0, Q, BLOCK_M):
+        ms = m0 + tl.arange(0, BLOCK_M)
+        mm = (ms < Q) & (t0 + ms < t1)
+        tok_m = (t0 + ms).to(tl.int64)
+        Cm = tl.load(C_ptr + tok_m[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mm[:, None] & mn[None, :], other=0.0)
+        cs_m = tl.load(cs_ptr + row + ms, mask=ms < QP, other=0.0)
+        em = tl.exp(cs_m)[:, None]
+        acc0 = _mm(Cm, s0, s0, STATE_OPS) * em  # exp(cs_t) C_t . S_in
+        if P1 > 0:
+            acc1 = _mm(Cm, s1, s1, STATE_OPS) * em
+        for k0 in range(0, m0 + BLOCK_M, BLOCK_K):  # source blocks up to the diagonal
+            ks = k0 + tl.arange(0, BLOCK_K)
+            mk = (ks < Q) & (t0 + ks < t1)
+            tok = (t0 + ks).to(tl.int64)
+            BkT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None],
+                          mask=mk[None, :] & mn[:, None], other=0.0)
+            CB = _mm(Cm, BkT, Cm, OPS)  # (BLOCK_M, BLOCK_K) fp32
+            cs_k = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
+            dt_k = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
+            causal = (ms[:, None] >= ks[None, :]) & mk[None, :]
+            # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
+            W = CB * tl.exp(tl.where(causal, cs_m[:, None] - cs_k[None, :], float("-inf"))) * dt_k[None, :]
+            x0 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p0[None, :], mask=mk[:, None] & mp0[None, :], other=0.0)
+            acc0 += _mm(W, x0, x0, OPS)
+            if P1 > 0:
+                x1 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p1[None, :], mask=mk[:, None] & mp1[None, :], other=0.0)
+                acc1 += _mm(W, x1, x1, OPS)
+        _finish_rows(acc0, x_ptr, z_ptr, D_ptr, y_ptr, tok_m, mm, h, p0, mp0, P,
+                     s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, HAS_D, D_PER_CHANNEL, HAS_Z)
+        if P1 > 0:
+            _finish_rows(acc1, x_ptr, z_ptr, D_ptr, y_ptr, tok_m, mm, h, p1, mp1, P,
+                         s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, HAS_D, D_PER_CHANNEL, HAS_Z)
+
+
+@triton.jit
+def _finish_rows(acc, x_ptr, z_ptr, D_ptr, y_ptr, tok_m, mm, h, ps, mp, P,
+                 s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h,
+                 HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr):
+    """y = acc + D x, times silu(z), stored in y's dtype; rows tok_m (mask mm), columns ps (mask mp)."""
+    mo = mm[:, None] & mp[None, :]
+    if HAS_D:
+        xm = tl.load(x_ptr + tok_m[:, None] * s_x_t + h * s_x_h + ps[None, :], mask=mo, other=0.0).to(tl.float32)
+        if D_PER_CHANNEL:
+            acc += xm * tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
+        else:
+            acc += xm * tl.load(D_ptr + h).to(tl.float32)
+    if HAS_Z:
+        zm = tl.load(z_ptr + tok_m[:, None] * s_z_t + h * s_z_h + ps[None, :], mask=mo, other=0.0).to(tl.float32)
+        acc = acc * zm * tl.sigmoid(zm)
+    tl.store(y_ptr + tok_m[:, None] * s_y_t + h * s_y_h + ps[None, :], acc.to(y_ptr.dtype.element_ty), mask=mo)
+
+
 # ----------------------------------------------------------------------------- the scan
 
 
@@ -267,25 +432,47 @@ def _interpreting() -> bool:
 def chunk_table(cu: torch.Tensor, n_max: int, chunk_size: int):
     """Chunks of at most ``chunk_size`` tokens per sequence, on cu's device, without a host sync.
 
-    cu (s+1,) int64 token offsets. Returns (start, end) (n_max,) int32 token ranges (empty past the
-    last chunk) and choff (s+1,) int32: sequence i owns chunks choff[i] .. choff[i+1] - 1.
+    cu (s+1,) int64 token offsets. Returns a dict of (n_max,) int32 arrays: start, end (token range;
+    empty past the last chunk), seq (-1 past the last chunk), idx (index in its sequence), last (1 for
+    a sequence's last chunk); and choff (s+1,) int32: sequence i owns chunks choff[i] .. choff[i+1] - 1.
     """
     lens = cu[1:] - cu[:-1]
     nch = (lens + chunk_size - 1) // chunk_size
     choff = torch.cat([torch.zeros(1, dtype=cu.dtype, device=cu.device), nch.cumsum(0)])
     j = torch.arange(n_max, dtype=cu.dtype, device=cu.device)
     seq = (torch.searchsorted(choff, j, right=True) - 1).clamp(0, lens.numel() - 1)
-    start = cu[seq] + (j - choff[seq]) * chunk_size
+    idx = j - choff[seq]
+    start = cu[seq] + idx * chunk_size
     end = torch.minimum(start + chunk_size, cu[seq + 1])
     valid = j < choff[-1]
-    start = torch.where(valid, start, 0)
-    end = torch.where(valid, end, 0)
-    return start.to(torch.int32), end.to(torch.int32), choff.to(torch.int32)
+    i32 = lambda t: torch.where(valid, t, 0).to(torch.int32)  # noqa: E731
+    return dict(start=i32(start), end=i32(end), seq=torch.where(valid, seq, -1).to(torch.int32), idx=i32(idx),
+                last=i32((j == choff[seq + 1] - 1).to(cu.dtype)), choff=choff.to(torch.int32))
+
+
+def _p_split(p: int) -> tuple[int, int]:
+    """P as one power-of-two block (P1 = 0) or two, when that pads less: 80 -> (64, 16), 96 -> (64, 32)."""
+    full = _p2(p)
+    if p <= _DOT_MIN or full == p:
+        return full, 0
+    p0 = 1 << (p.bit_length() - 1)
+    p1 = _p2(p - p0)
+    return (full, 0) if p0 + p1 >= full else (p0, p1)
+
+
+# launch settings of the fused scan (the benchmark sweeps them). fused=False runs the four-kernel
+# version (chunk states through memory), kept as the benchmark's and the tests' second opinion.
+SCAN_CONFIG = dict(fused=True, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True)
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                     dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128):
-    """The fused Triton scan. Shapes as in ``holotron.kernels.ssd_scan``; returns (y like x, state fp32)."""
+    """The fused Triton scan. Shapes as in ``holotron.kernels.ssd_scan``; returns (y like x, state fp32).
+
+    Launches: a memset (flags), _dt_cumsum, _scan_fused; with cu_seqlens also the few small torch ops
+    of ``chunk_table``. None of them waits on the host, so the scan can be captured in a CUDA graph.
+    """
+    cfg = SCAN_CONFIG
     out_dtype = x.dtype
     if x.dtype == torch.float64:  # the kernels compute in fp32
         x, B, C = x.float(), B.float(), C.float()
@@ -295,37 +482,73 @@ def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     dev = x.device
     Q = int(chunk_size)
     QP = _p2(Q)
+    varlen = cu_seqlens is not None or not cfg["fused"]
     if cu_seqlens is None:
         n_seq = b
-        cu = torch.arange(b + 1, device=dev, dtype=torch.int64) * l
-        n_max = b * triton.cdiv(l, Q)
+        cps = triton.cdiv(l, Q)
+        n_max = b * cps
+        cu = torch.arange(b + 1, device=dev, dtype=torch.int64) * l if varlen else None
     else:
         n_seq = cu_seqlens.numel() - 1
+        cps = 0
         cu = cu_seqlens.to(device=dev, dtype=torch.int64)
         n_max = triton.cdiv(l, Q) + n_seq - 1  # sum_i ceil(len_i / Q) <= this, for lengths >= 1
-    cstart, cend, choff = chunk_table(cu, n_max, Q)
+    A32 = A.float().contiguous()
+    if varlen:
+        tab = chunk_table(cu, n_max, Q)
+        ctab = (tab["start"], tab["end"], tab["seq"], tab["idx"], tab["last"])
+    else:
+        ctab = (A32,) * 5  # not read
 
     xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
     zt = None if z is None else _tokens(z)
     y = _empty(b, l, h, p, dtype=x.dtype, device=dev)
     yt = y.view(b * l, h, p)
 
-    # 1. processed dt and the in-chunk cumulative decay
+    # processed dt and the in-chunk cumulative decay, (h, chunks, QP) each
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
     clamp = lo > 0.0 or hi < float("inf")
     dtp = _empty(h, n_max, QP, dtype=torch.float32, device=dev)
     cs = _empty(h, n_max, QP, dtype=torch.float32, device=dev)
     BLOCK_H = min(_p2(h, 1), max(1, 4096 // QP), 32)
-    A32 = A.float().contiguous()
     bias = None if dt_bias is None else dt_bias.float().contiguous()
     _dt_cumsum[(n_max, triton.cdiv(h, BLOCK_H))](
-        dtt, bias if bias is not None else A32, A32, cstart, cend, dtp, cs,
-        h, dtt.stride(0), dtt.stride(1), lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
-        HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, QP=QP, BLOCK_H=BLOCK_H,
+        dtt, bias if bias is not None else A32, A32, *ctab, dtp, cs,
+        h, dtt.stride(0), dtt.stride(1), lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38, l, max(cps, 1), Q,
+        HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp, VARLEN=varlen, QP=QP, BLOCK_H=BLOCK_H,
     )
-
-    # 2. each chunk's own state contribution
     ops = _dot_ops(x.dtype)
+    state_ops = cfg["state_ops"] or ("ieee" if ops == "ieee" else "tf32")
+    final = _empty(n_seq, h, p, n, dtype=torch.float32, device=dev)
+    init = None if initial_state is None else initial_state.float().contiguous()
+    Dc = None if D is None else D.contiguous()
+    if not cfg["fused"]:
+        _scan_unfused(xt, zt, Dc, Bt, Ct, yt, dtp, cs, init, final, tab, h, p, n, g, n_seq, n_max, Q, QP, ops, A32)
+        return y.to(out_dtype), final
+
+    P0, P1 = _p_split(p)
+    BLOCK_M = min(cfg["BLOCK_M"], QP)
+    BLOCK_K = min(cfg["BLOCK_K"], QP)
+    slots = _empty(n_seq, h, 2, n, p, dtype=torch.float32, device=dev)
+    flags = torch.zeros(1 + n_seq * h, dtype=torch.int32, device=dev)  # [ticket counter, one per (seq, head)]
+    _scan_fused[(n_max * h,)](
+        xt, zt if zt is not None else xt, Dc if Dc is not None else A32, Bt, Ct, dtp, cs,
+        init if init is not None else final, final, slots, flags, yt, *ctab,
+        h, p, n, h // g, l, max(cps, 1),
+        xt.stride(0), xt.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)),
+        yt.stride(0), yt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
+        HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
+        HAS_INIT=init is not None, VARLEN=varlen, TICKET=cfg["ticket"],
+        Q=Q, QP=QP, BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, BLOCK_N=_p2(n), P0=P0, P1=P1, OPS=ops, STATE_OPS=state_ops,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return y.to(out_dtype), final
+
+
+def _scan_unfused(xt, zt, Dc, Bt, Ct, yt, dtp, cs, init, final, tab, h, p, n, g, n_seq, n_max, Q, QP, ops, A32):
+    """The four-kernel version: chunk states written, passed along in place, read back."""
+    cstart, cend, choff = tab["start"], tab["end"], tab["choff"]
+    dev = xt.device
     BLOCK_N = _p2(n)
     BLOCK_P = min(64, _p2(p))
     BLOCK_K = min(64, QP)
@@ -336,30 +559,22 @@ def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
         h, p, n, h // g, xt.stride(0), xt.stride(1), Bt.stride(0), Bt.stride(1),
         Q=Q, QP=QP, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, OPS=ops,
     )
-
-    # 3. pass the state along each sequence's chunks
-    final = _empty(n_seq, h, p, n, dtype=torch.float32, device=dev)
-    init = None if initial_state is None else initial_state.float().contiguous()
     BLOCK_S = min(1024, triton.next_power_of_2(p * n))
     _pass_state[(n_seq, h, triton.cdiv(p * n, BLOCK_S))](
         states, cs, choff, init if init is not None else final, final,
         h, p * n, n_max, HAS_INIT=init is not None, QP=QP, BLOCK=BLOCK_S,
     )
-
-    # 4. outputs
     BLOCK_M = min(64, QP)
-    Dc = None if D is None else D.contiguous()
     _chunk_out[(n_max, h, n_pb * triton.cdiv(Q, BLOCK_M))](
         xt, zt if zt is not None else xt, Dc if Dc is not None else A32, Bt, Ct, dtp, cs, states,
         cstart, cend, yt,
         h, p, n, h // g, n_pb,
         xt.stride(0), xt.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)),
         yt.stride(0), yt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
-        HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
+        HAS_D=Dc is not None, D_PER_CHANNEL=Dc is not None and Dc.dim() == 2, HAS_Z=zt is not None,
         Q=Q, QP=QP, BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, OPS=ops,
         STATE_OPS="ieee" if ops == "ieee" else "tf32",
     )
-    return y.to(out_dtype), final
 
 
 # ----------------------------------------------------------------------------- one decode step
