@@ -27,6 +27,7 @@ smallest captured batch >= n: finished rows stop costing work. ``generate()`` us
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import weakref
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from . import kernels
 from .state import DecodeState, InferenceState, KVCache, MambaState
@@ -124,13 +126,16 @@ class Engine:
     top-k / top-p to the step (a sort over the vocabulary per step) and an own ``generator`` on the
     model's device. ``cuda_graph``: None = on when the model is on CUDA. ``keep_logits``: keep each
     step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised
-    (benchmarks on synthetic states).
+    (benchmarks on synthetic states). ``fuse``: run the step's element-wise work (norms, the conv
+    window, dt, relu^2, residuals) through ``torch.compile``d per-layer pieces (fewer kernels; the
+    same math in a different order, so logits agree to rounding, not bit for bit); the scan step
+    and attention stay as they are.
     """
 
     def __init__(self, model, max_batch: int, max_len: int, *, sampling: bool = False,
                  cuda_graph: bool | None = None, batch_sizes: list[int] | None = None,
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
-                 keep_logits: bool = False, zero_state: bool = True):
+                 keep_logits: bool = False, zero_state: bool = True, fuse: bool = False):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         self.model = model
@@ -172,6 +177,7 @@ class Engine:
         self.lens = [0] * R                            # host mirror of state.lengths
         self.queue: deque[Request] = deque()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.fuse = bool(fuse)
         self.naive_step = False   # True when the Mamba step had to be captured through the naive torch path
         self.note: str | None = None
         if self.cuda_graph:
@@ -199,6 +205,8 @@ class Engine:
         return self._step_body(b)
 
     def _step_body(self, b: int) -> None:
+        if self.fuse:
+            return self._step_fused(b)
         lm = self.lm
         lengths = self.state.lengths[:b].clamp(max=self.max_len - 1)       # (b,) the slot of this token
         key_mask = (self._slots[None, :] <= lengths[:, None])[:, None, None]  # (b, 1, 1, L)
@@ -225,11 +233,62 @@ class Engine:
         self.tokens[:b].copy_(nxt)
         self.state.lengths[:b].add_(self.active[:b])
 
+    def _step_fused(self, b: int) -> None:
+        """``_step_body`` with the element-wise work in compiled pieces (see ``fused``)."""
+        fused = _Fused
+        lm = self.lm
+        lengths = self.state.lengths[:b].clamp(max=self.max_len - 1)
+        key_mask = (self._slots[None, :] <= lengths[:, None])[:, None, None]
+        x = lm.backbone.embeddings(self.tokens[:b, None])
+        if lm.config.residual_in_fp32:
+            x = x.float()
+        for blk, st in zip(lm.backbone.layers, self._views[b]):
+            m, nw, eps = blk.mixer, blk.norm.weight, blk.norm.eps
+            if blk.kind == "mamba":
+                z, xc, dt = fused.mamba_in(x, nw, eps, m.in_proj.weight, st.conv, m.conv1d.weight, m.conv1d.bias,
+                                           m.dt_bias, m.d_inner, m.conv_dim, m.n_heads)
+                xs, B, C = xc.split([m.d_inner, m.n_groups * m.d_state, m.n_groups * m.d_state], dim=-1)
+                y = kernels.ssd_step(st.ssm, xs.view(b, m.n_heads, m.head_dim), dt, self._A[id(m)],
+                                     B.view(b, m.n_groups, m.d_state), C.view(b, m.n_groups, m.d_state), D=m.D)
+                x = fused.mamba_out(y.reshape(b, 1, m.d_inner), z, m.norm.weight, m.norm.groups, m.norm.eps,
+                                    m.out_proj.weight, x)
+            elif blk.kind == "attention":
+                q, k, v = fused.attn_in(x, nw, eps, m.q_proj.weight, m.k_proj.weight, m.v_proj.weight)
+                hkv, hd = m.n_kv_heads, m.head_dim
+                slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
+                st.k.scatter_(2, slot, k.view(b, hkv, 1, hd))
+                st.v.scatter_(2, slot, v.view(b, hkv, 1, hd))
+                y = torch.nn.functional.scaled_dot_product_attention(
+                    q.view(b, hkv, m.n_heads // hkv, hd), st.k, st.v, attn_mask=key_mask)
+                x = fused.attn_out(y.reshape(b, 1, m.n_heads * hd), m.o_proj.weight, x)
+            else:
+                x = fused.mlp(x, nw, eps, m.up_proj.weight, m.down_proj.weight)
+        logits = fused.head(x, lm.backbone.norm_f.weight, lm.backbone.norm_f.eps, lm.lm_head.weight)
+        if self.logits is not None:
+            self.logits[:b].copy_(logits)
+        if self.sampling:
+            nxt = choose_tokens(logits, self.temperature[:b], self.top_k[:b], self.top_p[:b], self.generator)
+        else:
+            nxt = logits.argmax(-1)
+        self.tokens[:b].copy_(nxt)
+        self.state.lengths[:b].add_(self.active[:b])
+
+    @property
+    def _A(self) -> dict:
+        """A = -exp(A_log) per Mamba mixer (fp32), computed once for the fused step."""
+        if not hasattr(self, "_A_cache"):
+            with torch.inference_mode():
+                self._A_cache = {id(blk.mixer): -torch.exp(blk.mixer.A_log.float())
+                                 for blk in self.lm.backbone.layers if blk.kind == "mamba"}
+        return self._A_cache
+
     def _capture_all(self) -> None:
         if self.live:
             raise RuntimeError("Engine: graphs are captured while the engine is empty")
         try:
             self._capture()
+        except torch.cuda.OutOfMemoryError:
+            raise
         except Exception as e:  # noqa: BLE001 - a kernel that cannot be captured: retry on the naive step
             self.graphs.clear()
             torch.cuda.synchronize(self.device)
@@ -488,6 +547,85 @@ class Engine:
         return (f"Engine(max_batch={self.max_batch}, max_len={self.max_len}, sampling={self.sampling}, "
                 f"cuda_graph={self.cuda_graph}, batch_sizes={self.batch_sizes}, live={self.live}, "
                 f"state={self.state.nbytes() / 2**30:.2f} GiB)")
+
+
+# ---------------------------------------------------------------------------- the fused step's pieces
+# One layer's element-wise work around its matmuls, in the modules' math (layers.RMSNorm,
+# layers.GatedRMSNorm, Mamba2Mixer._conv, the relu^2 MLP), as plain functions that torch.compile fuses
+# into a few kernels; x (b, 1, D). Compiled on first use, batch dimension dynamic (one compile each).
+
+def _compiled(fn):
+    compiled = None
+
+    @functools.wraps(fn)
+    def call(*args):
+        nonlocal compiled
+        if compiled is None:
+            compiled = torch.compile(fn, dynamic=True, fullgraph=True)
+        return compiled(*args)
+
+    call.eager = fn
+    return call
+
+
+def _rms(x, w, eps):
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (w.float() * xf).to(x.dtype)
+
+
+@_compiled
+def _f_mamba_in(x, norm_w, eps: float, in_w, conv, conv_w, conv_b, dt_bias, d_inner: int, conv_dim: int, heads: int):
+    """norm -> in_proj -> (z, silu(conv over the updated window), softplus(dt + dt_bias)); ``conv`` updated in place."""
+    h = _rms(x.to(norm_w.dtype), norm_w, eps)
+    z, xBC, dt = F.linear(h, in_w).split([d_inner, conv_dim, heads], dim=-1)
+    win = torch.cat([conv[:, :, 1:], xBC.transpose(1, 2).to(conv.dtype)], dim=2)  # (b, c, K)
+    conv.copy_(win)
+    xc = (win * conv_w[:, 0, :]).sum(-1)
+    if conv_b is not None:
+        xc = xc + conv_b
+    xc = F.silu(xc).to(xBC.dtype)                                                 # (b, c)
+    dt = F.softplus(dt[:, 0].float() + dt_bias.float())                           # (b, H) fp32
+    return z, xc, dt
+
+
+@_compiled
+def _f_mamba_out(y, z, gnorm_w, groups: int, eps: float, out_w, x):
+    """x + out_proj(GatedRMSNorm(y, z))."""
+    v = y.float() * F.silu(z.float())
+    vg = v.unflatten(-1, (groups, -1))
+    vg = vg * torch.rsqrt(vg.pow(2).mean(-1, keepdim=True) + eps)
+    h = (gnorm_w.float() * vg.flatten(-2)).to(y.dtype)
+    return x + F.linear(h, out_w)
+
+
+@_compiled
+def _f_attn_in(x, norm_w, eps: float, q_w, k_w, v_w):
+    h = _rms(x.to(norm_w.dtype), norm_w, eps)
+    return F.linear(h, q_w), F.linear(h, k_w), F.linear(h, v_w)
+
+
+@_compiled
+def _f_attn_out(y, o_w, x):
+    return x + F.linear(y, o_w)
+
+
+@_compiled
+def _f_mlp(x, norm_w, eps: float, up_w, down_w):
+    h = _rms(x.to(norm_w.dtype), norm_w, eps)
+    return x + F.linear(F.relu(F.linear(h, up_w)).square(), down_w)
+
+
+@_compiled
+def _f_head(x, norm_w, eps: float, lm_w):
+    h = _rms(x.to(norm_w.dtype), norm_w, eps)
+    return F.linear(h[:, 0].to(lm_w.dtype), lm_w).float()
+
+
+class _Fused:
+    mamba_in, mamba_out, attn_in, attn_out, mlp, head = (staticmethod(_f_mamba_in), staticmethod(_f_mamba_out),
+                                                         staticmethod(_f_attn_in), staticmethod(_f_attn_out),
+                                                         staticmethod(_f_mlp), staticmethod(_f_head))
 
 
 # ---------------------------------------------------------------------------- one engine per model

@@ -1,0 +1,608 @@
+"""Serving throughput of the 12B model on one GPU: holotron.engine (CUDA-graph decode, batching) for the
+hybrid Nemotron-H 12B and for a pure-attention model of the same parameter count.
+
+    PYTHONPATH=. python3 benchmarks/bench_serving.py [--budget 210]   # CUDA; JSON + PNG to $OUT (or .)
+    PYTHONPATH=. python3 benchmarks/bench_serving.py --small          # tiny configs, any device (smoke test)
+
+Measured, random bf16 weights initialised on the GPU, fp32 Mamba state:
+  decode   tokens/s at batch 1..256 after a 1,024-token prompt (hybrid): per step, the CUDA-graph replay
+           alone (CUDA events) and the engine's whole step (replay, token read-back, host bookkeeping);
+  context  at 4k, 16k and 64k tokens, for both models: the largest batch whose state fits next to the
+           weights, and tokens/s at batch 1, 8, 32, ... up to it (graph replay);
+  prefill  tokens/s at 16,384 tokens, batch 1, in one call and in 8,192-token chunks;
+  e2e      holotron.generate on a 1,024-token prompt with the engine and with the plain loop: decode
+           tokens/s of each, and whether their greedy tokens agree;
+  vision   a 13-tile screenshot through RADIO + mlp1.
+Computed: state bytes per sequence at 4k, 32k and 128k tokens for both models.
+
+Rows of the decode timings other than the prefilled ones hold uninitialised state of the right shape
+and length (the step's work and bytes do not depend on the values). Floors: bytes moved per step (the
+weights read, the fp32 Mamba state read and written, the KV read) at the copy bandwidth measured in
+the same run, or the matmul FLOPs at the measured bf16 matmul rate, whichever is larger. Every
+configuration is guarded: an out-of-memory is recorded as "OOM", and work left when ``--budget``
+seconds are near is recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from holotron.config import TextConfig  # noqa: E402
+from holotron.engine import Engine, Request  # noqa: E402
+from holotron.generate import generate  # noqa: E402
+from holotron.lm import HybridLM  # noqa: E402
+from holotron.state import DecodeState  # noqa: E402
+
+SMALL = dict(vocab_size=512, hidden_size=64, hybrid_override_pattern="M-M*-M-M*-",
+             num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+             mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=16)
+
+
+class Clock:
+    def __init__(self, budget: float):
+        self.t0, self.budget = time.perf_counter(), budget
+
+    def left(self) -> float:
+        return self.budget - (time.perf_counter() - self.t0)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def free_cuda():
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def attention_config(hybrid: TextConfig) -> TextConfig:
+    """Every Mamba layer replaced by attention; the MLPs widened so the parameter count matches."""
+    pat = hybrid.hybrid_override_pattern.replace("M", "*")
+    with torch.device("meta"):
+        n_h = HybridLM(hybrid).num_parameters()
+        cfg = dataclasses.replace(hybrid, hybrid_override_pattern=pat)
+        n_a = HybridLM(cfg).num_parameters()
+    n_mlp = pat.count("-")
+    extra = (n_h - n_a) / (2 * hybrid.hidden_size * n_mlp)
+    step = 128 if hybrid.intermediate_size >= 1024 else 8
+    width = hybrid.intermediate_size + int(round(extra / step)) * step
+    return dataclasses.replace(cfg, intermediate_size=width)
+
+
+@torch.no_grad()
+def build(cfg: TextConfig, dev: torch.device, dtype: torch.dtype, seed: int = 0) -> HybridLM:
+    """Built on the meta device, allocated on ``dev`` (no CPU copy), filled there by parameter name."""
+    with torch.device("meta"):
+        model = HybridLM(cfg)
+    model = model.to(dtype).to_empty(device=dev)   # A_log, D, dt_bias stay fp32 (HybridLM.keep_fp32)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "A_log":
+            p.uniform_(1.0, 16.0, generator=g).log_()
+        elif leaf == "dt_bias":
+            dt = torch.empty_like(p).uniform_(math.log(1e-3), math.log(1e-1), generator=g).exp_()
+            p.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1
+        elif leaf == "D" or name.endswith("norm.weight") or name.endswith("norm_f.weight"):
+            p.fill_(1.0)
+        elif "conv1d" in name:
+            p.normal_(0.0, 0.5, generator=g) if leaf == "weight" else p.zero_()
+        elif "embeddings" in name:
+            p.normal_(0.0, 1.0, generator=g)
+        elif p.dim() == 2:
+            p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]), generator=g)
+        else:
+            p.normal_(0.0, 0.1, generator=g)
+    return model.eval()
+
+
+def state_bytes(cfg: TextConfig, lengths: list[int], dtype=torch.bfloat16) -> dict:
+    """Inference-state bytes of one sequence (computed from the shapes: a DecodeState on the meta device)."""
+    with torch.device("meta"):
+        lm = HybridLM(cfg).to(dtype)
+        st = DecodeState.allocate(lm, 1, 1)
+    return {str(n): st.bytes_per_row(n) for n in lengths}
+
+
+# ----------------------------------------------------------------------------- ceilings
+
+
+def ceilings(dev, small: bool) -> dict:
+    if dev.type != "cuda":
+        return {"copy_GBps": float("nan"), "bf16_matmul_TFLOPs": float("nan")}
+    n = 2**28 if not small else 2**20
+    src = torch.empty(n, dtype=torch.float32, device=dev).normal_()
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), 3, 10, dev)
+    bw = 2 * src.nbytes / (ms * 1e-3)
+    del src, dst
+    k = 8192
+    a = torch.randn(k, k, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(k, k, device=dev, dtype=torch.bfloat16)
+    ms = median_ms(lambda: a @ b, 3, 10, dev)
+    return {"copy_GBps": bw / 1e9, "bf16_matmul_TFLOPs": 2 * k**3 / (ms * 1e-3) / 1e12}
+
+
+def median_ms(fn, warmup: int, reps: int, dev) -> float:
+    for _ in range(warmup):
+        fn()
+    sync(dev)
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+        else:
+            fn()
+            out.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(out)
+
+
+def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict) -> float:
+    """The larger of: bytes of one decode step at the copy bandwidth, matmul FLOPs at the matmul rate."""
+    cfg = lm.config
+    emb = cfg.vocab_size * cfg.hidden_size
+    n_w = lm.num_parameters() - emb
+    wbytes = n_w * 2 + b * cfg.hidden_size * 2
+    kinds = cfg.layer_kinds
+    mamba_row = kinds.count("mamba") * (
+        (cfg.mamba_num_heads * cfg.mamba_head_dim + 2 * cfg.n_groups * cfg.ssm_state_size) * cfg.conv_kernel * 2
+        + cfg.mamba_num_heads * cfg.mamba_head_dim * cfg.ssm_state_size * 4)
+    kv_row = kinds.count("attention") * 2 * cfg.num_key_value_heads * cfg.head_dim * 2 * ctx
+    nbytes = wbytes + b * (2 * mamba_row + kv_row)
+    flops = 2 * n_w * b
+    t_bytes = nbytes / (ceil["copy_GBps"] * 1e9)
+    t_flops = flops / (ceil["bf16_matmul_TFLOPs"] * 1e12)
+    return max(t_bytes, t_flops) * 1e3
+
+
+# ----------------------------------------------------------------------------- decode timing
+
+
+def set_rows(eng: Engine, b: int, ctx: int) -> None:
+    eng.state.lengths[:b].fill_(ctx)
+    eng.active[:b].fill_(1)
+
+
+def clear_rows(eng: Engine) -> None:
+    with torch.inference_mode():
+        eng.rows = [None] * eng.max_batch
+        eng.lens = [0] * eng.max_batch
+        eng.active.zero_()
+        eng.state.lengths.zero_()
+
+
+def replay_ms(eng: Engine, b: int, ctx: int, steps: int) -> float:
+    """Milliseconds per decode step: the graph of batch size b replayed ``steps`` times (CUDA events)."""
+    with torch.inference_mode():
+        set_rows(eng, b, ctx)
+        if eng.cuda_graph:
+            run = eng.graphs[b].replay
+        else:
+            def run():
+                eng._step(b)
+        for _ in range(2):
+            run()
+        eng.state.lengths[:b].fill_(ctx)
+        sync(eng.device)
+        t = time.perf_counter()
+        if eng.device.type == "cuda":
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(steps):
+                run()
+            e1.record()
+            e1.synchronize()
+            ms = e0.elapsed_time(e1) / steps
+        else:
+            for _ in range(steps):
+                run()
+            ms = (time.perf_counter() - t) * 1e3 / steps
+    clear_rows(eng)
+    return ms
+
+
+def engine_step_ms(eng: Engine, b: int, ctx: int, steps: int) -> float:
+    """Milliseconds per ``Engine.step()`` with b live rows (replay, token read-back, bookkeeping), wall clock."""
+    with torch.inference_mode():
+        for r in range(b):
+            req = Request(None, None, {}, None, max_new_tokens=10**9)
+            req.row, eng.rows[r], eng.lens[r] = r, req, ctx
+        set_rows(eng, b, ctx)
+    eng.step()
+    sync(eng.device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        eng.step()
+    ms = (time.perf_counter() - t) * 1e3 / steps
+    clear_rows(eng)
+    return ms
+
+
+def make_engine(lm, batches, max_len, small, fuse=False):
+    return Engine(lm, max_batch=max(batches), max_len=max_len, batch_sizes=batches, zero_state=small, fuse=fuse)
+
+
+def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, fuse=False) -> list[dict]:
+    """Decode after a ctx-token prompt at each batch size; rows [0, 8) hold ``prefix`` when given."""
+    rows = []
+    eng = None
+    t = time.perf_counter()
+    try:
+        eng = make_engine(lm, batches, ctx + steps + 16, small, fuse)
+    except Exception as e:  # noqa: BLE001
+        if not is_oom(e):
+            raise
+        free_cuda()
+        return [{"batch": b, "context": ctx, "status": "OOM"} for b in batches]
+    capture_s = time.perf_counter() - t
+    if prefix is not None:
+        with torch.inference_mode():
+            for r in range(min(8, eng.max_batch)):
+                eng.state.load(r, prefix.state, 0)
+    for b in batches:
+        if clk.left() < 8:
+            rows.append({"batch": b, "context": ctx, "status": "skipped (time)"})
+            continue
+        try:
+            ms = replay_ms(eng, b, ctx, steps)
+            host = engine_step_ms(eng, b, ctx, max(4, steps // 2))
+        except Exception as e:  # noqa: BLE001
+            if not is_oom(e):
+                raise
+            clear_rows(eng)
+            rows.append({"batch": b, "context": ctx, "status": "OOM"})
+            continue
+        floor = step_floor_ms(lm, b, ctx, ceil) if not small else float("nan")
+        rows.append({"batch": b, "context": ctx, "status": "ok", "graph_ms": ms, "engine_step_ms": host,
+                     "tokens_per_s": b / (host * 1e-3), "graph_tokens_per_s": b / (ms * 1e-3),
+                     "floor_ms": floor, "fraction_of_floor": floor / ms if floor == floor else float("nan"),
+                     "capture_s": capture_s, "naive_step": eng.naive_step, "fused": fuse})
+        print(f"  decode{' fused' if fuse else ''} ctx {ctx:>6} batch {b:>4}: graph {ms:7.2f} ms/step, engine.step {host:7.2f} ms "
+              f"-> {b / (host * 1e-3):9.0f} tok/s (floor {floor:.2f} ms)", flush=True)
+    del eng
+    free_cuda()
+    return rows
+
+
+def max_rows(lm: HybridLM, ctx: int, cap: int, dev) -> tuple[int, int]:
+    """The most rows whose decode state (ctx + margin tokens) fits in free memory, and the bytes per row."""
+    with torch.device("meta"):
+        meta_lm = HybridLM(lm.config).to(lm.dtype)
+        per = DecodeState.allocate(meta_lm, 1, 1).bytes_per_row(ctx + 64)["total"]
+    free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else 2**28
+    headroom = 3 * 2**30 if dev.type == "cuda" else 0
+    b = max(0, (free - headroom) // (per + lm.config.vocab_size * 10))
+    return int(min(b, cap)), per
+
+
+def context_sweep(lm, name, contexts, steps, ceil, clk, small, cap) -> list[dict]:
+    out = []
+    for ctx in contexts:
+        if clk.left() < 20:
+            out.append({"model": name, "context": ctx, "status": "skipped (time)"})
+            continue
+        top, per_row = max_rows(lm, ctx, cap, lm.device)
+        if top < 1:
+            out.append({"model": name, "context": ctx, "status": "OOM", "max_batch": 0, "state_bytes_per_row": per_row})
+            continue
+        batches = [b for b in (1, 8, 32, 64, 128, 256, 512) if b < top] + [top]
+        for attempt in range(3):
+            rows = decode_sweep(lm, batches, ctx, steps, ceil, clk, small)
+            if rows and rows[-1].get("status") == "OOM" and attempt < 2:
+                top = int(top * 0.85)
+                batches = [b for b in batches if b < top] + [top]
+                continue
+            break
+        for r in rows:
+            r.update(model=name, max_batch=top, state_bytes_per_row=per_row)
+        out.extend(rows)
+    return out
+
+
+# ----------------------------------------------------------------------------- prefill, e2e, vision
+
+
+def prefill_tps(eng: Engine, n: int, chunk: int, dev, reps: int) -> dict:
+    ids = torch.randint(0, eng.vocab, (n,), device=dev)
+    eng.prefill_tokens = chunk
+    times = []
+    for _ in range(reps):
+        sync(dev)
+        t = time.perf_counter()
+        pre = eng.prefix(ids)
+        sync(dev)
+        times.append(time.perf_counter() - t)
+        del pre
+    s = statistics.median(times)
+    return {"tokens": n, "chunk": chunk, "seconds": s, "tokens_per_s": n / s, "all_s": times}
+
+
+def e2e(lm, dev, n_prompt: int, n_new: int) -> dict:
+    ids = torch.randint(0, lm.config.vocab_size, (1, n_prompt), device=dev)
+    out = {}
+    for label, engine in (("engine", None), ("plain", False)):
+        stamps = []
+        sync(dev)
+        t = time.perf_counter()
+        toks = generate(lm, ids, n_new, eos_token_id=[], engine=engine, streamer=lambda _: stamps.append(time.perf_counter()))
+        total = time.perf_counter() - t
+        dec = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+        out[label] = {"tokens": toks[0].tolist(), "seconds": total, "first_token_s": stamps[0] - t,
+                      "decode_tokens_per_s": 1 / dec}
+    out["greedy_equal"] = out["engine"]["tokens"] == out["plain"]["tokens"]
+    out["common_prefix"] = next((i for i, (a, b) in enumerate(zip(out["engine"]["tokens"], out["plain"]["tokens"]))
+                                 if a != b), n_new)
+    for k in ("engine", "plain"):
+        out[k]["tokens"] = out[k]["tokens"][:8]
+    from holotron.engine import release
+    release(lm)
+    return out
+
+
+def fused_check(lm, prefix, steps: int) -> dict:
+    """The fused and the plain graph step from the same prefilled row: tokens and logits over ``steps`` steps."""
+    out = {}
+    engs = [Engine(lm, 1, prefix.length + steps + 16, keep_logits=True, fuse=f) for f in (False, True)]
+    toks, diffs = [[], []], []
+    with torch.inference_mode():
+        for e in engs:
+            e.state.load(0, prefix.state, 0)
+            e.tokens[0] = prefix.logits.argmax()
+            e.active[0] = 1
+        for _ in range(steps):
+            for i, e in enumerate(engs):
+                (e.graphs[1].replay() if e.cuda_graph else e._step(1))
+                toks[i].append(int(e.tokens[0]))
+            a, b = engs[0].logits[0], engs[1].logits[0]
+            diffs.append(float((a - b).abs().max() / a.abs().max()))
+    out["tokens_plain"], out["tokens_fused"] = toks
+    out["tokens_equal"] = toks[0] == toks[1]
+    out["max_rel_logit_diff"] = max(diffs)
+    del engs
+    free_cuda()
+    return out
+
+
+def vision(dev, small: bool) -> dict:
+    from benchmarks.bench_vision import randomize
+    from holotron.vision import Projector, RadioVisionModel, VisionConfig, embed_tiles
+    if small:
+        cfg = VisionConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, patch_size=8, max_img_size=128,
+                           image_size=64, projector_hidden_size=128, projector_output_size=96, num_prefix_tokens=16)
+    else:
+        cfg = VisionConfig(num_prefix_tokens=16)
+    with torch.device("meta"):
+        vm, mlp1 = RadioVisionModel(cfg), Projector.from_config(cfg)
+    vm, mlp1 = vm.to_empty(device=dev), mlp1.to_empty(device=dev)
+    randomize(vm, 0)
+    randomize(mlp1, 1)
+    vm, mlp1 = vm.to(torch.bfloat16).eval(), mlp1.to(torch.bfloat16).eval()
+    x = torch.randn(13, 3, cfg.image_size, cfg.image_size, device=dev, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        ms = median_ms(lambda: embed_tiles(vm, mlp1, x), 3, 10, dev)
+    return {"tiles": 13, "image_tokens": 13 * cfg.tokens_per_tile, "ms": ms, "tiles_per_s": 13 / (ms * 1e-3)}
+
+
+# ----------------------------------------------------------------------------- chart, table
+
+
+def chart(res: dict, png: str) -> str | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = {4096: "tab:blue", 16384: "tab:orange", 65536: "tab:red", 1024: "tab:green"}
+    for key, style, lab in (("decode_1k", "o-", ""), ("decode_1k_fused", "^:", ", fused step")):
+        ok = [r for r in res.get(key, []) if isinstance(r, dict) and r.get("status") == "ok"]
+        if ok:
+            ax.plot([r["batch"] for r in ok], [r["tokens_per_s"] for r in ok], style, color=colors[1024],
+                    label=f"hybrid, 1k context{lab}")
+    for model, style in (("hybrid", "o-"), ("attention", "s--")):
+        for ctx in (4096, 16384, 65536):
+            rs = [r for r in res.get("contexts", []) if r.get("model") == model and r["context"] == ctx
+                  and r.get("status") == "ok"]
+            if rs:
+                ax.plot([r["batch"] for r in rs], [r["tokens_per_s"] for r in rs], style, color=colors[ctx],
+                        label=f"{model}, {ctx // 1024}k context (largest batch {rs[-1]['max_batch']})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrent sequences (batch)")
+    ax.set_ylabel("decode tokens/s (one H200)")
+    ax.set_title("holotron.engine decode throughput: hybrid 12B vs pure attention (same parameter count)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    return png
+
+
+def table(res: dict) -> None:
+    print("\n== decode after a 1,024-token prompt (hybrid 12B) ==")
+    print(f"{'batch':>6} {'graph ms':>9} {'step ms':>8} {'tok/s':>9} {'floor ms':>9} {'of floor':>8}")
+    d1 = res.get("decode_1k") if isinstance(res.get("decode_1k"), list) else []
+    d2 = res.get("decode_1k_fused") if isinstance(res.get("decode_1k_fused"), list) else []
+    for r in d1 + d2:
+        if d2 and r is d2[0]:
+            print("fused:")
+        if r.get("status") != "ok":
+            print(f"{r['batch']:>6} {r['status']}")
+            continue
+        print(f"{r['batch']:>6} {r['graph_ms']:9.2f} {r['engine_step_ms']:8.2f} {r['tokens_per_s']:9.0f} "
+              f"{r['floor_ms']:9.2f} {r['fraction_of_floor']:8.0%}")
+    print("\n== largest batch by context ==")
+    ctxs = sorted({r["context"] for r in res.get("contexts", [])})
+    for model in ("hybrid", "attention"):
+        for ctx in ctxs:
+            rs = [r for r in res.get("contexts", []) if r.get("model") == model and r["context"] == ctx]
+            if not rs:
+                continue
+            last = rs[-1]
+            if last.get("status") == "ok":
+                print(f"{model:>9} {ctx:>6}: max batch {last['max_batch']:>4}  {last['tokens_per_s']:9.0f} tok/s "
+                      f"({last['graph_ms']:.2f} ms/step)")
+            else:
+                print(f"{model:>9} {ctx:>6}: {last.get('status')}")
+    for key in ("prefill", "e2e", "fused_check", "vision"):
+        if key in res:
+            print(f"\n== {key} ==\n{json.dumps(res[key], default=str)[:600]}")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--small", action="store_true", help="tiny configs (smoke test on any device)")
+    ap.add_argument("--budget", type=float, default=210.0, help="seconds; later sections are skipped near it")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type != "cuda" and not args.small:
+        print("bench_serving: no CUDA GPU; use --small for a CPU smoke test", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = True
+    clk = Clock(args.budget)
+    small = args.small
+    hyb_cfg = TextConfig(**SMALL) if small else TextConfig()
+    att_cfg = attention_config(hyb_cfg)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    batches = [1, 2, 4, 8] if small else [1, 8, 32, 64, 128, 256]
+    contexts = [64, 256, 1024] if small else [4096, 16384, 65536]
+    prompt = 64 if small else 1024
+    steps = 6 if small else 16
+    res: dict = {
+        "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__, "python": platform.python_version(), "small": small,
+        "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else ""),
+    }
+    try:
+        import triton
+        res["triton"] = triton.__version__
+    except ImportError:
+        res["triton"] = None
+    res["state_bytes_per_sequence"] = {"hybrid": state_bytes(hyb_cfg, [4096, 32768, 131072]),
+                                       "attention": state_bytes(att_cfg, [4096, 32768, 131072])}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bench_serving.json")
+
+    def save():
+        with open(path, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+
+    def section(name, fn):
+        if clk.left() < 10:
+            res[name] = "skipped (time)"
+            return None
+        t = time.perf_counter()
+        try:
+            out = fn()
+        except Exception as e:  # noqa: BLE001
+            res[name] = "OOM" if is_oom(e) else f"error: {type(e).__name__}: {e}"
+            traceback.print_exc()
+            free_cuda()
+            out = None
+        else:
+            res[name] = out
+        print(f"[{clk.elapsed():6.1f} s] {name} done in {time.perf_counter() - t:.1f} s", flush=True)
+        save()
+        return out
+
+    res["ceilings"] = ceilings(dev, small)
+    ceil = res["ceilings"]
+    print(f"{res['device']}  torch {res['torch']}  triton {res['triton']}  copy {ceil['copy_GBps']:.0f} GB/s  "
+          f"bf16 matmul {ceil['bf16_matmul_TFLOPs']:.0f} TFLOP/s", flush=True)
+
+    t = time.perf_counter()
+    lm = build(hyb_cfg, dev, dtype)
+    res["hybrid"] = {"params": lm.num_parameters(), "pattern": hyb_cfg.hybrid_override_pattern,
+                     "build_s": time.perf_counter() - t}
+    print(f"hybrid: {lm.num_parameters() / 1e9:.2f} B parameters, built in {time.perf_counter() - t:.1f} s", flush=True)
+
+    # the 1k prompt, prefilled for real (also compiles the scan kernels), then the decode sweep
+    helper = Engine(lm, max_batch=1, max_len=prompt + 64, cuda_graph=False)
+    ids = torch.randint(0, hyb_cfg.vocab_size, (prompt,), device=dev)
+    t = time.perf_counter()
+    pre = helper.prefix(ids)
+    sync(dev)
+    res["prompt_prefill_first_s"] = time.perf_counter() - t
+    logits_ok = bool(torch.isfinite(pre.logits).all())
+    res["prompt_logits_finite"] = logits_ok
+    section("decode_1k", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre))
+    section("prefill", lambda: [prefill_tps(helper, 1024 if small else 16384, c, dev, 2)
+                                for c in ((256, 1024) if small else (8192, 16384))])
+    del helper
+    free_cuda()
+    section("e2e", lambda: e2e(lm, dev, prompt, 8 if small else 32))
+    res.setdefault("contexts", [])
+    section("contexts_hybrid", lambda: context_sweep(lm, "hybrid", contexts, 8, ceil, clk, small, 512))
+    if isinstance(res.get("contexts_hybrid"), list):
+        res["contexts"] += res["contexts_hybrid"]
+    if clk.left() > 110:  # torch.compile of the fused pieces: tens of seconds on a cold cache
+        t = time.perf_counter()
+        section("decode_1k_fused", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre,
+                                                        fuse=True))
+        res["fused_compile_and_sweep_s"] = time.perf_counter() - t
+        section("fused_check", lambda: fused_check(lm, pre, 16))
+    else:
+        res["decode_1k_fused"] = "skipped (time)"
+    del pre
+    del lm
+    free_cuda()
+    if clk.left() > 40:
+        t = time.perf_counter()
+        lm = build(att_cfg, dev, dtype, seed=1)
+        res["attention"] = {"params": lm.num_parameters(), "pattern": att_cfg.hybrid_override_pattern,
+                            "intermediate_size": att_cfg.intermediate_size, "build_s": time.perf_counter() - t}
+        print(f"attention: {lm.num_parameters() / 1e9:.2f} B parameters", flush=True)
+        section("contexts_attention", lambda: context_sweep(lm, "attention", contexts, 8, ceil, clk, small, 512))
+        if isinstance(res.get("contexts_attention"), list):
+            res["contexts"] += res["contexts_attention"]
+        del lm
+        free_cuda()
+    else:
+        res["attention"] = "skipped (time)"
+    section("vision", lambda: vision(dev, small))
+    if dev.type == "cuda":
+        res["peak_GiB"] = torch.cuda.max_memory_allocated(dev) / 2**30
+    res["chart"] = chart(res, os.path.join(args.out, "serving_chart.png"))
+    res["elapsed_s"] = clk.elapsed()
+    save()
+    table(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
