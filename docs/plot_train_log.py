@@ -9,10 +9,19 @@ import matplotlib.pyplot as plt
 state = json.load(open(sys.argv[1]))
 log, evals = state["log"], state["evals"]
 fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-ax.plot([e["seconds"] / 60 for e in log], [e["loss"] for e in log], lw=0.6, alpha=0.4, label="loss (per logged step)")
-ax.plot([e["seconds"] / 60 for e in log], [e["loss_ema"] for e in log], lw=1.5, label="loss (moving average)")
+minutes = [e["seconds"] / 60 for e in log]
+if "answer" in log[0]:  # the answer cross-entropy logged apart from the auxiliary image-token losses
+    ax.plot(minutes, [e["answer"] for e in log], lw=1.5, label="answer tokens (per logged step)")
+    for key, name in (("label_in", "aux: text class, projector output"), ("label_mid", "aux: text class, mid-LM"),
+                      ("position", "aux: 10 x L1 screen position")):
+        if key in log[0]:
+            ax.plot(minutes, [e[key] for e in log], lw=0.8, alpha=0.7, label=name)
+    ax.set_ylabel("loss (nats; position: 10 x L1)")
+else:
+    ax.plot(minutes, [e["loss"] for e in log], lw=0.6, alpha=0.4, label="loss (per logged step)")
+    ax.plot(minutes, [e["loss_ema"] for e in log], lw=1.5, label="loss (moving average)")
+    ax.set_ylabel("cross-entropy on answer tokens (nats)")
 ax.set_xlabel("training minutes (H200)")
-ax.set_ylabel("cross-entropy on answer tokens (nats)")
 ax.set_yscale("log")
 ax.grid(alpha=0.3)
 if evals:

@@ -48,6 +48,7 @@ import shutil
 import signal
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -260,6 +261,69 @@ def extra_targets(sample, k: int, rng: random.Random) -> list[tuple[str, str]]:
     return out
 
 
+# ----------------------------------------------------------------------------------------------
+# auxiliary targets on the image tokens (training aid; the heads are not part of the checkpoint)
+# ----------------------------------------------------------------------------------------------
+
+AUX_CLASSES = 4096  # label-hash buckets; class 0 is "no text here"
+
+
+def label_class(text: str, n_classes: int = AUX_CLASSES) -> int:
+    """A stable bucket in [1, n_classes) for a label, compared case-insensitively."""
+    return 1 + zlib.crc32(text.strip().lower().encode("utf-8")) % (n_classes - 1)
+
+
+def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image token of ``sample``'s screen, in the order the model sees them (tiles row-major, 2x2
+    pixel-shuffled tokens row-major inside a tile, the thumbnail last): the class of the text under the
+    token's centre (``label_class`` of the element's label, else of the visible text, else 0; -100 on
+    thumbnail tokens, which cover too much of the screen to name one text) and the centre as (x, y) in
+    [0, 1] of the screen. Dense targets that tell the vision tower and the language model, from the
+    first steps, what each image token shows and where it is on the screen."""
+    from .vision.preprocess import closest_grid
+
+    w, h = sample.size
+    cols, rows = closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
+    g = math.isqrt(cfg.tokens_per_tile)
+    centre = (np.arange(g) + 0.5) / g
+    # tile tokens: (rows, g, cols, g) -> reorder to (tile r, tile c, i, j)
+    ys = (np.arange(rows)[:, None] + centre[None, :]) / rows          # (rows, g)
+    xs = (np.arange(cols)[:, None] + centre[None, :]) / cols          # (cols, g)
+    ty = np.broadcast_to(ys[:, None, :, None], (rows, cols, g, g)).reshape(-1)
+    tx = np.broadcast_to(xs[None, :, None, :], (rows, cols, g, g)).reshape(-1)
+    px, py = tx * w, ty * h
+    cls = np.zeros(tx.shape, dtype=np.int64)
+    for t in sample.texts:  # visible texts first, element labels over them
+        x0, y0, x1, y1 = t.box
+        cls[(px >= x0) & (px < x1) & (py >= y0) & (py < y1)] = label_class(t.text, n_classes)
+    for e in sample.elements:
+        x0, y0, x1, y1 = e.box
+        cls[(px >= x0) & (px < x1) & (py >= y0) & (py < y1)] = label_class(e.label, n_classes)
+    pos = np.stack([tx, ty], axis=1)
+    if cfg.use_thumbnail and rows * cols > 1:
+        gy, gx = np.meshgrid(centre, centre, indexing="ij")
+        pos = np.concatenate([pos, np.stack([gx.reshape(-1), gy.reshape(-1)], axis=1)])
+        cls = np.concatenate([cls, np.full(g * g, IGNORE, dtype=np.int64)])
+    return torch.from_numpy(cls), torch.from_numpy(pos.astype(np.float32))
+
+
+class AuxHeads(nn.Module):
+    """Training-only heads on the image tokens: the text class from the projector's output (what the
+    vision tower reads) and, from the residual stream entering the last attention layer, the text class
+    and the screen position (what the lookup "which image token carries this label, and where is it"
+    needs). Not saved with the model."""
+
+    def __init__(self, config: HolotronConfig, n_classes: int = AUX_CLASSES):
+        super().__init__()
+        d = config.text.hidden_size
+        kinds = config.text.layer_kinds
+        attn = [i for i, k in enumerate(kinds) if k == "attention"]
+        self.layer = max(0, (attn[-1] if attn else len(kinds)) - 1)
+        self.label_in = nn.Linear(d, n_classes)
+        self.label_mid = nn.Linear(d, n_classes)
+        self.pos_mid = nn.Linear(d, 2)
+
+
 class ScreenBatches(torch.utils.data.Dataset):
     """Map-style dataset whose item ``step`` is the whole training batch of that step (see the module
     docstring): a dict with input_ids and labels (B, T) right-padded, pixel_values (tiles, 3, S, S) uint8,
@@ -287,8 +351,8 @@ class ScreenBatches(torch.utils.data.Dataset):
     def sample_seed(self, step: int, i: int) -> int:
         return self.seed * 10**12 + step * self.batch_size + i
 
-    def row(self, sample, rng: random.Random) -> tuple[list[int], list[int], torch.Tensor, list[int]]:
-        """One screen -> (ids, labels, uint8 tiles, tiles per image)."""
+    def row(self, sample, rng: random.Random) -> tuple:
+        """One screen -> (ids, labels, uint8 tiles, tiles per image, image-token classes, image-token positions)."""
         from .data import to_messages
 
         p = self.processor
@@ -303,7 +367,8 @@ class ScreenBatches(torch.utils.data.Dataset):
             ans = answer_ids(p, answer)
             ids += follow + ans
             labels += [IGNORE] * len(follow) + ans
-        return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist()
+        cls, pos = image_token_targets(sample, self.vision)
+        return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), cls, pos
 
     def __getitem__(self, step: int) -> dict:
         from .data import generate_sample
@@ -317,11 +382,11 @@ class ScreenBatches(torch.utils.data.Dataset):
 
 
 def collate(rows, pad_id: int) -> dict:
-    """Right-pad rows of (ids, labels, tiles, num_tiles) into one batch."""
+    """Right-pad rows of (ids, labels, tiles, num_tiles[, image-token classes, positions]) into one batch."""
     T = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
-    for b, (i, l, _, _) in enumerate(rows):
+    for b, (i, l, *_) in enumerate(rows):
         ids[b, :len(i)] = torch.tensor(i)
         labels[b, :len(l)] = torch.tensor(l)
     return {
@@ -329,6 +394,8 @@ def collate(rows, pad_id: int) -> dict:
         "pixel_values": torch.cat([r[2] for r in rows]),
         "num_tiles": torch.tensor([n for r in rows for n in r[3]], dtype=torch.long),
         "tokens": int(sum(len(r[0]) for r in rows)),
+        **({"image_classes": torch.cat([r[4] for r in rows]), "image_positions": torch.cat([r[5] for r in rows])}
+           if all(len(r) > 4 for r in rows) else {}),
     }
 
 
@@ -336,17 +403,48 @@ def collate(rows, pad_id: int) -> dict:
 # the loss
 # ----------------------------------------------------------------------------------------------
 
-def loss_fn(model: Holotron, batch: dict, device: torch.device) -> tuple[torch.Tensor, int]:
-    """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count."""
+def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
+            aux_weight: float = 0.0, parts: dict | None = None) -> tuple[torch.Tensor, int]:
+    """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
+
+    With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
+    ``aux_weight`` x (text-class cross-entropy on the projector output + the same and an L1 position loss
+    (x 10) on the residual stream entering the last attention layer), averaged over image tokens.
+    ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
     labels = batch["labels"].to(device, non_blocking=True)
     pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
     emb = model.embed_inputs(ids, pixel_values)                  # (B, T, D)
-    h = model.language_model.hidden_states(inputs_embeds=emb)    # (B, T, D), plain causal
+    use_aux = aux is not None and aux_weight > 0 and "image_classes" in batch
+    mid, hook = {}, None
+    if use_aux:
+        blk = model.language_model.backbone.layers[aux.layer]
+        hook = blk.register_forward_hook(lambda mod, args, out: mid.__setitem__("h", out))
+    try:
+        h = model.language_model.hidden_states(inputs_embeds=emb)    # (B, T, D), plain causal
+    finally:
+        if hook is not None:
+            hook.remove()
     target = labels[:, 1:]                                       # position t predicts token t + 1
     keep = target != IGNORE
     logits = model.language_model.lm_head(h[:, :-1][keep])       # (n, V): only where there is a label
-    return F.cross_entropy(logits.float(), target[keep]), int(keep.sum())
+    loss = F.cross_entropy(logits.float(), target[keep])
+    if parts is not None:
+        parts["answer"] = float(loss.detach())
+    if use_aux:
+        is_img = ids == model.config.image_token_id
+        cls = batch["image_classes"].to(device, non_blocking=True)
+        pos = batch["image_positions"].to(device, non_blocking=True)
+        if int(is_img.sum()) != cls.numel():
+            raise ValueError(f"{int(is_img.sum())} image tokens but {cls.numel()} image-token targets")
+        l_in = F.cross_entropy(aux.label_in(emb[is_img].to(aux.label_in.weight.dtype)).float(), cls, ignore_index=IGNORE)
+        hm = mid["h"][is_img].to(aux.label_mid.weight.dtype)
+        l_mid = F.cross_entropy(aux.label_mid(hm).float(), cls, ignore_index=IGNORE)
+        l_pos = 10 * F.l1_loss(aux.pos_mid(hm).float(), pos)
+        loss = loss + aux_weight * (l_in + l_mid + l_pos)
+        if parts is not None:
+            parts.update(label_in=float(l_in.detach()), label_mid=float(l_mid.detach()), position=float(l_pos.detach()))
+    return loss, int(keep.sum())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -357,7 +455,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 
 def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtype = torch.float32,
-                    max_shard_size="5GB", state: dict | None = None, optimizer=None) -> Path:
+                    max_shard_size="5GB", state: dict | None = None, optimizer=None, aux: nn.Module | None = None) -> Path:
     """Write a checkpoint that ``holotron.load`` and ``Processor.from_pretrained`` read: the model in
     ``dtype`` (the SSM constants stay fp32), generation_config.json, the tokenizer files and
     ``trainer_state.json``; with ``optimizer``, ``training_state.pt`` (fp32 weights + AdamW state) too."""
@@ -373,8 +471,9 @@ def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtyp
         (folder / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
     if optimizer is not None:
         tmp = folder / "training_state.pt.tmp"
+        extra = {} if aux is None else {"aux": {k: v.detach().cpu() for k, v in aux.state_dict().items()}}
         torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                    "optimizer": optimizer.state_dict(), "step": (state or {}).get("step", 0)}, tmp)
+                    "optimizer": optimizer.state_dict(), "step": (state or {}).get("step", 0), **extra}, tmp)
         os.replace(tmp, folder / "training_state.pt")
     return folder
 
@@ -427,11 +526,18 @@ def train(args) -> dict:
     model = init_weights(Holotron(config), args.seed).to(device)
     n_params = model.num_parameters()
 
-    opt = make_optimizer(model, args.lr, args.weight_decay, fused=device.type == "cuda")
+    aux = AuxHeads(config).to(device) if args.aux_weight > 0 else None
+    trainable = model if aux is None else nn.ModuleList([model, aux])
+    opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
     step, history, evals, elapsed_before = 0, [], [], 0.0
     if args.resume:
         ts = torch.load(Path(args.resume) / "training_state.pt", map_location="cpu", weights_only=True)
+        if (aux is None) != ("aux" not in ts):
+            raise SystemExit(f"holotron.train: error: --resume {args.resume}: that run was trained "
+                             f"{'with' if 'aux' in ts else 'without'} --aux-weight; resume it the same way")
         model.load_state_dict(ts["model"])
+        if aux is not None:
+            aux.load_state_dict(ts["aux"])
         opt.load_state_dict(ts["optimizer"])
         prev = json.loads((Path(args.resume) / "trainer_state.json").read_text())
         step, history, evals = ts["step"], prev.get("log", []), prev.get("evals", [])
@@ -484,11 +590,12 @@ def train(args) -> dict:
                 lr = lr_at(progress, args.lr, args.warmup, args.min_lr_ratio)
                 for group in opt.param_groups:
                     group["lr"] = lr
+                parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
                 with amp:
-                    loss, n_labels = loss_fn(model, batch, device)
+                    loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+                gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
                 opt.step()
                 step += 1
                 lv = float(loss.detach())
@@ -505,6 +612,7 @@ def train(args) -> dict:
                                     "grad_norm": round(float(gnorm), 4), "tokens_per_s": round(window_tokens / dt),
                                     "screens_per_s": round(window_samples / dt, 2),
                                     "data_wait": round(window_wait / dt, 3),
+                                    **{k: round(v, 5) for k, v in (parts or {}).items()},
                                     "seconds": round(now - t_loop + elapsed_before, 2)})
                     t_prev, window_tokens, window_samples, window_wait = now, 0, 0, 0.0
                 last = history[-1] if history else {}
@@ -521,7 +629,7 @@ def train(args) -> dict:
                     save_checkpoint(model, folder, tok_dir, dtype=getattr(torch, args.save_dtype),
                                     max_shard_size=args.max_shard_size,
                                     state=_state(args, step, history, evals, n_params, now - t_loop + elapsed_before, "running"),
-                                    optimizer=opt if args.save_optimizer else None)
+                                    optimizer=opt if args.save_optimizer else None, aux=aux)
                     for old in out.glob("checkpoint-*"):  # keep the latest only
                         if old != folder and old.is_dir():
                             shutil.rmtree(old)
@@ -546,7 +654,7 @@ def train(args) -> dict:
         evals.append(_eval(model, eval_proc, eval_examples, device, step, log))
     state = _state(args, step, history, evals, n_params, train_s, stop_reason)
     save_checkpoint(model, out, tok_dir, dtype=getattr(torch, args.save_dtype), max_shard_size=args.max_shard_size,
-                    state=state, optimizer=opt if args.save_optimizer else None)
+                    state=state, optimizer=opt if args.save_optimizer else None, aux=aux)
     _write_csv(out / "train_log.csv", history)
     log(f"stopped after step {step} ({stop_reason}); {format_seconds(train_s)} training, {tokens_seen:,} tokens; "
         f"checkpoint in {out}")
@@ -580,7 +688,7 @@ def _write_csv(path: Path, history: list[dict]) -> None:
     if not history:
         return
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(history[0]))
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in history for k in row)))
         w.writeheader()
         w.writerows(history)
 
@@ -595,6 +703,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=32, help="screens per step")
     p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
+    p.add_argument("--aux-weight", type=float, default=0.0,
+                   help="weight of the auxiliary image-token losses (text class under each token, its screen "
+                        "position; training-only heads, not saved with the model); 0 (default): answer loss only")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=float, default=0.05, help="warm-up as a fraction of the run (default 0.05)")
     p.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr / peak lr of the cosine decay")

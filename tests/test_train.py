@@ -22,8 +22,8 @@ from holotron.grounding import parse_click
 from holotron.model import Holotron
 from holotron.processor import Processor
 from holotron.tokenizer import SPECIAL_IDS, build_task_tokenizer, train_tokenizer
-from holotron.train import (IGNORE, ScreenBatches, extra_targets, init_weights, loss_fn, lr_at, main, make_config,
-                            normalize_tiles, uint8_tiles)
+from holotron.train import (IGNORE, AuxHeads, ScreenBatches, extra_targets, image_token_targets, init_weights, label_class,
+                            loss_fn, lr_at, main, make_config, normalize_tiles, uint8_tiles)
 from holotron.vision.preprocess import preprocess_image
 
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
@@ -168,6 +168,64 @@ def test_the_loss_is_cross_entropy_of_the_answer_tokens_from_the_full_forward(to
     assert model.vision_model.radio_model.model.patch_generator.embedder.weight.grad.abs().sum() > 0
 
 
+# ---------------------------------------------------------------------------------------- auxiliary image-token losses
+
+@pytest.mark.parametrize("seed", [0, 4, 11])  # 4-, 3x2- and 1x2-tile screens, and a single tile in the micro preset
+@pytest.mark.parametrize("preset", ["tiny-ui", "micro"])
+def test_image_token_targets_follow_the_tiles_and_name_the_text_under_each_token(seed, preset):
+    cfg = make_config(preset, 600).vision
+    s = generate_sample(seed)
+    cls, pos = image_token_targets(s, cfg)
+    tiles, n_tokens = uint8_tiles(s.image, cfg)
+    assert cls.shape == (n_tokens,) and pos.shape == (n_tokens, 2) and cls.dtype == torch.long
+    g = math.isqrt(cfg.tokens_per_tile)
+    thumb = len(tiles) > 1
+    body = n_tokens - (g * g if thumb else 0)
+    assert bool((cls[body:] == IGNORE).all()) and bool((cls[:body] >= 0).all())  # no text class on the thumbnail
+    assert float(pos.min()) > 0 and float(pos.max()) < 1
+    # every token centre lies on the screen once: the tile tokens cover the screen as a grid
+    px = torch.round(pos[:body] * torch.tensor(s.size, dtype=torch.float32)).long()
+    assert len({tuple(p) for p in px.tolist()}) == body
+    # a token whose centre is inside the target's box carries the target's label (elements drawn over texts)
+    x0, y0, x1, y1 = s.target.box
+    inside = (pos[:body, 0] * s.size[0] >= x0) & (pos[:body, 0] * s.size[0] < x1) & \
+             (pos[:body, 1] * s.size[1] >= y0) & (pos[:body, 1] * s.size[1] < y1)
+    if preset == "tiny-ui":  # 32 px tokens: every target of these screens holds at least one centre
+        assert bool(inside.any())
+    assert bool((cls[:body][inside] == label_class(s.target.label)).all())
+    # and a token far from every element and text is background (class 0)
+    far = torch.ones(body, dtype=torch.bool)
+    for b in [e.box for e in s.elements] + [t.box for t in s.texts]:
+        far &= ~((pos[:body, 0] * s.size[0] >= b[0]) & (pos[:body, 0] * s.size[0] < b[2]) &
+                 (pos[:body, 1] * s.size[1] >= b[1]) & (pos[:body, 1] * s.size[1] < b[3]))
+    assert bool((cls[:body][far] == 0).all())
+    assert label_class("Save") == label_class(" save ") != label_class("Save as")
+
+
+def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_loss_unchanged(tok_dir, micro_vision):
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
+    aux = AuxHeads(model.config)
+    assert model.config.text.layer_kinds[aux.layer + 1] == "attention"  # the residual entering the last attention layer
+    batch = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2)[0]
+    n_img = int((batch["input_ids"] == model.config.image_token_id).sum())
+    assert batch["image_classes"].shape == (n_img,) and batch["image_positions"].shape == (n_img, 2)
+    plain, n0 = loss_fn(model, batch, torch.device("cpu"))
+    parts = {}
+    total, n1 = loss_fn(model, batch, torch.device("cpu"), aux, 0.5, parts)
+    assert n0 == n1 and set(parts) == {"answer", "label_in", "label_mid", "position"}
+    assert parts["answer"] == pytest.approx(float(plain.detach()), rel=1e-6)
+    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"])
+    assert float(total) == pytest.approx(expected, rel=1e-5)
+    total.backward()
+    for p in (aux.label_in.weight, aux.label_mid.weight, aux.pos_mid.weight,
+              model.vision_model.radio_model.model.patch_generator.embedder.weight):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+    bad = dict(batch, image_classes=batch["image_classes"][1:], image_positions=batch["image_positions"][1:])
+    with pytest.raises(ValueError, match="image tokens but"):
+        loss_fn(model, bad, torch.device("cpu"), aux, 0.5)
+
+
 def test_lr_warms_up_linearly_then_decays_on_a_cosine_to_the_floor():
     lr, w, floor = 1e-3, 0.1, 0.1
     assert lr_at(0.0, lr, w, floor) == pytest.approx(1e-5)
@@ -232,6 +290,20 @@ def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tm
     assert not torch.equal(start["mlp1.1.weight"], a["mlp1.1.weight"])  # steps 3 and 4 did change the weights
     state = json.loads((tmp_path / "b" / "trainer_state.json").read_text())
     assert state["step"] == 4 and [e["step"] for e in state["log"]] == [1, 2, 3, 4]
+
+
+def test_auxiliary_heads_are_resumed_and_never_saved_with_the_model(tmp_path, tok_dir, capsys):
+    common = ["--config", "micro", "--steps", 2, "--batch-size", 1, "--device", "cpu", "--workers", 0,
+              "--tokenizer", tok_dir, "--eval-every", 0, "--log-every", 1, "--queries", 2]
+    _train(*common, "--out", tmp_path / "a", "--aux-weight", 0.5, "--save-optimizer")
+    assert "aux" in torch.load(tmp_path / "a" / "training_state.pt", weights_only=True)
+    names = load_file(str(tmp_path / "a" / "model.safetensors")).keys()
+    assert not any("aux" in n or "label_" in n or "pos_mid" in n for n in names)
+    log = json.loads((tmp_path / "a" / "trainer_state.json").read_text())["log"]
+    assert {"answer", "label_in", "label_mid", "position"} <= set(log[-1])
+    _train(*common[:3], 3, *common[4:], "--out", tmp_path / "b", "--aux-weight", 0.5, "--resume", tmp_path / "a")
+    with pytest.raises(SystemExit, match="with --aux-weight"):
+        _train(*common[:3], 3, *common[4:], "--out", tmp_path / "c", "--resume", tmp_path / "a")
 
 
 def test_a_time_budget_stops_early_and_still_saves(tmp_path, tok_dir, capsys):
