@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from tokenizers import AddedToken, Tokenizer
 
+from .hub import resolve as hub_resolve
+
 __all__ = [
     "Processor", "StreamDecoder", "GenerationConfig", "BatchInputs", "NEMOTRON_CHAT_TEMPLATE",
     "ProcessorError", "ChatTemplateError", "ModelNotFoundError", "resolve_pretrained", "render_chat_template",
@@ -57,68 +59,11 @@ PROCESSOR_FILES = (
 # locating a checkpoint: local folder, or a repo id in the Hugging Face cache / on the Hub
 # ----------------------------------------------------------------------------------------------
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE), read now rather than when huggingface_hub was imported."""
-    return _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
-
-
-def hub_cache_dir() -> Path:
-    """The hub cache folder from the environment as it is now (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME)."""
-    env = os.environ
-    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    if not cache:
-        home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-        cache = os.path.join(home, "hub")
-    return Path(os.path.expandvars(os.path.expanduser(cache)))
-
-
 def resolve_pretrained(path_or_repo_id: str | os.PathLike, allow_patterns: Sequence[str] = PROCESSOR_FILES,
                        revision: str | None = None) -> Path:
-    """Return a local folder for ``path_or_repo_id``.
-
-    A folder that exists is used as it is. Otherwise a repo id ("org/name") is looked up through
-    huggingface_hub, downloading only ``allow_patterns`` (``*.py`` is always excluded) unless
-    HF_HUB_OFFLINE is set, in which case only the local cache is read. Failure raises
-    ModelNotFoundError with a one-line message.
-    """
-    text = os.fspath(path_or_repo_id)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        return path
-    from .bundled import bundled_path
-
-    if (b := bundled_path(text)) is not None:  # a model shipped inside the package
-        return b
-    if path.exists():
-        raise ModelNotFoundError(f"model path {text!r} is a file, not a checkpoint folder")
-    if text.startswith((".", "/", "~")) or not _REPO_ID.match(text):
-        raise ModelNotFoundError(f"model {text!r} not found: no such folder, and it is not a Hugging Face repo id")
-    offline = hub_offline()
-    cache = hub_cache_dir()
-    try:
-        from huggingface_hub import snapshot_download
-
-        folder = snapshot_download(
-            text, revision=revision, cache_dir=str(cache), local_files_only=offline,
-            allow_patterns=list(allow_patterns), ignore_patterns=["*.py", "*.pyc"],
-        )
-    except Exception as e:  # every hub failure becomes one clear line; the cause stays chained
-        cause = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        if offline:
-            msg = (f"model {text!r} is not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set: "
-                   f"download it first (`hf download {text}`) or pass a local folder")
-        else:
-            msg = (f"model {text!r} could not be fetched from the Hugging Face Hub nor found in the cache ({cache}): "
-                   f"{type(e).__name__}: {cause}")
-        raise ModelNotFoundError(msg) from e
-    return Path(folder)
+    """A local folder for ``path_or_repo_id`` (a folder, a bundled model, or a Hub snapshot of
+    ``allow_patterns``; see ``holotron.hub.resolve``); ModelNotFoundError with one line otherwise."""
+    return hub_resolve(path_or_repo_id, allow_patterns=allow_patterns, revision=revision, error=ModelNotFoundError)
 
 
 def _read_json(path: Path) -> dict:

@@ -92,42 +92,14 @@ def _builder_for(cfg: dict, where: str):
 
 
 def resolve(path_or_repo_id, revision: str | None = None, cache_dir=None) -> Path:
-    """A local folder holding the checkpoint: the path itself, or a Hub snapshot (in the local cache,
-    fetched when missing unless HF_HUB_OFFLINE=1). ``cache_dir`` defaults to huggingface_hub's cache
-    as the environment names it now (HF_HUB_CACHE, HF_HOME, ...), not as it was when huggingface_hub
-    was imported."""
-    p = Path(os.fspath(path_or_repo_id)).expanduser()
-    if p.is_dir():
-        return p
-    from .bundled import bundled_path
+    """A local folder holding the checkpoint: the path itself (or the folder of its config.json /
+    safetensors file), a bundled model, or a Hub snapshot of its json / safetensors / tokenizer / jinja
+    files (``holotron.hub.resolve``); CheckpointError otherwise."""
+    from .hub import resolve as hub_resolve
 
-    if (b := bundled_path(path_or_repo_id)) is not None:  # a model shipped inside the package
-        return b
-    if p.is_file():
-        if p.name == CONFIG or p.suffix == ".safetensors":
-            return p.parent
-        raise CheckpointError(f"{p}: expected a checkpoint folder (config.json + *.safetensors), got a file")
-    s = str(path_or_repo_id)
-    looks_local = s.startswith((".", "/", "~")) or s.count("/") > 1
-    if looks_local or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", s):
-        raise CheckpointError(f"{s}: no such folder (and not a Hugging Face repo id)")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as e:  # pragma: no cover - a declared dependency
-        raise CheckpointError(f"{s}: not a local folder, and huggingface_hub is not installed to fetch it") from e
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").upper() in ("1", "ON", "YES", "TRUE")
-    if cache_dir is None:  # huggingface_hub reads HF_HOME / HF_HUB_CACHE once, at import: read them now
-        from .processor import hub_cache_dir
-        cache_dir = hub_cache_dir()
-    try:
-        folder = snapshot_download(s, revision=revision, allow_patterns=HUB_ALLOW, ignore_patterns=HUB_IGNORE,
-                                   local_files_only=offline, cache_dir=cache_dir)
-    except Exception as e:  # noqa: BLE001 - every hub failure becomes one clear line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        how = (f"HF_HUB_OFFLINE is set and it is not in the local cache {cache_dir}" if offline
-               else "the Hub could not provide it")
-        raise CheckpointError(f"{s}: not a local folder, and {how} ({type(e).__name__}: {first})") from None
-    return Path(folder)
+    return hub_resolve(path_or_repo_id, allow_patterns=HUB_ALLOW, ignore_patterns=HUB_IGNORE, revision=revision,
+                       cache_dir=cache_dir, file_ok=lambda p: p.name == CONFIG or p.suffix == ".safetensors",
+                       error=CheckpointError)
 
 
 def weight_files(folder: Path) -> dict[str, Path] | Path:

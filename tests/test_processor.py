@@ -505,7 +505,7 @@ def test_vl_checkpoint_uses_the_vision_preprocessing(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 def test_missing_model_and_files(tmp_path):
-    with pytest.raises(ModelNotFoundError, match=r"model '.*nope' not found: no such folder"):
+    with pytest.raises(ModelNotFoundError, match=r".*nope: no such folder \(and not a Hugging Face repo id\)"):
         Processor.from_pretrained(tmp_path / "nope")
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ProcessorError, match=r"no tokenizer.json in .* \(found: config.json\)"):
@@ -539,7 +539,8 @@ def test_hub_cache_offline(tmp_path, monkeypatch):
     with pytest.raises(ModelNotFoundError) as err:
         Processor.from_pretrained("acme/missing")
     msg = str(err.value)
-    assert "'acme/missing' is not in the local Hugging Face cache" in msg and "HF_HUB_OFFLINE" in msg
+    assert msg.startswith("acme/missing: not a local folder, and HF_HUB_OFFLINE is set and it is not in the local cache")
+    assert "hf download acme/missing" in msg
     assert str(tmp_path / "hub") in msg and "\n" not in msg
 
 
