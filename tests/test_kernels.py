@@ -558,3 +558,18 @@ def test_gpu_graph_capture_step_and_scan():
     assert torch.equal(y_step, y_eager) and torch.equal(state, state_eager)
     y_ref, s_ref = scan(new, "triton")
     assert torch.equal(y_scan, y_ref) and torch.equal(s_scan, s_ref)
+
+
+@pytest.mark.parametrize("cfg", [dict(P_TILE=16), dict(P_TILE=32, BLOCK_M=32, BLOCK_K=16), dict(fused=False)],
+                         ids=["tiles16", "tiles32-blocks", "four-kernel"])
+def test_triton_scan_configs(monkeypatch, cfg):
+    """The fused scan's other launch settings (P in tiles, smaller row blocks) and the four-kernel
+    version compute the same function (P=80, a packed boundary, Q=100: several row blocks)."""
+    from holotron.kernels import ssd_triton
+
+    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, **cfg})
+    kw = make_inputs(1, 130, 2, 80, 1, 16, chunk_size=100, seed=26, cu_seqlens=[0, 110, 130],
+                     D="channel", z=True, dt_softplus=True, initial_state=True)
+    check(kw, "triton", str(cfg))
+    check(make_inputs(2, 21, 4, 5, 2, 4, chunk_size=8, seed=27, D="head", dt_bias=True, dt_softplus=True,
+                      initial_state=True), "triton", str(cfg))

@@ -266,15 +266,15 @@ def _chunk_out(
 def _scan_fused(
     x_ptr, z_ptr, D_ptr, B_ptr, C_ptr, dtp_ptr, cs_ptr, init_ptr, final_ptr, slot_ptr, flag_ptr, y_ptr,
     cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr,
-    H, P, N, HPG, L, CPS,
+    H, P, N, HPG, L, CPS, NPB,
     s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, s_b_t, s_b_g, s_c_t, s_c_g,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
     VARLEN: tl.constexpr, TICKET: tl.constexpr,
     Q, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
     P0: tl.constexpr, P1: tl.constexpr, OPS: tl.constexpr, STATE_OPS: tl.constexpr,
 ):
-    """One program per (chunk, head), the whole of P (as a P0 block and, when P is not a power of two,
-    a second P1 block: 80 = 64 + 16). In three phases:
+    """One program per (chunk, head, tile of P): a P0 block and, when P is not a power of two, a
+    second P1 block (80 = 64 + 16, one tile), or NPB tiles of P0 columns. In three phases:
       1. S_c = sum_s exp(cs_end - cs_s) dt_s B_s x_s^T, the chunk's own state, kept as (n, p);
       2. waits until the program of the sequence's previous chunk has published S_in (its outgoing
          state), reads it, publishes S_out = exp(cs_end) S_in + S_c (or writes the final state);
@@ -287,9 +287,10 @@ def _scan_fused(
         ticket = tl.atomic_add(flag_ptr, 1)
     else:
         ticket = tl.program_id(0)
-    c = ticket // H
-    h = ticket - c * H
-    n_chunks = tl.num_programs(0) // H
+    c = ticket // (H * NPB)
+    h = (ticket - c * H * NPB) // NPB
+    pb = ticket - (c * H + h) * NPB  # which tile of P0 + P1 columns
+    n_chunks = tl.num_programs(0) // (H * NPB)
     t0, t1, seq, ci, last = _chunk_bounds(c, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr, L, CPS, Q, VARLEN)
     real = t1 > t0  # padding chunks at the end of a packed table do nothing
     g = h // HPG
@@ -297,14 +298,14 @@ def _scan_fused(
     sh = seq.to(tl.int64) * H + h
     ns = tl.arange(0, BLOCK_N)
     mn = ns < N
-    p0 = tl.arange(0, P0)
+    p0 = pb * (P0 + P1) + tl.arange(0, P0)
     mp0 = p0 < P
     cs_end = tl.load(cs_ptr + row + QP - 1)
 
     # 1. the chunk's own state, (n, p): sum over source blocks of (B w)^T x
     sc0 = tl.zeros((BLOCK_N, P0), dtype=tl.float32)
     if P1 > 0:
-        p1 = P0 + tl.arange(0, P1)
+        p1 = pb * (P0 + P1) + P0 + tl.arange(0, P1)
         mp1 = p1 < P
         sc1 = tl.zeros((BLOCK_N, P1), dtype=tl.float32)
     for k0 in range(0, Q, BLOCK_K):
@@ -325,7 +326,7 @@ def _scan_fused(
 
     # 2. the state entering the chunk; publish the one leaving it
     if real & (ci > 0):
-        while tl.atomic_add(flag_ptr + 1 + sh, 0, sem="acquire", scope="gpu") < ci:
+        while tl.atomic_add(flag_ptr + 1 + sh * NPB + pb, 0, sem="acquire", scope="gpu") < ci:
             pass
     slot_in = slot_ptr + (sh * 2 + (ci + 1) % 2) * N * P  # slot (ci - 1) % 2, laid out (n, p)
     slot_out = slot_ptr + (sh * 2 + ci % 2) * N * P
@@ -351,7 +352,7 @@ def _scan_fused(
         tl.store(slot_out + ns[:, None] * P + p1[None, :], o1, mask=tl.where(real & keep, m1s, False))
     tl.debug_barrier()  # every thread's slot stores happen before the release below
     if real & keep:
-        tl.atomic_xchg(flag_ptr + 1 + sh, ci + 1, sem="release", scope="gpu")
+        tl.atomic_xchg(flag_ptr + 1 + sh * NPB + pb, ci + 1, sem="release", scope="gpu")
 
     # 3. outputs, BLOCK_M rows at a time
     for m0 in range(0, Q, BLOCK_M):
@@ -462,7 +463,7 @@ def _p_split(p: int) -> tuple[int, int]:
 
 # launch settings of the fused scan (the benchmark sweeps them). fused=False runs the four-kernel
 # version (chunk states through memory), kept as the benchmark's and the tests' second opinion.
-SCAN_CONFIG = dict(fused=True, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True)
+SCAN_CONFIG = dict(fused=True, P_TILE=None, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True)
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -526,15 +527,18 @@ def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
         _scan_unfused(xt, zt, Dc, Bt, Ct, yt, dtp, cs, init, final, tab, h, p, n, g, n_seq, n_max, Q, QP, ops, A32)
         return y.to(out_dtype), final
 
-    P0, P1 = _p_split(p)
+    if cfg["P_TILE"]:
+        P0, P1, npb = cfg["P_TILE"], 0, triton.cdiv(p, cfg["P_TILE"])
+    else:
+        (P0, P1), npb = _p_split(p), 1
     BLOCK_M = min(cfg["BLOCK_M"], QP)
     BLOCK_K = min(cfg["BLOCK_K"], QP)
     slots = _empty(n_seq, h, 2, n, p, dtype=torch.float32, device=dev)
-    flags = torch.zeros(1 + n_seq * h, dtype=torch.int32, device=dev)  # [ticket counter, one per (seq, head)]
-    _scan_fused[(n_max * h,)](
+    flags = torch.zeros(1 + n_seq * h * npb, dtype=torch.int32, device=dev)  # [ticket counter, one per (seq, head, tile)]
+    _scan_fused[(n_max * h * npb,)](
         xt, zt if zt is not None else xt, Dc if Dc is not None else A32, Bt, Ct, dtp, cs,
         init if init is not None else final, final, slots, flags, yt, *ctab,
-        h, p, n, h // g, l, max(cps, 1),
+        h, p, n, h // g, l, max(cps, 1), npb,
         xt.stride(0), xt.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)),
         yt.stride(0), yt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
