@@ -266,11 +266,34 @@ def extra_targets(sample, k: int, rng: random.Random) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------------------------
 
 AUX_CLASSES = 4096  # label-hash buckets; class 0 is "no text here"
+AUX_FILE = "aux_heads.pt"
 
 
 def label_class(text: str, n_classes: int = AUX_CLASSES) -> int:
     """A stable bucket in [1, n_classes) for a label, compared case-insensitively."""
     return 1 + zlib.crc32(text.strip().lower().encode("utf-8")) % (n_classes - 1)
+
+
+def _class_boxes(sample, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(boxes (n, 4), classes (n,)) in paint order: visible texts, then elements over them."""
+    items = [(t.box, t.text) for t in sample.texts] + [(e.box, e.label) for e in sample.elements]
+    if not items:
+        return np.zeros((0, 4)), np.zeros(0, dtype=np.int64)
+    return (np.array([b for b, _ in items], dtype=np.float64),
+            np.array([label_class(text, n_classes) for _, text in items], dtype=np.int64))
+
+
+def text_classes_at(sample, px: np.ndarray, py: np.ndarray, n_classes: int = AUX_CLASSES, table=None) -> np.ndarray:
+    """The text class at each pixel point (px, py) of ``sample``'s screen: ``label_class`` of the element
+    whose box holds it (elements drawn over texts), else of the visible text whose ink box holds it, else 0.
+    ``table``: ``_class_boxes(sample)`` when the caller asks many times."""
+    boxes, classes = table if table is not None else _class_boxes(sample, n_classes)
+    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    x, y = px.reshape(-1, 1), py.reshape(-1, 1)
+    hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, boxes)
+    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1) if hit.shape[1] else np.zeros(len(x), dtype=np.int64)
+    out = np.where(hit.any(axis=1), classes[last] if len(classes) else 0, 0)
+    return out.reshape(px.shape).astype(np.int64)
 
 
 def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
@@ -291,14 +314,7 @@ def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES)
     xs = (np.arange(cols)[:, None] + centre[None, :]) / cols          # (cols, g)
     ty = np.broadcast_to(ys[:, None, :, None], (rows, cols, g, g)).reshape(-1)
     tx = np.broadcast_to(xs[None, :, None, :], (rows, cols, g, g)).reshape(-1)
-    px, py = tx * w, ty * h
-    cls = np.zeros(tx.shape, dtype=np.int64)
-    for t in sample.texts:  # visible texts first, element labels over them
-        x0, y0, x1, y1 = t.box
-        cls[(px >= x0) & (px < x1) & (py >= y0) & (py < y1)] = label_class(t.text, n_classes)
-    for e in sample.elements:
-        x0, y0, x1, y1 = e.box
-        cls[(px >= x0) & (px < x1) & (py >= y0) & (py < y1)] = label_class(e.label, n_classes)
+    cls = text_classes_at(sample, tx * w, ty * h, n_classes)
     pos = np.stack([tx, ty], axis=1)
     if cfg.use_thumbnail and rows * cols > 1:
         gy, gx = np.meshgrid(centre, centre, indexing="ij")
@@ -322,6 +338,94 @@ class AuxHeads(nn.Module):
         self.label_in = nn.Linear(d, n_classes)
         self.label_mid = nn.Linear(d, n_classes)
         self.pos_mid = nn.Linear(d, 2)
+
+
+def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: int | None = None,
+                 scale: tuple[float, float] = (0.65, 1.05), n_classes: int = AUX_CLASSES) -> tuple[np.ndarray, np.ndarray]:
+    """One tile-sized mosaic for the reading stage: a grid of cells, each a crop of one of ``samples``'
+    screens centred near a random element or text (a square of side ``cell / s`` px resized to the cell,
+    s drawn from ``scale``: the range of scales at which tiling shows screens to the vision tower), so
+    most tokens show text. Cells are ``cell_tokens`` image tokens on a side, so no token straddles two
+    crops (default: the largest divisor of the tokens on a tile's side up to 4). Returns the uint8 tile (S, S, 3) and the text class under each image token (row-major, as
+    ``image_token_targets``)."""
+    from PIL import Image
+
+    S = cfg.image_size
+    g = math.isqrt(cfg.tokens_per_tile)
+    if cell_tokens is None:
+        cell_tokens = max(d for d in range(1, min(4, g) + 1) if g % d == 0)
+    tok_px = S / g
+    cell = int(round(cell_tokens * tok_px))
+    n = g // cell_tokens
+    if n < 1 or n * cell_tokens != g:
+        raise ValueError(f"cell_tokens={cell_tokens} must divide the {g} image tokens on a tile's side")
+    tile = np.zeros((S, S, 3), dtype=np.uint8)
+    cls = np.zeros((g, g), dtype=np.int64)
+    centre = (np.arange(cell_tokens) + 0.5) * tok_px  # token centres inside a cell, cell px
+    tables = {}
+    for r in range(n):
+        for c in range(n):
+            sm = rng.choice(samples)
+            if id(sm) not in tables:
+                tables[id(sm)] = _class_boxes(sm, n_classes)
+            w, h = sm.size
+            boxes = [e.box for e in sm.elements] + [t.box for t in sm.texts]
+            x0, y0, x1, y1 = rng.choice(boxes) if boxes else (0, 0, w, h)
+            side = min(cell / rng.uniform(*scale), w, h)          # screen px the cell shows
+            cx = rng.uniform(x0, x1) + rng.uniform(-0.25, 0.25) * side
+            cy = rng.uniform(y0, y1) + rng.uniform(-0.25, 0.25) * side
+            left = min(max(cx - side / 2, 0.0), w - side)         # the crop stays on the screen
+            top = min(max(cy - side / 2, 0.0), h - side)
+            crop = sm.image.resize((cell, cell), Image.Resampling.BICUBIC,
+                                   box=(left, top, left + side, top + side))
+            tile[r * cell:(r + 1) * cell, c * cell:(c + 1) * cell] = np.asarray(crop, dtype=np.uint8)
+            px = left + centre * side / cell
+            py = top + centre * side / cell
+            gx, gy = np.meshgrid(px, py)
+            cls[r * cell_tokens:(r + 1) * cell_tokens, c * cell_tokens:(c + 1) * cell_tokens] = text_classes_at(sm, gx, gy, n_classes, tables[id(sm)])
+    return tile, cls.reshape(-1)
+
+
+class ReadingBatches(torch.utils.data.Dataset):
+    """The reading stage's stream: item ``step`` is ``batch_size`` mosaic tiles (``reading_tile``) cut from
+    ``screens`` fresh screens of ``split`` (seeds as ``ScreenBatches``): {"pixel_values": uint8 (B, 3, S, S),
+    "image_classes": (B * tokens_per_tile,)}."""
+
+    def __init__(self, vision: VisionConfig, batch_size: int, seed: int = 0, screens: int = 8, split: str = "train"):
+        self.vision, self.batch_size, self.seed, self.screens, self.split = vision, batch_size, seed, screens, split
+
+    def __len__(self) -> int:
+        return 2**62
+
+    def __getitem__(self, step: int) -> dict:
+        from .data import generate_sample
+
+        base = self.seed * 10**12 + step * self.screens
+        samples = [generate_sample(base + i, split=self.split) for i in range(self.screens)]
+        rng = random.Random(base)
+        tiles, classes = zip(*(reading_tile(samples, self.vision, rng) for _ in range(self.batch_size)))
+        x = torch.from_numpy(np.stack(tiles)).permute(0, 3, 1, 2).contiguous()
+        return {"pixel_values": x, "image_classes": torch.from_numpy(np.concatenate(classes)),
+                "tokens": x.shape[0] * self.vision.tokens_per_tile}
+
+
+def reading_loss_fn(model: Holotron, aux: "AuxHeads", batch: dict, device: torch.device,
+                    parts: dict | None = None) -> tuple[torch.Tensor, int]:
+    """The reading stage's loss: text-class cross-entropy on every image token, from the projector
+    output (vision tower + pixel shuffle + mlp1; the language model is not run). ``parts`` receives
+    the loss and the accuracy on tokens that show text."""
+    from .vision.projector import embed_tiles
+
+    x = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
+    cls = batch["image_classes"].to(device, non_blocking=True)
+    emb = embed_tiles(model.vision_model, model.mlp1, x).reshape(-1, model.config.text.hidden_size)
+    logits = aux.label_in(emb.to(aux.label_in.weight.dtype)).float()
+    loss = F.cross_entropy(logits, cls)
+    if parts is not None:
+        text = cls > 0
+        parts["read"] = float(loss.detach())
+        parts["read_acc"] = float((logits[text].argmax(-1) == cls[text]).float().mean()) if bool(text.any()) else 0.0
+    return loss, int(cls.numel())
 
 
 class ScreenBatches(torch.utils.data.Dataset):
@@ -469,6 +573,8 @@ def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtyp
             shutil.copyfile(src, folder / name)
     if state is not None:
         (folder / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
+    if aux is not None:  # training-only heads, beside the model (holotron.load never reads them)
+        torch.save({k: v.detach().cpu() for k, v in aux.state_dict().items()}, folder / AUX_FILE)
     if optimizer is not None:
         tmp = folder / "training_state.pt.tmp"
         extra = {} if aux is None else {"aux": {k: v.detach().cpu() for k, v in aux.state_dict().items()}}
@@ -526,8 +632,14 @@ def train(args) -> dict:
     model = init_weights(Holotron(config), args.seed).to(device)
     n_params = model.num_parameters()
 
-    aux = AuxHeads(config).to(device) if args.aux_weight > 0 else None
-    trainable = model if aux is None else nn.ModuleList([model, aux])
+    reading = args.stage == "read"
+    aux = AuxHeads(config).to(device) if (args.aux_weight > 0 or reading) else None
+    if args.init_from:
+        _init_from(model, aux, args.init_from, log)
+    if reading:  # the vision tower, the projector and the text-class head; the language model waits
+        trainable = nn.ModuleList([model.vision_model, model.mlp1, aux.label_in])
+    else:
+        trainable = model if aux is None else nn.ModuleList([model, aux])
     opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
     step, history, evals, elapsed_before = 0, [], [], 0.0
     if args.resume:
@@ -550,14 +662,19 @@ def train(args) -> dict:
         f"{model.language_model.num_parameters() / 1e6:.2f} M); tiles {vcfg.image_size} px, up to {vcfg.max_num_tiles} "
         f"+ thumbnail, {vcfg.tokens_per_tile} tokens each; device {device}")
 
-    data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split)
+    if reading:
+        data = ReadingBatches(vcfg, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split)
+    else:
+        data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split)
     loader = torch.utils.data.DataLoader(
         data, batch_size=None, sampler=range(step, args.steps), num_workers=args.workers,
         pin_memory=device.type == "cuda", prefetch_factor=args.prefetch if args.workers else None,
         persistent_workers=False)
 
-    eval_examples = None
-    if args.eval_every and args.eval_n:
+    eval_examples = eval_reading = None
+    if reading and args.eval_every:  # fixed tiles from screens of the eval split
+        eval_reading = ReadingBatches(vcfg, max(8, args.eval_n), seed=10**6, split=args.eval_split)[0]
+    elif args.eval_every and args.eval_n:
         from .eval import synthetic_examples
         eval_examples = list(synthetic_examples(args.eval_n, split=args.eval_split))
         eval_proc = Processor.from_pretrained(tok_dir, image_processor=lambda im: _float_tiles(im, vcfg))
@@ -592,7 +709,10 @@ def train(args) -> dict:
                     group["lr"] = lr
                 parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
                 with amp:
-                    loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts)
+                    if reading:
+                        loss, n_labels = reading_loss_fn(model, aux, batch, device, parts)
+                    else:
+                        loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -618,9 +738,10 @@ def train(args) -> dict:
                 last = history[-1] if history else {}
                 bar.update(step, loss=f"{ema:.4f}", lr=f"{lr:.2e}", tok_s=f"{last.get('tokens_per_s', 0):,}",
                            screens_s=f"{last.get('screens_per_s', 0)}", data_wait=f"{last.get('data_wait', 0):.0%}")
-                if eval_examples and (step % args.eval_every == 0):
+                if (eval_examples or eval_reading) and (step % args.eval_every == 0):
                     t = time.perf_counter()
-                    evals.append(_eval(model, eval_proc, eval_examples, device, step, log))
+                    evals.append(_eval(model, eval_proc, eval_examples, device, step, log) if eval_examples
+                                 else _eval_reading(model, aux, eval_reading, device, step, log, amp))
                     eval_s = time.perf_counter() - t
                     model.train()
                 if args.save_every and step % args.save_every == 0 and step < args.steps:
@@ -650,8 +771,10 @@ def train(args) -> dict:
             signal.signal(signal.SIGTERM, old_term)
         bar.close()
     train_s = time.perf_counter() - t_loop + elapsed_before
-    if eval_examples and (not evals or evals[-1]["step"] != step) and stop_reason != "interrupted" and args.final_eval:
-        evals.append(_eval(model, eval_proc, eval_examples, device, step, log))
+    if (eval_examples or eval_reading) and (not evals or evals[-1]["step"] != step) and stop_reason != "interrupted" \
+            and args.final_eval:
+        evals.append(_eval(model, eval_proc, eval_examples, device, step, log) if eval_examples
+                     else _eval_reading(model, aux, eval_reading, device, step, log, amp))
     state = _state(args, step, history, evals, n_params, train_s, stop_reason)
     save_checkpoint(model, out, tok_dir, dtype=getattr(torch, args.save_dtype), max_shard_size=args.max_shard_size,
                     state=state, optimizer=opt if args.save_optimizer else None, aux=aux)
@@ -665,6 +788,42 @@ def _float_tiles(image, cfg: VisionConfig):
     from .vision.preprocess import preprocess_image
 
     return preprocess_image(image, cfg)
+
+
+@torch.no_grad()
+def _eval_reading(model, aux, batch, device, step, log, amp) -> dict:
+    model.eval()
+    parts = {}
+    with amp:
+        reading_loss_fn(model, aux, batch, device, parts)
+    log(f"reading eval at step {step}: {100 * parts['read_acc']:.1f}% of text tokens read right, "
+        f"loss {parts['read']:.3f}")
+    model.train()
+    return {"step": step, "read_acc": parts["read_acc"], "read_loss": parts["read"]}
+
+
+def _init_from(model: Holotron, aux, folder, log) -> None:
+    """Start from a checkpoint's weights (a fresh optimizer and schedule, unlike --resume); the auxiliary
+    heads too when the folder holds them (aux_heads.pt, written by every run that trains them)."""
+    from .weights import load
+
+    from .weights import CheckpointError
+
+    try:
+        src = load(folder, dtype=torch.float32, device="cpu")
+    except (CheckpointError, OSError) as e:
+        raise SystemExit(f"holotron.train: error: --init-from {folder}: {e}") from None
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if not isinstance(src, Holotron) or {k: tuple(v.shape) for k, v in src.state_dict().items()} != shapes:
+        raise SystemExit(f"holotron.train: error: --init-from {folder}: not a checkpoint of this --config "
+                         "(same preset and --set overrides and tokenizer needed)")
+    model.load_state_dict(src.state_dict())
+    heads = Path(folder) / AUX_FILE
+    if aux is not None and heads.is_file():
+        aux.load_state_dict(torch.load(heads, map_location="cpu", weights_only=True))
+        log(f"initialised from {folder} (model and auxiliary heads)")
+    else:
+        log(f"initialised from {folder}")
 
 
 def _eval(model, processor, examples, device, step, log) -> dict:
@@ -703,6 +862,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=32, help="screens per step")
     p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
+    p.add_argument("--stage", default="ground", choices=["ground", "read"],
+                   help="ground (default): the grounding task on whole screens; read: the vision tower, projector and "
+                        "a text-class head alone, on tile mosaics of text crops (start a ground run from it with "
+                        "--init-from)")
+    p.add_argument("--init-from", metavar="DIR",
+                   help="start from this checkpoint's weights (and its aux_heads.pt), with a fresh optimizer and schedule")
     p.add_argument("--aux-weight", type=float, default=0.0,
                    help="weight of the auxiliary image-token losses (text class under each token, its screen "
                         "position; training-only heads, not saved with the model); 0 (default): answer loss only")

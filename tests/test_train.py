@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,8 +23,9 @@ from holotron.grounding import parse_click
 from holotron.model import Holotron
 from holotron.processor import Processor
 from holotron.tokenizer import SPECIAL_IDS, build_task_tokenizer, train_tokenizer
-from holotron.train import (IGNORE, AuxHeads, ScreenBatches, extra_targets, image_token_targets, init_weights, label_class,
-                            loss_fn, lr_at, main, make_config, normalize_tiles, uint8_tiles)
+from holotron.train import (IGNORE, AuxHeads, ReadingBatches, ScreenBatches, extra_targets, image_token_targets,
+                            init_weights, label_class, loss_fn, lr_at, main, make_config, normalize_tiles,
+                            reading_loss_fn, text_classes_at, uint8_tiles)
 from holotron.vision.preprocess import preprocess_image
 
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
@@ -216,7 +218,7 @@ def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_l
     assert n0 == n1 and set(parts) == {"answer", "label_in", "label_mid", "position"}
     assert parts["answer"] == pytest.approx(float(plain.detach()), rel=1e-6)
     expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"])
-    assert float(total) == pytest.approx(expected, rel=1e-5)
+    assert float(total.detach()) == pytest.approx(expected, rel=1e-5)
     total.backward()
     for p in (aux.label_in.weight, aux.label_mid.weight, aux.pos_mid.weight,
               model.vision_model.radio_model.model.patch_generator.embedder.weight):
@@ -224,6 +226,72 @@ def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_l
     bad = dict(batch, image_classes=batch["image_classes"][1:], image_positions=batch["image_positions"][1:])
     with pytest.raises(ValueError, match="image tokens but"):
         loss_fn(model, bad, torch.device("cpu"), aux, 0.5)
+
+
+def test_text_classes_at_paints_elements_over_texts_and_leaves_background_zero():
+    from types import SimpleNamespace as NS
+
+    from holotron.data import Element, Text
+    sample = NS(texts=[Text("Email", (10, 10, 60, 30)), Text("Welcome back", (0, 100, 200, 130))],
+                elements=[Element("Email", "text field", (70, 10, 300, 30)),
+                          Element("Sign in", "button", (150, 95, 260, 135))])
+    px = np.array([20, 100, 5, 100, 200, 400])
+    py = np.array([20, 20, 50, 110, 110, 400])
+    got = text_classes_at(sample, px, py).tolist()
+    assert got == [label_class("Email"), label_class("Email"), 0, label_class("Welcome back"), label_class("Sign in"), 0]
+    assert text_classes_at(NS(texts=[], elements=[]), px, py).tolist() == [0] * 6
+
+
+def test_reading_batches_are_tile_mosaics_mostly_of_text_and_depend_only_on_seed_and_step():
+    cfg = make_config("tiny-ui", 600).vision
+    a, b = ReadingBatches(cfg, 4, seed=0, screens=2)[3], ReadingBatches(cfg, 4, seed=0, screens=2)[3]
+    assert a["pixel_values"].shape == (4, 3, 384, 384) and a["pixel_values"].dtype == torch.uint8
+    assert a["image_classes"].shape == (4 * cfg.tokens_per_tile,) and int(a["image_classes"].min()) >= 0
+    assert torch.equal(a["pixel_values"], b["pixel_values"]) and torch.equal(a["image_classes"], b["image_classes"])
+    assert not torch.equal(a["pixel_values"], ReadingBatches(cfg, 4, seed=0, screens=2)[4]["pixel_values"])
+    # whole screens show text under about a fifth of their tokens; the mosaics aim every crop at a text
+    share = float((a["image_classes"] > 0).float().mean())
+    assert share > 0.28, share
+
+
+def test_reading_tile_classes_line_up_with_the_pixels_each_token_shows():
+    # one black element on a white screen: a token is classed as the element exactly when its centre is
+    # on the element, so (away from the box's edges) when most of its 32 px square is black
+    from types import SimpleNamespace as NS
+
+    from PIL import Image, ImageDraw
+
+    from holotron.data import Element
+    from holotron.train import reading_tile
+    im = Image.new("RGB", (1000, 700), "white")
+    box = (300, 200, 700, 420)
+    ImageDraw.Draw(im).rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill="black")
+    sample = NS(image=im, size=im.size, texts=[], elements=[Element("Export", "button", box)])
+    cfg = make_config("tiny-ui", 600).vision
+    agree = total = 0
+    for seed in range(4):
+        tile, cls = reading_tile([sample], cfg, random.Random(seed))
+        dark = torch.from_numpy(tile[..., 0] < 128).float().unfold(0, 32, 32).unfold(1, 32, 32).mean((-1, -2))
+        on = torch.from_numpy(cls).view(12, 12) == label_class("Export")
+        assert set(cls.tolist()) <= {0, label_class("Export")} and bool(on.any()) and bool((~on).any())
+        clear = (dark < 0.3) | (dark > 0.7)  # tokens not cut by the box's edge
+        agree += int(((dark > 0.5) == on)[clear].sum())
+        total += int(clear.sum())
+    assert agree == total and total > 300
+
+
+def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_tokens():
+    cfg = make_config("micro", 600)
+    model = init_weights(Holotron(cfg), seed=0)
+    aux = AuxHeads(cfg)
+    batch = ReadingBatches(cfg.vision, 3, seed=1, screens=1)[0]
+    parts = {}
+    loss, n = reading_loss_fn(model, aux, batch, torch.device("cpu"), parts)
+    assert n == 3 * cfg.vision.tokens_per_tile and math.isfinite(float(loss))
+    assert set(parts) == {"read", "read_acc"} and 0.0 <= parts["read_acc"] <= 1.0
+    loss.backward()
+    assert aux.label_in.weight.grad.abs().sum() > 0 and model.mlp1[1].weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.language_model.parameters())  # the language model is not run
 
 
 def test_lr_warms_up_linearly_then_decays_on_a_cosine_to_the_floor():
@@ -304,6 +372,31 @@ def test_auxiliary_heads_are_resumed_and_never_saved_with_the_model(tmp_path, to
     _train(*common[:3], 3, *common[4:], "--out", tmp_path / "b", "--aux-weight", 0.5, "--resume", tmp_path / "a")
     with pytest.raises(SystemExit, match="with --aux-weight"):
         _train(*common[:3], 3, *common[4:], "--out", tmp_path / "c", "--resume", tmp_path / "a")
+
+
+def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_from_it(tmp_path, tok_dir, capsys):
+    common = ["--config", "micro", "--device", "cpu", "--workers", 0, "--tokenizer", tok_dir, "--log-every", 1,
+              "--save-dtype", "float32"]
+    _train(*common, "--stage", "read", "--steps", 3, "--batch-size", 4, "--eval-every", 2, "--eval-n", 8,
+           "--out", tmp_path / "read")
+    state = json.loads((tmp_path / "read" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["evals"]] == [2, 3] and "read_acc" in state["evals"][0]
+    assert "reading eval at step 2" in capsys.readouterr().err
+    read = load_file(str(tmp_path / "read" / "model.safetensors"))
+    torch.manual_seed(0)  # as the run does (--seed 0) before building the model: conv1d keeps torch's default init
+    fresh = init_weights(Holotron(make_config("micro", Processor.from_pretrained(tok_dir).vocab_size)), seed=0).state_dict()
+    lm = [k for k in read if k.startswith("language_model.")]
+    assert lm and all(torch.equal(read[k], fresh[k]) for k in lm)                 # the LM waited
+    assert not torch.equal(read["mlp1.1.weight"], fresh["mlp1.1.weight"])          # the vision side learned
+    assert (tmp_path / "read" / "aux_heads.pt").is_file()
+    # a grounding run with lr 0 ends where it started: on the reading stage's weights
+    _train(*common, "--steps", 1, "--batch-size", 1, "--eval-every", 0, "--lr", 0, "--aux-weight", 0.5,
+           "--init-from", tmp_path / "read", "--out", tmp_path / "ground")
+    assert "initialised from" in capsys.readouterr().err
+    ground = load_file(str(tmp_path / "ground" / "model.safetensors"))
+    assert all(torch.equal(ground[k], read[k]) for k in read)
+    with pytest.raises(SystemExit, match="--init-from .*nope"):
+        _train(*common, "--steps", 1, "--init-from", tmp_path / "nope", "--out", tmp_path / "x")
 
 
 def test_a_time_budget_stops_early_and_still_saves(tmp_path, tok_dir, capsys):
