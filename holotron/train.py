@@ -28,6 +28,12 @@ The loop, in the order a step runs:
             ``--save-optimizer`` also ``training_state.pt`` (fp32 weights + AdamW state) for
             ``--resume``. ``holotron.load`` and ``Processor.from_pretrained`` read the folder as it is.
 
+Options past the plain loop: ``--aux-weight W`` adds dense losses on the image tokens (the text class
+under each token and its screen position; ``image_token_targets``, ``AuxHeads``: training-only heads,
+written beside the model as aux_heads.pt, never loaded by ``holotron.load``). ``--stage read`` trains the
+vision side alone on tile mosaics of text crops (``reading_tile``, ``ReadingBatches``,
+``reading_loss_fn``); ``--init-from DIR`` starts a run from a checkpoint's weights (fresh optimizer).
+
 The scan: Triton's SSD scan has a forward only, so training runs every Mamba layer through the
 pure-PyTorch ``chunked`` backend (autograd works through it) on every device:
 ``holotron.kernels.use_backend("chunked")``.
