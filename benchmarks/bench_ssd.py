@@ -201,7 +201,7 @@ def run(args):
 
     # ---- variants of the fused scan's launch settings
     base = dict(T.SCAN_CONFIG)
-    variants = [dict(), dict(P_TILE=16), dict(P_TILE=16, num_warps=4), dict(P_TILE=32), dict(num_stages=1),
+    variants = [dict(), dict(P_TILE=16), dict(P_TILE=16, num_warps=4), dict(P_TILE=32),
                 dict(state_ops="half"), dict(P_TILE=16, state_ops="half"), dict(BLOCK_M=128), dict(num_warps=4),
                 dict(fused=False)]
     if args.quick:

@@ -1,22 +1,24 @@
 """The SSD scan as Triton kernels (forward): the GPU path of ``ssd_scan`` and ``ssd_step``.
 
 Arguments are validated by ``holotron.kernels.ssd_scan`` / ``ssd_step``; call those. The README
-beside this file derives the math. The scan is four launches over "chunks" of at most Q tokens that
-never straddle a sequence boundary:
+beside this file derives the math. The scan is two launches (and a memset) over "chunks" of at most
+Q tokens that never straddle a sequence boundary:
 
     1. _dt_cumsum   per (chunk, head block): dt -> +bias, softplus, clamp; cs = cumsum(dt * A)
-    2. _chunk_state per (chunk, head, p block): S_c = sum_s exp(cs_end - cs_s) dt_s x_s B_s^T
-    3. _pass_state  per (sequence, head, state block): S_in(c) for every chunk, in order; final state
-    4. _chunk_out   per (chunk, head, p block, row block): y = intra-chunk term + C . S_in term
-                    + D x, gated by silu(z)
+    2. _scan_fused  per (chunk, head): the chunk's state S_c; wait for S_in from the previous chunk,
+                    publish exp(cs_end) S_in + S_c; y = intra-chunk term + C . S_in term + D x,
+                    gated by silu(z)
 
+The four-kernel version (chunk states written, passed along, read back: _chunk_state, _pass_state,
+_chunk_out) runs with SCAN_CONFIG["fused"] = False, as a second opinion for tests and benchmarks.
 Chunks are laid out per sequence: sequence s (a batch row, or one ``cu_seqlens`` segment) owns
-ceil(len_s / Q) consecutive chunks. The chunk table (start, end token of each chunk) is computed
-on the device from ``cu_seqlens`` with a static upper bound on the number of chunks, so nothing here
-waits on the host (the whole scan can be captured in a CUDA graph). Tokens are addressed in the
-flattened (batch * seqlen) axis. Decay math, accumulation and the state are fp32; the matrix products
-take fp32 operands in IEEE precision for fp32 inputs (no TF32) and half operands for bf16 / fp16
-inputs. float64 inputs are computed in fp32 (the naive and chunked backends do float64).
+ceil(len_s / Q) consecutive chunks. With ``cu_seqlens`` the chunk table is computed on the device
+with a static upper bound on the number of chunks; without it the kernels compute chunk bounds
+themselves. Nothing here waits on the host (the whole scan can be captured in a CUDA graph). Tokens
+are addressed in the flattened (batch * seqlen) axis. Decay math, accumulation and the state are
+fp32; the matrix products take fp32 operands in IEEE precision for fp32 inputs (no TF32) and half
+operands for bf16 / fp16 inputs. float64 inputs are computed in fp32 (the naive and chunked
+backends do float64).
 """
 
 from __future__ import annotations
