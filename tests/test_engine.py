@@ -17,7 +17,6 @@ from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F4
 from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
 
 IMG_START, IMG_END = 19, 20
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(scope="module")
