@@ -287,7 +287,7 @@ def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_
     batch = ReadingBatches(cfg.vision, 3, seed=1, screens=1)[0]
     parts = {}
     loss, n = reading_loss_fn(model, aux, batch, torch.device("cpu"), parts)
-    assert n == 3 * cfg.vision.tokens_per_tile and math.isfinite(float(loss))
+    assert n == 3 * cfg.vision.tokens_per_tile and math.isfinite(float(loss.detach()))
     assert set(parts) == {"read", "read_acc"} and 0.0 <= parts["read_acc"] <= 1.0
     loss.backward()
     assert aux.label_in.weight.grad.abs().sum() > 0 and model.mlp1[1].weight.grad.abs().sum() > 0
