@@ -224,6 +224,10 @@ class Engine:
             x = x + h
         h = lm.backbone.norm_f(x.to(lm.backbone.norm_f.weight.dtype))
         logits = lm.lm_head(h[:, 0].to(lm.lm_head.weight.dtype)).float()   # (b, V)
+        self._finish_step(logits, b)
+
+    def _finish_step(self, logits: torch.Tensor, b: int) -> None:
+        """The end of a step: keep the logits (when asked), choose the next tokens, advance live rows."""
         if self.logits is not None:
             self.logits[:b].copy_(logits)
         if self.sampling:
@@ -264,14 +268,7 @@ class Engine:
             else:
                 x = fused.mlp(x, nw, eps, m.up_proj.weight, m.down_proj.weight)
         logits = fused.head(x, lm.backbone.norm_f.weight, lm.backbone.norm_f.eps, lm.lm_head.weight)
-        if self.logits is not None:
-            self.logits[:b].copy_(logits)
-        if self.sampling:
-            nxt = choose_tokens(logits, self.temperature[:b], self.top_k[:b], self.top_p[:b], self.generator)
-        else:
-            nxt = logits.argmax(-1)
-        self.tokens[:b].copy_(nxt)
-        self.state.lengths[:b].add_(self.active[:b])
+        self._finish_step(logits, b)
 
     @property
     def _A(self) -> dict:
