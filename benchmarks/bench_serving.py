@@ -45,6 +45,7 @@ from holotron.engine import Engine, Request  # noqa: E402
 from holotron.generate import generate  # noqa: E402
 from holotron.lm import HybridLM  # noqa: E402
 from holotron.state import DecodeState  # noqa: E402
+from timing import median_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
 SMALL = dict(vocab_size=512, hidden_size=64, hybrid_override_pattern="M-M*-M-M*-",
              num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
@@ -146,26 +147,6 @@ def ceilings(dev, small: bool) -> dict:
     b = torch.randn(k, k, device=dev, dtype=torch.bfloat16)
     ms = median_ms(lambda: a @ b, 3, 10, dev)
     return {"copy_GBps": bw / 1e9, "bf16_matmul_TFLOPs": 2 * k**3 / (ms * 1e-3) / 1e12}
-
-
-def median_ms(fn, warmup: int, reps: int, dev) -> float:
-    for _ in range(warmup):
-        fn()
-    sync(dev)
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b))
-        else:
-            fn()
-            out.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(out)
 
 
 def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict) -> float:

@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from timing import times_ms as timeit  # noqa: E402  (benchmarks/ is on sys.path)
+
 from holotron.vision import Projector, RadioVisionModel, VisionConfig, embed_tiles, pixel_shuffle
 
 
@@ -34,28 +36,6 @@ def flops_per_tile(cfg: VisionConfig, n_prefix: int) -> dict:
     tp = cfg.tokens_per_tile
     proj = 2 * tp * (cfg.projector_input_size * cfg.projector_hidden_size + cfg.projector_hidden_size * cfg.projector_output_size)
     return {"encoder": enc + patches, "projector": proj, "total": enc + patches + proj}
-
-
-def timeit(fn, warmup: int, reps: int, device: torch.device) -> list[float]:
-    """Milliseconds per call, one measurement per call (CUDA events on a GPU, a synchronised clock otherwise)."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b))
-    else:
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t) * 1e3)
-    return out
 
 
 def matmul_tflops(device: torch.device, n: int, reps: int) -> float:

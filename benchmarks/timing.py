@@ -1,0 +1,36 @@
+"""Timing shared by the benchmark scripts (run as ``python3 benchmarks/NAME.py``, so this folder is on sys.path)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def times_ms(fn, warmup: int, reps: int, device) -> list[float]:
+    """Milliseconds per call, one measurement per call (CUDA events on a GPU, a synchronised clock otherwise)."""
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    out = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+    else:
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def median_ms(fn, warmup: int, reps: int, device) -> float:
+    """The median of ``times_ms``."""
+    return statistics.median(times_ms(fn, warmup, reps, device))
