@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -429,3 +430,20 @@ def test_the_shipped_model_is_the_tiny_ui_preset_under_30_mb_and_answers_with_a_
     assert point is not None and 0 <= point.x <= 1000 and 0 <= point.y <= 1000, answer
     card = (BUNDLED / "README.md").read_text()
     assert "point-in-box" in card and "Wilson" in card
+
+
+def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_path):
+    env = {**os.environ, "CONFIG": "micro", "WORKERS": "0", "DEVICE": "cpu", "EVAL_N": "2", "READ_BATCH": "2",
+           "GROUND_BATCH": "1", "PYTHON": sys.executable, "EXTRA": "--steps 2 --log-every 1"}
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh"), str(tmp_path / "run"), "5", "5"],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "initialised from" in r.stderr and "held-out point-in-box: " in r.stdout
+    read = json.loads((tmp_path / "run" / "read" / "trainer_state.json").read_text())
+    ground = json.loads((tmp_path / "run" / "ground" / "trainer_state.json").read_text())
+    assert read["step"] == 2 and read["args"]["stage"] == "read" and ground["step"] == 2
+    assert ground["args"]["init_from"] == str(tmp_path / "run" / "read") and ground["args"]["aux_weight"] == 0.5
+    assert json.loads((tmp_path / "run" / "eval.json").read_text())["n"] == 2
+    assert isinstance(holotron.load(tmp_path / "run" / "ground"), Holotron)
+    bad = subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh")], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage:")
