@@ -649,7 +649,15 @@ def train(args) -> dict:
     opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
     step, history, evals, elapsed_before = 0, [], [], 0.0
     if args.resume:
-        ts = torch.load(Path(args.resume) / "training_state.pt", map_location="cpu", weights_only=True)
+        ts_file, st_file = Path(args.resume) / "training_state.pt", Path(args.resume) / "trainer_state.json"
+        if not (ts_file.is_file() and st_file.is_file()):
+            raise SystemExit(f"holotron.train: error: --resume {args.resume}: no training_state.pt / trainer_state.json "
+                             "there (a checkpoint written with --save-optimizer is needed)")
+        prev_stage = json.loads(st_file.read_text()).get("args", {}).get("stage", "ground")
+        if prev_stage != args.stage:
+            raise SystemExit(f"holotron.train: error: --resume {args.resume}: that run was --stage {prev_stage}; "
+                             f"resume it with the same stage, or start a new run from it with --init-from")
+        ts = torch.load(ts_file, map_location="cpu", weights_only=True)
         if (aux is None) != ("aux" not in ts):
             raise SystemExit(f"holotron.train: error: --resume {args.resume}: that run was trained "
                              f"{'with' if 'aux' in ts else 'without'} --aux-weight; resume it the same way")

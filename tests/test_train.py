@@ -373,6 +373,10 @@ def test_auxiliary_heads_are_resumed_and_never_saved_with_the_model(tmp_path, to
     _train(*common[:3], 3, *common[4:], "--out", tmp_path / "b", "--aux-weight", 0.5, "--resume", tmp_path / "a")
     with pytest.raises(SystemExit, match="with --aux-weight"):
         _train(*common[:3], 3, *common[4:], "--out", tmp_path / "c", "--resume", tmp_path / "a")
+    with pytest.raises(SystemExit, match="was --stage ground; resume it with the same stage"):
+        _train(*common[:3], 3, *common[4:], "--stage", "read", "--out", tmp_path / "d", "--resume", tmp_path / "a")
+    with pytest.raises(SystemExit, match="no training_state.pt"):
+        _train(*common[:3], 3, *common[4:], "--out", tmp_path / "e", "--resume", tmp_path / "nope")
 
 
 def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_from_it(tmp_path, tok_dir, capsys):
