@@ -126,7 +126,9 @@ class Engine:
     top-k / top-p to the step (a sort over the vocabulary per step) and an own ``generator`` on the
     model's device. ``cuda_graph``: None = on when the model is on CUDA. ``keep_logits``: keep each
     step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised
-    (benchmarks on synthetic states). ``fuse``: run the step's element-wise work (norms, the conv
+    (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32;
+    bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32 and
+    rounds the stored state once per token). ``fuse``: run the step's element-wise work (norms, the conv
     window, dt, relu^2, residuals) through ``torch.compile``d per-layer pieces (fewer kernels; the
     same math in a different order, so logits agree to rounding, not bit for bit); the scan step
     and attention stay as they are.

@@ -229,6 +229,27 @@ def test_engine_cache_reuses_and_rebuilds(model):
     release(model)
 
 
+def test_a_bfloat16_mamba_state_halves_its_bytes_and_stays_close_to_fp32(model):
+    from holotron.state import MambaState
+
+    ids = _ids(9, seed=1)
+    runs = {}
+    for dt in (torch.float32, torch.bfloat16):
+        eng = Engine(model, max_batch=2, max_len=64, ssm_dtype=dt, keep_logits=True)
+        req = eng.submit(ids, max_new_tokens=6)
+        logits = []
+        while not eng.idle:
+            eng.step()
+            logits.append(eng.logits[0].clone())
+        ssm = [s.ssm for s in eng.state.layers if isinstance(s, MambaState)]
+        assert ssm and all(s.dtype == dt for s in ssm)
+        runs[dt] = (req.tokens, torch.stack(logits), sum(s.numel() * s.element_size() for s in ssm))
+    (t32, l32, b32), (t16, l16, b16) = runs[torch.float32], runs[torch.bfloat16]
+    assert b16 * 2 == b32
+    assert float((l16 - l32).abs().max() / l32.abs().max()) < 1e-2
+    assert t32 == _alone(model, ids, 6, eos_token_id=[])
+
+
 def test_default_batch_sizes():
     assert default_batch_sizes(1) == [1]
     assert default_batch_sizes(5) == [1, 2, 4, 5]

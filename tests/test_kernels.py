@@ -305,6 +305,28 @@ def test_step_triton_float64_state():
     assert_close(s, s_ref, rtol=1e-9, atol=1e-12, name="fp64 step state")
 
 
+@pytest.mark.parametrize("sdtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("backend", ["naive", "triton"])
+def test_step_low_precision_state_is_fp32_math_rounded_once_per_step(backend, sdtype):
+    """A bf16 / fp16 state halves the bytes a decode step moves: each step computes in fp32 from the stored
+    state and rounds the new state once; y comes from the unrounded fp32 state. Checked against the same
+    recipe in float64 (rounding the state to ``sdtype`` after every step)."""
+    kw = make_inputs(2, 5, 4, 10, 2, 8, dtype=torch.bfloat16, seed=21, initial_state=True, D="head", z=True,
+                     dt_bias=True, dt_softplus=True)
+    s = kw["initial_state"].to(sdtype)
+    ref = as64(kw)
+    s_ref = s.double()
+    ys, y_ref = steps(kw, backend, s), []
+    for t in range(kw["x"].shape[1]):
+        a = step_inputs(ref, t)
+        x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
+        y_ref.append(ssd_step(s_ref, x, dt, A, B, C, backend="naive", **a))
+        s_ref.copy_(s_ref.to(sdtype).double())  # the stored state is rounded each step
+    assert s.dtype == sdtype and ys.dtype == torch.bfloat16
+    assert_close(ys, torch.stack(y_ref, 1), rtol=2e-2, atol=2e-2, name="y with a low-precision state")
+    assert_close(s, s_ref, rtol=1e-2, atol=1e-2, name="low-precision state")
+
+
 def test_step_triton_rejects_strided_dstate():
     kw = step_inputs(make_inputs(1, 1, 2, 3, 1, 4, seed=16), 0)
     state = torch.zeros(1, 2, 3, 8, device=DEV)[..., ::2]
@@ -394,7 +416,7 @@ def test_triton_on_cpu_without_interpreter(monkeypatch):
 BAD_STEP = [
     (lambda k: k.update(x=k["x"][None]), "x must have shape (batch, heads, headdim)"),
     (lambda k: k.update(state=k["state"][..., :4]), "state must have shape (2, 4, 3, 5)"),
-    (lambda k: k.update(state=k["state"].half()), "state must be float32"),
+    (lambda k: k.update(state=k["state"].int()), "state must be float32 (or bfloat16 / float16"),
     (lambda k: k.update(dt=k["dt"][:, :2]), "dt must have shape (2, heads=4)"),
     (lambda k: k.update(B=k["B"][:, :, :2], C=k["C"][:, :, :2]), "state must have shape (2, 4, 3, 2)"),
     (lambda k: k.update(C=k["C"][:1]), "C must have the shape of B"),

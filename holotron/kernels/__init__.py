@@ -155,7 +155,8 @@ def _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit):
     limit = _check_common("x", x, dt, A, B, C, D, z, dt_bias, dt_limit, (b,))
     want = (b, h, p, B.shape[-1])
     _expect(tuple(state.shape) == want, f"state must have shape {want} (batch, heads, headdim, dstate), got {_shape(state)}")
-    _expect(state.dtype in (torch.float32, torch.float64), f"state must be float32, got {state.dtype}")
+    _expect(state.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16),
+            f"state must be float32 (or bfloat16 / float16 to halve its bytes), got {state.dtype}")
     _expect(state.device == x.device, f"state is on {state.device} but x is on {x.device}")
     return limit
 

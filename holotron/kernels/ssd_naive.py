@@ -85,7 +85,10 @@ def ssd_step_naive(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_so
     cd = state.dtype if state.dtype == torch.float64 else torch.float32
     xf = x.to(cd)
     dtf = process_dt(dt, dt_bias, dt_softplus, dt_limit, cd)
-    y = _recur(state, xf, dtf, A.to(cd), _expand_groups(B.to(cd), h), _expand_groups(C.to(cd), h))
+    S = state if state.dtype == cd else state.to(cd)  # a bf16 / fp16 state: fp32 math, rounded once when stored
+    y = _recur(S, xf, dtf, A.to(cd), _expand_groups(B.to(cd), h), _expand_groups(C.to(cd), h))
+    if S is not state:
+        state.copy_(S)
     y = y + _d_term(D, xf, cd)
     if z is not None:
         y = y * F.silu(z.to(cd))

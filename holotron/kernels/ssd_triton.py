@@ -594,8 +594,10 @@ def _step(
     s_z_b, s_z_h, s_y_b, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    STATE_LOW: tl.constexpr,
 ):
-    """S = exp(dt A) S + dt x B^T; y = S C + D x; y *= silu(z). In the state's dtype (fp32 or fp64)."""
+    """S = exp(dt A) S + dt x B^T; y = S C + D x; y *= silu(z). In the state's dtype (fp32 or fp64); a bf16 /
+    fp16 state (STATE_LOW) is computed in fp32 and rounded once when stored (y uses the unrounded S)."""
     bi = tl.program_id(0)
     h = tl.program_id(1)
     ps = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -605,6 +607,8 @@ def _step(
     g = h // HPG
     sptr = state_ptr + bi.to(tl.int64) * s_s_b + h * s_s_h + ps[:, None] * s_s_p + ns[None, :]
     S = tl.load(sptr, mask=mp[:, None] & mn[None, :], other=0.0)
+    if STATE_LOW:
+        S = S.to(tl.float32)
     cd = S.dtype
     dt = tl.load(dt_ptr + bi * s_dt_b + h * s_dt_h).to(cd)
     if HAS_BIAS:
@@ -617,7 +621,7 @@ def _step(
     Bv = tl.load(B_ptr + bi * s_b_b + g * s_b_g + ns, mask=mn, other=0.0).to(cd)
     Cv = tl.load(C_ptr + bi * s_c_b + g * s_c_g + ns, mask=mn, other=0.0).to(cd)
     S = S * tl.exp(dt * A) + (dt * x)[:, None] * Bv[None, :]
-    tl.store(sptr, S, mask=mp[:, None] & mn[None, :])
+    tl.store(sptr, S.to(state_ptr.dtype.element_ty), mask=mp[:, None] & mn[None, :])
     y = tl.sum(S * Cv[None, :], axis=1)
     if HAS_D:
         if D_PER_CHANNEL:
@@ -662,6 +666,7 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
         *(z.stride()[:2] if z is not None else (0, 0)), y.stride(0), y.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
-        BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=STEP_CONFIG["num_warps"],
+        BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, STATE_LOW=state.dtype in (torch.bfloat16, torch.float16),
+        num_warps=STEP_CONFIG["num_warps"],
     )
     return y
