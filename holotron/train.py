@@ -283,9 +283,7 @@ def label_class(text: str, n_classes: int = AUX_CLASSES) -> int:
 def _class_boxes(sample, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """(boxes (n, 4), classes (n,)) in paint order: visible texts, then elements over them."""
     items = [(t.box, t.text) for t in sample.texts] + [(e.box, e.label) for e in sample.elements]
-    if not items:
-        return np.zeros((0, 4)), np.zeros(0, dtype=np.int64)
-    return (np.array([b for b, _ in items], dtype=np.float64),
+    return (np.array([b for b, _ in items], dtype=np.float64).reshape(-1, 4),
             np.array([label_class(text, n_classes) for _, text in items], dtype=np.int64))
 
 
@@ -295,11 +293,12 @@ def text_classes_at(sample, px: np.ndarray, py: np.ndarray, n_classes: int = AUX
     ``table``: ``_class_boxes(sample)`` when the caller asks many times."""
     boxes, classes = table if table is not None else _class_boxes(sample, n_classes)
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    if not len(classes):
+        return np.zeros(px.shape, dtype=np.int64)
     x, y = px.reshape(-1, 1), py.reshape(-1, 1)
     hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, boxes)
-    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1) if hit.shape[1] else np.zeros(len(x), dtype=np.int64)
-    out = np.where(hit.any(axis=1), classes[last] if len(classes) else 0, 0)
-    return out.reshape(px.shape).astype(np.int64)
+    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)  # the last box painted over each point
+    return np.where(hit.any(axis=1), classes[last], 0).reshape(px.shape).astype(np.int64)
 
 
 def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
