@@ -1,0 +1,202 @@
+"""How fast does a vision tower learn to read the synthetic screens? A side-by-side probe for the
+reading stage of ``holotron.train`` (issue 6's open question), run on one GPU in a few minutes.
+
+It renders a fixed set of reading mosaics once (``holotron.train.reading_tile``, in worker processes),
+at the scale tiling shows screens (0.65-1.05) and, to ask whether resolution is what stops reading,
+at 1.3-2.0; then trains each variant (learning rate, colour augmentation, text scale) for the same
+number of seconds from fresh weights on those tensors, so data generation does not set the pace, and
+reports the share of text tokens whose class is read right, on the training tiles and on held-out
+tiles (held-out split: other themes, font sizes and hues).
+
+    PYTHONPATH=. python3 scripts/reading_probe.py --tiles 40000 --seconds 60 --out $OUT
+
+The variants are in ``VARIANTS``; ``--only`` picks some by name. Writes reading_probe.json to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NORMAL, LARGE = (0.65, 1.05), (1.3, 2.0)
+
+# name -> settings; "scale" selects the tile set, "aug" the colour augmentation
+VARIANTS = {
+    "lr2e-3": dict(lr=2e-3, aug=False, scale="normal"),
+    "lr5e-4": dict(lr=5e-4, aug=False, scale="normal"),
+    "lr5e-4+aug": dict(lr=5e-4, aug=True, scale="normal"),
+    "lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal"),
+    "lr5e-4+aug+large": dict(lr=5e-4, aug=True, scale="large"),
+}
+
+
+def _render(job):
+    from holotron.train import reading_tile
+    from holotron.data import generate_sample
+
+    split, seed, n, scale, vcfg = job
+    samples = [generate_sample(seed * 1000 + i, split=split) for i in range(max(1, n // 8))]
+    rng = random.Random(seed)
+    tiles, cls = zip(*(reading_tile(samples, vcfg, rng, scale=scale) for _ in range(n)))
+    return np.stack(tiles), np.stack(cls)
+
+
+def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
+    jobs = [(split, seed0 + i, min(chunk, n - i * chunk), scale, vcfg) for i in range(math.ceil(n / chunk))]
+    parts = pool.map(_render, jobs)
+    x = torch.from_numpy(np.concatenate([p[0] for p in parts])).permute(0, 3, 1, 2).contiguous()
+    y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
+    return x, y
+
+
+def colour_aug(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """uint8 (B, 3, S, S) -> float [0, 1]: a random channel order, half the tiles inverted, a random
+    gain and offset per tile: colour stops telling text from background, shape has to."""
+    b = x.shape[0]
+    xf = x.float() / 255.0
+    perm = torch.stack([torch.randperm(3, generator=gen, device=x.device) for _ in range(b)])
+    xf = torch.gather(xf, 1, perm[:, :, None, None].expand_as(xf))
+    inv = torch.rand(b, 1, 1, 1, generator=gen, device=x.device) < 0.5
+    xf = torch.where(inv, 1.0 - xf, xf)
+    gain = 0.6 + 0.8 * torch.rand(b, 1, 1, 1, generator=gen, device=x.device)
+    off = 0.2 * (torch.rand(b, 1, 1, 1, generator=gen, device=x.device) - 0.5)
+    return (xf * gain + off).clamp(0, 1)
+
+
+def normalise(xf: torch.Tensor, vcfg) -> torch.Tensor:
+    mean = torch.tensor(vcfg.norm_mean, device=xf.device).view(1, 3, 1, 1)
+    std = torch.tensor(vcfg.norm_std, device=xf.device).view(1, 3, 1, 1)
+    return (xf - mean) / std
+
+
+@torch.no_grad()
+def accuracy(model, head, x, y, vcfg, dev, bs=256) -> tuple[float, float]:
+    from holotron.vision.projector import embed_tiles
+
+    hits = total = 0
+    loss = 0.0
+    for i in range(0, len(x), bs):
+        xb = normalise(x[i:i + bs].to(dev).float() / 255.0, vcfg)
+        yb = y[i:i + bs].to(dev).reshape(-1)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            emb = embed_tiles(model.vision_model, model.mlp1, xb).reshape(-1, model.config.text.hidden_size)
+            logits = head(emb).float()
+        loss += float(F.cross_entropy(logits, yb, reduction="sum"))
+        text = yb > 0
+        hits += int((logits[text].argmax(-1) == yb[text]).sum())
+        total += int(text.sum())
+    return hits / max(1, total), loss / y.numel()
+
+
+def run_variant(name, v, sets, config, dev, seconds, batch, seed=0):
+    from holotron.model import Holotron
+    from holotron.train import AuxHeads, init_weights, lr_at, make_optimizer
+    from holotron.vision.projector import embed_tiles
+
+    torch.manual_seed(seed)
+    model = init_weights(Holotron(config), seed).to(dev)
+    head = AuxHeads(config).label_in.to(dev)
+    params = nn.ModuleList([model.vision_model, model.mlp1, head])
+    opt = make_optimizer(params, v["lr"], 0.05, fused=dev.type == "cuda")
+    x, y = sets[f"train_{v['scale']}"]
+    n = len(x)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    vcfg = config.vision
+    t0 = time.perf_counter()
+    step, curve = 0, []
+    model.train()
+    while True:
+        el = time.perf_counter() - t0
+        if el > seconds:
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(el / seconds, v["lr"], 0.05)
+        idx = torch.randint(0, n, (batch,), device=x.device)
+        xb = x[idx].to(dev, non_blocking=True)
+        yb = y[idx].to(dev, non_blocking=True).reshape(-1)
+        xf = colour_aug(xb, gen) if v["aug"] else xb.float() / 255.0
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            emb = embed_tiles(model.vision_model, model.mlp1, normalise(xf, vcfg)).reshape(-1, config.text.hidden_size)
+            logits = head(emb).float()
+        loss = F.cross_entropy(logits, yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % 100 == 0:
+            text = yb > 0
+            acc = float((logits[text].argmax(-1) == yb[text]).float().mean())
+            curve.append(dict(step=step, s=round(time.perf_counter() - t0, 1), loss=round(float(loss), 4), acc=round(acc, 4)))
+            print(f"  {name} step {step} {curve[-1]['s']:.0f}s loss {float(loss):.3f} batch read {100 * acc:.1f}%", flush=True)
+    model.eval()
+    out = dict(name=name, **v, steps=step, tiles_seen=step * batch, seconds=round(time.perf_counter() - t0, 1), curve=curve)
+    for label, key in (("train", f"train_{v['scale']}_check"), ("heldout", f"heldout_{v['scale']}")):
+        acc, loss = accuracy(model, head, *sets[key], vcfg, dev)
+        out[label] = dict(read_acc=round(acc, 4), loss=round(loss, 4))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiles", type=int, default=40000, help="training tiles per scale")
+    ap.add_argument("--eval-tiles", type=int, default=1024)
+    ap.add_argument("--seconds", type=float, default=60.0, help="training time per variant")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    ap.add_argument("--only", nargs="*", default=None, help="variant names (default all)")
+    ap.add_argument("--config", default="tiny-ui")
+    ap.add_argument("--set", action="append", default=[], help="config overrides as holotron.train --set")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args(argv)
+
+    from holotron.train import make_config
+
+    config = make_config(args.config, 2048, args.set)
+    vcfg = config.vision
+    dev = torch.device(args.device)
+    names = args.only or list(VARIANTS)
+    scales = {VARIANTS[n]["scale"] for n in names}
+    t0 = time.perf_counter()
+    sets = {}
+    with mp.get_context("fork").Pool(args.workers) as pool:
+        for sc in sorted(scales):
+            rng_scale = NORMAL if sc == "normal" else LARGE
+            sets[f"train_{sc}"] = render_set(pool, "train", args.tiles, rng_scale, vcfg, 0)
+            sets[f"train_{sc}_check"] = render_set(pool, "train", args.eval_tiles, rng_scale, vcfg, 10**6)
+            sets[f"heldout_{sc}"] = render_set(pool, "heldout", args.eval_tiles, rng_scale, vcfg, 2 * 10**6)
+    for k, (x, y) in sets.items():
+        print(f"{k}: {tuple(x.shape)} tiles, {100 * float((y > 0).float().mean()):.1f}% text tokens", flush=True)
+        if dev.type == "cuda" and k.startswith("train_") and not k.endswith("_check"):
+            sets[k] = (x.to(dev), y.to(dev))  # on the GPU: batches are gathered there
+    render_s = time.perf_counter() - t0
+    print(f"rendered in {render_s:.0f} s", flush=True)
+    results = []
+    for name in names:
+        results.append(run_variant(name, VARIANTS[name], sets, config, dev, args.seconds, args.batch))
+    print("\nvariant | steps | tiles seen | train tiles read | held-out read | held-out loss")
+    for r in results:
+        print(f"{r['name']} | {r['steps']} | {r['tiles_seen']:,} | {100 * r['train']['read_acc']:.1f}% | "
+              f"{100 * r['heldout']['read_acc']:.1f}% | {r['heldout']['loss']:.3f}")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "reading_probe.json").write_text(json.dumps(
+        dict(device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", torch=torch.__version__,
+             tiles=args.tiles, seconds=args.seconds, batch=args.batch, render_s=round(render_s, 1),
+             results=results), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
