@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 NORMAL, LARGE = (0.65, 1.05), (1.3, 2.0)
+config_name = "tiny-ui"
 
 # name -> settings; "scale" selects the tile set, "aug" the colour augmentation
 VARIANTS = {
@@ -38,6 +39,8 @@ VARIANTS = {
     "lr5e-4+aug": dict(lr=5e-4, aug=True, scale="normal"),
     "lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal"),
     "lr5e-4+aug+large": dict(lr=5e-4, aug=True, scale="large"),
+    "vit384+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal",
+                              set=("vision.hidden_size=384", "vision.num_attention_heads=6")),
 }
 
 
@@ -99,10 +102,13 @@ def accuracy(model, head, x, y, vcfg, dev, bs=256) -> tuple[float, float]:
     return hits / max(1, total), loss / y.numel()
 
 
-def run_variant(name, v, sets, config, dev, seconds, batch, seed=0):
+def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=()):
     from holotron.model import Holotron
-    from holotron.train import AuxHeads, init_weights, lr_at, make_optimizer
+    from holotron.train import AuxHeads, init_weights, lr_at, make_optimizer, make_config
     from holotron.vision.projector import embed_tiles
+
+    if v.get("set"):
+        config = make_config(config_name, 2048, list(base_set) + list(v["set"]))
 
     torch.manual_seed(seed)
     model = init_weights(Holotron(config), seed).to(dev)
@@ -141,7 +147,7 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0):
             curve.append(dict(step=step, s=round(time.perf_counter() - t0, 1), loss=round(float(loss), 4), acc=round(acc, 4)))
             print(f"  {name} step {step} {curve[-1]['s']:.0f}s loss {float(loss):.3f} batch read {100 * acc:.1f}%", flush=True)
     model.eval()
-    out = dict(name=name, **v, steps=step, tiles_seen=step * batch, seconds=round(time.perf_counter() - t0, 1), curve=curve)
+    out = dict(name=name, **v, params=sum(p.numel() for p in params.parameters()), steps=step, tiles_seen=step * batch, seconds=round(time.perf_counter() - t0, 1), curve=curve)
     for label, key in (("train", f"train_{v['scale']}_check"), ("heldout", f"heldout_{v['scale']}")):
         acc, loss = accuracy(model, head, *sets[key], vcfg, dev)
         out[label] = dict(read_acc=round(acc, 4), loss=round(loss, 4))
@@ -164,6 +170,8 @@ def main(argv=None) -> int:
 
     from holotron.train import make_config
 
+    global config_name
+    config_name = args.config
     config = make_config(args.config, 2048, args.set)
     vcfg = config.vision
     dev = torch.device(args.device)
@@ -185,7 +193,7 @@ def main(argv=None) -> int:
     print(f"rendered in {render_s:.0f} s", flush=True)
     results = []
     for name in names:
-        results.append(run_variant(name, VARIANTS[name], sets, config, dev, args.seconds, args.batch))
+        results.append(run_variant(name, VARIANTS[name], sets, config, dev, args.seconds, args.batch, base_set=args.set))
     print("\nvariant | steps | tiles seen | train tiles read | held-out read | held-out loss")
     for r in results:
         print(f"{r['name']} | {r['steps']} | {r['tiles_seen']:,} | {100 * r['train']['read_acc']:.1f}% | "
