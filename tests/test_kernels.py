@@ -582,11 +582,13 @@ def test_gpu_graph_capture_step_and_scan():
     assert torch.equal(y_scan, y_ref) and torch.equal(s_scan, s_ref)
 
 
-@pytest.mark.parametrize("cfg", [dict(P_TILE=16), dict(P_TILE=32, BLOCK_M=32, BLOCK_K=16), dict(fused=False)],
-                         ids=["tiles16", "tiles32-blocks", "four-kernel"])
+@pytest.mark.parametrize("cfg", [dict(P_TILE=16), dict(P_TILE=32, BLOCK_M=32, BLOCK_K=16), dict(fused=False),
+                                 dict(cb=True), dict(cb="half", BLOCK_M=32, BLOCK_K=16), dict(cb=True, P_TILE=16)],
+                         ids=["tiles16", "tiles32-blocks", "four-kernel", "cb", "cb-half-blocks", "cb-tiles16"])
 def test_triton_scan_configs(monkeypatch, cfg):
-    """The fused scan's other launch settings (P in tiles, smaller row blocks) and the four-kernel
-    version compute the same function (P=80, a packed boundary, Q=100: several row blocks)."""
+    """The fused scan's other launch settings (P in tiles, smaller row blocks, C B^T once per group
+    through a buffer) and the four-kernel version compute the same function (P=80: P0=64 + P1=16,
+    a packed boundary, Q=100: several row blocks)."""
     from holotron.kernels import ssd_triton
 
     monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, **cfg})
@@ -595,3 +597,62 @@ def test_triton_scan_configs(monkeypatch, cfg):
     check(kw, "triton", str(cfg))
     check(make_inputs(2, 21, 4, 5, 2, 4, chunk_size=8, seed=27, D="head", dt_bias=True, dt_softplus=True,
                       initial_state=True), "triton", str(cfg))
+
+
+@pytest.mark.parametrize("cb,dtype", [(True, torch.float32), (True, torch.bfloat16), ("half", torch.bfloat16)],
+                         ids=["fp32", "bf16-fp32-buffer", "bf16-bf16-buffer"])
+def test_triton_scan_cb_buffer_packed_groups(monkeypatch, cb, dtype):
+    """SCAN_CONFIG["cb"]: C B^T from _chunk_cb's per-group buffer, with packed sequences (a full chunk,
+    a 1-token sequence, a sequence of a full and a partial chunk, one padding chunk at the table's end),
+    2 groups of 3 heads, P=40 (P0=32 + P1=16), several row and source blocks (Q=40, BLOCK_M=BLOCK_K=16)."""
+    from holotron.kernels import ssd_triton
+
+    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": cb, "BLOCK_M": 16, "BLOCK_K": 16})
+    assert ssd_triton._p_split(40) == (32, 16)
+    kw = make_inputs(1, 90, 6, 40, 2, 8, dtype=dtype, chunk_size=40, seed=28, cu_seqlens=[0, 40, 41, 90],
+                     D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True)
+    y, s = check(kw, "triton", f"cb={cb} {dtype}")
+    if cb is True and dtype == torch.float32 and DEV == "cpu":
+        # an fp32 buffer holds exactly the values the per-head path computes (interpreter: same dots)
+        monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": False})
+        y0, s0 = scan(kw, "triton")
+        assert torch.equal(y, y0) and torch.equal(s, s0)
+
+
+def test_triton_scan_cb_bad_value(monkeypatch):
+    from holotron.kernels import ssd_triton
+
+    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": "fp8"})
+    with pytest.raises(ValueError, match="cb"):
+        scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cb", [True, "half"])
+def test_gpu_cb_real_size_packed_and_graph(monkeypatch, cb):
+    """SCAN_CONFIG["cb"] at the real size: packed (boundaries inside chunks) against float64, and captured
+    in a CUDA graph (no host sync) whose replay equals the eager call."""
+    from holotron.kernels import ssd_triton
+
+    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": cb})
+    r = REAL
+    kw = make_inputs(1, r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=29,
+                     D="channel", z=True, dt_bias=True, dt_softplus=True, initial_state=True,
+                     cu_seqlens=[0, 1000, 1001, 2500, 4096], chunk_size=128)
+    y, s = scan(kw, "triton")
+    _gpu_check(kw, y, s, torch.bfloat16)
+    kw2 = make_inputs(2, 256, r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=30,
+                      D="head", dt_softplus=True, initial_state=True, chunk_size=128)
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        scan(kw2, "triton")
+    torch.cuda.current_stream().wait_stream(st)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg, sg = scan(kw2, "triton")
+    g.replay()
+    torch.cuda.synchronize()
+    y2, s2 = scan(kw2, "triton")
+    assert torch.equal(yg, y2) and torch.equal(sg, s2)

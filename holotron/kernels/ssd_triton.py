@@ -11,6 +11,8 @@ Q tokens that never straddle a sequence boundary:
 
 The four-kernel version (chunk states written, passed along, read back: _chunk_state, _pass_state,
 _chunk_out) runs with SCAN_CONFIG["fused"] = False, as a second opinion for tests and benchmarks.
+With SCAN_CONFIG["cb"] a third launch, _chunk_cb, computes C_t.B_s once per (chunk, group) into a
+scratch buffer that _scan_fused reads instead of recomputing it for each of the group's heads.
 Chunks are laid out per sequence: sequence s (a batch row, or one ``cu_seqlens`` segment) owns
 ceil(len_s / Q) consecutive chunks. With ``cu_seqlens`` the chunk table is computed on the device
 with a static upper bound on the number of chunks; without it the kernels compute chunk bounds
@@ -261,17 +263,53 @@ def _chunk_out(
     tl.store(y_ptr + tok_m[:, None] * s_y_t + h * s_y_h + ps[None, :], acc.to(y_ptr.dtype.element_ty), mask=mo)
 
 
+# ----------------------------------------------------------------------------- C B^T per group
+
+
+@triton.jit
+def _chunk_cb(
+    B_ptr, C_ptr, cb_ptr, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr,
+    N, L, CPS, s_b_t, s_b_g, s_c_t, s_c_g,
+    VARLEN: tl.constexpr, Q, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, OPS: tl.constexpr,
+):
+    """CB[c, g, t, s] = C_t . B_s for the tokens of chunk c, once per group (the HPG heads of a group
+    share B and C), into (chunks, G, QP, QP) in cb's dtype. One program per (chunk, group, BLOCK_M rows);
+    it writes the source blocks up to the diagonal (the ones _scan_fused reads), zeros past the chunk."""
+    c = tl.program_id(0)
+    g = tl.program_id(1)
+    m0 = tl.program_id(2) * BLOCK_M
+    n_groups = tl.num_programs(1)
+    t0, t1, _, _, _ = _chunk_bounds(c, cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr, L, CPS, Q, VARLEN)
+    ns = tl.arange(0, BLOCK_N)
+    mn = ns < N
+    ms = m0 + tl.arange(0, BLOCK_M)
+    mm = (ms < Q) & (t0 + ms < t1)
+    tok_m = (t0 + ms).to(tl.int64)
+    Cm = tl.load(C_ptr + tok_m[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mm[:, None] & mn[None, :], other=0.0)
+    base = cb_ptr + (c.to(tl.int64) * n_groups + g) * QP * QP
+    for k0 in range(0, m0 + BLOCK_M, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        mk = (ks < Q) & (t0 + ks < t1)
+        tok = (t0 + ks).to(tl.int64)
+        BkT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None],
+                      mask=mk[None, :] & mn[:, None], other=0.0)  # (BLOCK_N, BLOCK_K)
+        CB = _mm(Cm, BkT, Cm, OPS)  # (BLOCK_M, BLOCK_K) fp32, as _scan_fused computes it
+        tl.store(base + ms[:, None] * QP + ks[None, :], CB.to(cb_ptr.dtype.element_ty),
+                 mask=(ms[:, None] < QP) & (ks[None, :] < QP))
+
+
 # ----------------------------------------------------------------------------- fused scan
 
 
 @triton.jit
 def _scan_fused(
-    x_ptr, z_ptr, D_ptr, B_ptr, C_ptr, dtp_ptr, cs_ptr, init_ptr, final_ptr, slot_ptr, flag_ptr, y_ptr,
+    x_ptr, z_ptr, D_ptr, B_ptr, C_ptr, dtp_ptr, cs_ptr, init_ptr, final_ptr, slot_ptr, flag_ptr, y_ptr, cb_ptr,
     cstart_ptr, cend_ptr, cseq_ptr, cidx_ptr, clast_ptr,
     H, P, N, HPG, L, CPS, NPB,
     s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, s_b_t, s_b_g, s_c_t, s_c_g,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
-    VARLEN: tl.constexpr, TICKET: tl.constexpr,
+    VARLEN: tl.constexpr, TICKET: tl.constexpr, CB_BUF: tl.constexpr,
     Q, QP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
     P0: tl.constexpr, P1: tl.constexpr, OPS: tl.constexpr, STATE_OPS: tl.constexpr,
 ):
@@ -280,7 +318,8 @@ def _scan_fused(
       1. S_c = sum_s exp(cs_end - cs_s) dt_s B_s x_s^T, the chunk's own state, kept as (n, p);
       2. waits until the program of the sequence's previous chunk has published S_in (its outgoing
          state), reads it, publishes S_out = exp(cs_end) S_in + S_c (or writes the final state);
-      3. y = exp(cs_t) C_t . S_in + sum_{s<=t} (C_t.B_s) exp(cs_t - cs_s) dt_s x_s (+ D x) (* silu z).
+      3. y = exp(cs_t) C_t . S_in + sum_{s<=t} (C_t.B_s) exp(cs_t - cs_s) dt_s x_s (+ D x) (* silu z);
+         C_t.B_s computed here, or (CB_BUF) read from cb, _chunk_cb's (chunks, G, QP, QP) per group.
     Chunk states never go to memory except through a ring of two slots per (sequence, head): chunk i
     writes slot i % 2 only after chunk i - 1 published, i.e. after chunk i - 1 finished reading slot i % 2.
     Programs take chunks in ticket order (an atomic counter): a chunk only waits on one that started
@@ -357,6 +396,7 @@ def _scan_fused(
         tl.atomic_xchg(flag_ptr + 1 + sh * NPB + pb, ci + 1, sem="release", scope="gpu")
 
     # 3. outputs, BLOCK_M rows at a time
+    cb_row = cb_ptr + (c.to(tl.int64) * (H // HPG) + g) * QP * QP
     for m0 in range(0, Q, BLOCK_M):
         ms = m0 + tl.arange(0, BLOCK_M)
         mm = (ms < Q) & (t0 + ms < t1)
@@ -371,12 +411,15 @@ def _scan_fused(
             ks = k0 + tl.arange(0, BLOCK_K)
             mk = (ks < Q) & (t0 + ks < t1)
             tok = (t0 + ks).to(tl.int64)
-            BkT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None],
-                          mask=mk[None, :] & mn[:, None], other=0.0)
-            CB = _mm(Cm, BkT, Cm, OPS)  # (BLOCK_M, BLOCK_K) fp32
+            causal = (ms[:, None] >= ks[None, :]) & mk[None, :]
+            if CB_BUF:  # computed once per group by _chunk_cb; only t >= s is read
+                CB = tl.load(cb_row + ms[:, None] * QP + ks[None, :], mask=causal, other=0.0).to(tl.float32)
+            else:
+                BkT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None],
+                              mask=mk[None, :] & mn[:, None], other=0.0)
+                CB = _mm(Cm, BkT, Cm, OPS)  # (BLOCK_M, BLOCK_K) fp32
             cs_k = tl.load(cs_ptr + row + ks, mask=ks < QP, other=0.0)
             dt_k = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
-            causal = (ms[:, None] >= ks[None, :]) & mk[None, :]
             # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
             W = CB * tl.exp(tl.where(causal, cs_m[:, None] - cs_k[None, :], float("-inf"))) * dt_k[None, :]
             x0 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p0[None, :], mask=mk[:, None] & mp0[None, :], other=0.0)
@@ -465,15 +508,20 @@ def _p_split(p: int) -> tuple[int, int]:
 
 # launch settings of the fused scan (the benchmark sweeps them). fused=False runs the four-kernel
 # version (chunk states through memory), kept as the benchmark's and the tests' second opinion.
-SCAN_CONFIG = dict(fused=True, P_TILE=None, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True)
+# cb: C_t.B_s once per (chunk, group) by _chunk_cb into a scratch buffer that _scan_fused reads, instead
+# of once per head: False (recomputed per head), True (buffer in fp32: the same values as recomputed),
+# "half" (buffer in x's dtype: half the bytes, one more rounding).
+SCAN_CONFIG = dict(fused=True, P_TILE=None, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True,
+                   cb=False)
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                     dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128):
     """The fused Triton scan. Shapes as in ``holotron.kernels.ssd_scan``; returns (y like x, state fp32).
 
-    Launches: a memset (flags), _dt_cumsum, _scan_fused; with cu_seqlens also the few small torch ops
-    of ``chunk_table``. None of them waits on the host, so the scan can be captured in a CUDA graph.
+    Launches: a memset (flags), _dt_cumsum, (with SCAN_CONFIG["cb"] _chunk_cb,) _scan_fused; with
+    cu_seqlens also the few small torch ops of ``chunk_table``. None of them waits on the host, so the
+    scan can be captured in a CUDA graph.
     """
     cfg = SCAN_CONFIG
     out_dtype = x.dtype
@@ -537,14 +585,25 @@ def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     BLOCK_K = min(cfg["BLOCK_K"], QP)
     slots = _empty(n_seq, h, 2, n, p, dtype=torch.float32, device=dev)
     flags = torch.zeros(1 + n_seq * h * npb, dtype=torch.int32, device=dev)  # [ticket counter, one per (seq, head, tile)]
+    cb_mode = cfg.get("cb", False)
+    if cb_mode:
+        if cb_mode not in (True, "half"):
+            raise ValueError(f"SCAN_CONFIG['cb'] must be False, True or 'half', got {cb_mode!r}")
+        cb = _empty(n_max, g, QP, QP, dtype=x.dtype if cb_mode == "half" else torch.float32, device=dev)
+        _chunk_cb[(n_max, g, triton.cdiv(Q, BLOCK_M))](
+            Bt, Ct, cb, *ctab, n, l, max(cps, 1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
+            VARLEN=varlen, Q=Q, QP=QP, BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, BLOCK_N=_p2(n), OPS=ops, num_warps=4,
+        )
+    else:
+        cb = A32  # not read
     _scan_fused[(n_max * h * npb,)](
         xt, zt if zt is not None else xt, Dc if Dc is not None else A32, Bt, Ct, dtp, cs,
-        init if init is not None else final, final, slots, flags, yt, *ctab,
+        init if init is not None else final, final, slots, flags, yt, cb, *ctab,
         h, p, n, h // g, l, max(cps, 1), npb,
         xt.stride(0), xt.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)),
         yt.stride(0), yt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
-        HAS_INIT=init is not None, VARLEN=varlen, TICKET=cfg["ticket"],
+        HAS_INIT=init is not None, VARLEN=varlen, TICKET=cfg["ticket"], CB_BUF=bool(cb_mode),
         Q=Q, QP=QP, BLOCK_M=BLOCK_M, BLOCK_K=BLOCK_K, BLOCK_N=_p2(n), P0=P0, P1=P1, OPS=ops, STATE_OPS=state_ops,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
