@@ -346,13 +346,16 @@ class AuxHeads(nn.Module):
 
 
 def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: int | None = None,
-                 scale: tuple[float, float] = (0.65, 1.05), n_classes: int = AUX_CLASSES) -> tuple[np.ndarray, np.ndarray]:
+                 scale: tuple[float, float] = (0.65, 1.05), n_classes: int = AUX_CLASSES,
+                 extra=None, extra_per_side: int = 2):
     """One tile-sized mosaic for the reading stage: a grid of cells, each a crop of one of ``samples``'
     screens centred near a random element or text (a square of side ``cell / s`` px resized to the cell,
     s drawn from ``scale``: the range of scales at which tiling shows screens to the vision tower), so
     most tokens show text. Cells are ``cell_tokens`` image tokens on a side, so no token straddles two
     crops (default: the largest divisor of the tokens on a tile's side up to 4). Returns the uint8 tile (S, S, 3) and the text class under each image token (row-major, as
-    ``image_token_targets``)."""
+    ``image_token_targets``); with ``extra`` (a function (sample, px, py) -> int array of the points'
+    shape) also its values on an ``extra_per_side`` x ``extra_per_side`` grid of points inside each
+    token, (tokens, extra_per_side ** 2), points row-major as pixel shuffle reads a token's patches."""
     from PIL import Image
 
     S = cfg.image_size
@@ -366,6 +369,9 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
         raise ValueError(f"cell_tokens={cell_tokens} must divide the {g} image tokens on a tile's side")
     tile = np.zeros((S, S, 3), dtype=np.uint8)
     cls = np.zeros((g, g), dtype=np.int64)
+    k = extra_per_side
+    more = np.zeros((g, k, g, k), dtype=np.int64) if extra is not None else None
+    sub = (np.arange(cell_tokens * k) + 0.5) * tok_px / k  # sub-point centres inside a cell, cell px
     centre = (np.arange(cell_tokens) + 0.5) * tok_px  # token centres inside a cell, cell px
     tables = {}
     for r in range(n):
@@ -388,6 +394,12 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
             py = top + centre * side / cell
             gx, gy = np.meshgrid(px, py)
             cls[r * cell_tokens:(r + 1) * cell_tokens, c * cell_tokens:(c + 1) * cell_tokens] = text_classes_at(sm, gx, gy, n_classes, tables[id(sm)])
+            if more is not None:
+                sx, sy = np.meshgrid(left + sub * side / cell, top + sub * side / cell)
+                vals = np.asarray(extra(sm, sx, sy)).reshape(cell_tokens, k, cell_tokens, k)
+                more[r * cell_tokens:(r + 1) * cell_tokens, :, c * cell_tokens:(c + 1) * cell_tokens, :] = vals
+    if more is not None:
+        return tile, cls.reshape(-1), more.transpose(0, 2, 1, 3).reshape(g * g, k * k)
     return tile, cls.reshape(-1)
 
 

@@ -16,6 +16,7 @@ The variants are in ``VARIANTS``; ``--only`` picks some by name. Writes reading_
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import multiprocessing as mp
@@ -41,7 +42,52 @@ VARIANTS = {
     "lr5e-4+aug+large": dict(lr=5e-4, aug=True, scale="large"),
     "vit384+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal",
                               set=("vision.hidden_size=384", "vision.num_attention_heads=6")),
+    # per-patch character targets (the character under each 16 px patch's centre), alone or beside
+    # the label classes: is a local target learned faster, and does it speed up reading whole labels?
+    "chars-only+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True, label=False),
+    "chars+labels+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True),
 }
+
+# character classes: 0 no text, 1 space, 2-27 a-z (either case), 28-37 0-9, 38 anything else
+N_CHAR = 39
+
+
+def _char_class(ch: str) -> int:
+    c = ch.lower()
+    if c == " ":
+        return 1
+    if "a" <= c <= "z":
+        return 2 + ord(c) - ord("a")
+    if "0" <= c <= "9":
+        return 28 + ord(c) - ord("0")
+    return 38
+
+
+@functools.lru_cache(maxsize=8192)
+def _char_edges(text: str) -> np.ndarray:
+    """Right edges of each character as a fraction of the text's width (the bundled font at 64 px;
+    widths scale with the size, so the fraction holds, up to hinting)."""
+    from holotron.data.canvas import font
+
+    f = font(64)
+    widths = np.array([f.getlength(text[:i + 1]) for i in range(len(text))], dtype=np.float64)
+    return widths / max(widths[-1], 1e-9)
+
+
+def char_classes_at(sample, px, py) -> np.ndarray:
+    """The character class under each pixel point: the visible text whose ink box holds the point, the
+    character at that fraction of its width (approximate: ink box vs advance), else 0."""
+    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    out = np.zeros(px.shape, dtype=np.int64)
+    for t in sample.texts:
+        x0, y0, x1, y1 = t.box
+        inside = (px >= x0) & (px < x1) & (py >= y0) & (py < y1)
+        if not inside.any() or not t.text:
+            continue
+        frac = (px[inside] - x0) / max(x1 - x0, 1)
+        idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
+        out[inside] = np.array([_char_class(t.text[i]) for i in idx], dtype=np.int64)
+    return out
 
 
 def _render(job):
@@ -51,8 +97,8 @@ def _render(job):
     split, seed, n, scale, vcfg = job
     samples = [generate_sample(seed * 1000 + i, split=split) for i in range(max(1, n // 8))]
     rng = random.Random(seed)
-    tiles, cls = zip(*(reading_tile(samples, vcfg, rng, scale=scale) for _ in range(n)))
-    return np.stack(tiles), np.stack(cls)
+    tiles, cls, chars = zip(*(reading_tile(samples, vcfg, rng, scale=scale, extra=char_classes_at) for _ in range(n)))
+    return np.stack(tiles), np.stack(cls), np.stack(chars)
 
 
 def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
@@ -60,7 +106,8 @@ def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
     parts = pool.map(_render, jobs)
     x = torch.from_numpy(np.concatenate([p[0] for p in parts])).permute(0, 3, 1, 2).contiguous()
     y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
-    return x, y
+    ch = torch.from_numpy(np.concatenate([p[2] for p in parts]))  # (tiles, tokens, 4)
+    return x, y, ch
 
 
 def colour_aug(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -83,39 +130,59 @@ def normalise(xf: torch.Tensor, vcfg) -> torch.Tensor:
     return (xf - mean) / std
 
 
-@torch.no_grad()
-def accuracy(model, head, x, y, vcfg, dev, bs=256) -> tuple[float, float]:
+def _forward(model, heads, xf, vcfg, dev):
+    """Projector output -> (label logits (tokens, classes), char logits (tokens, 4, N_CHAR) or None)."""
     from holotron.vision.projector import embed_tiles
 
-    hits = total = 0
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        emb = embed_tiles(model.vision_model, model.mlp1, normalise(xf, vcfg)).reshape(-1, model.config.text.hidden_size)
+        logits = heads["label"](emb).float()
+        chars = heads["char"](emb).float().reshape(emb.shape[0], -1, N_CHAR) if "char" in heads else None
+    return logits, chars
+
+
+def _char_hits(chars, cb) -> tuple[int, int]:
+    """Hits and count on points that show a letter, digit or mark (class >= 2)."""
+    ink = cb >= 2
+    return int((chars.argmax(-1)[ink] == cb[ink]).sum()), int(ink.sum())
+
+
+@torch.no_grad()
+def accuracy(model, heads, x, y, ch, vcfg, dev, bs=256) -> dict:
+    hits = total = c_hits = c_total = 0
     loss = 0.0
     for i in range(0, len(x), bs):
-        xb = normalise(x[i:i + bs].to(dev).float() / 255.0, vcfg)
+        xf = x[i:i + bs].to(dev).float() / 255.0
         yb = y[i:i + bs].to(dev).reshape(-1)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            emb = embed_tiles(model.vision_model, model.mlp1, xb).reshape(-1, model.config.text.hidden_size)
-            logits = head(emb).float()
+        logits, chars = _forward(model, heads, xf, vcfg, dev)
         loss += float(F.cross_entropy(logits, yb, reduction="sum"))
         text = yb > 0
         hits += int((logits[text].argmax(-1) == yb[text]).sum())
         total += int(text.sum())
-    return hits / max(1, total), loss / y.numel()
+        if chars is not None:
+            h, t = _char_hits(chars, ch[i:i + bs].to(dev).reshape(chars.shape[0], -1))
+            c_hits, c_total = c_hits + h, c_total + t
+    out = dict(read_acc=round(hits / max(1, total), 4), loss=round(loss / y.numel(), 4))
+    if c_total:
+        out["char_acc"] = round(c_hits / c_total, 4)
+    return out
 
 
 def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=()):
     from holotron.model import Holotron
-    from holotron.train import AuxHeads, init_weights, lr_at, make_optimizer, make_config
-    from holotron.vision.projector import embed_tiles
+    from holotron.train import AuxHeads, init_weights, lr_at, make_config, make_optimizer
 
     if v.get("set"):
         config = make_config(config_name, 2048, list(base_set) + list(v["set"]))
-
     torch.manual_seed(seed)
     model = init_weights(Holotron(config), seed).to(dev)
-    head = AuxHeads(config).label_in.to(dev)
-    params = nn.ModuleList([model.vision_model, model.mlp1, head])
+    heads = nn.ModuleDict({"label": AuxHeads(config).label_in})
+    if v.get("char"):
+        heads["char"] = nn.Linear(config.text.hidden_size, 4 * N_CHAR)
+    heads = heads.to(dev)
+    params = nn.ModuleList([model.vision_model, model.mlp1, heads])
     opt = make_optimizer(params, v["lr"], 0.05, fused=dev.type == "cuda")
-    x, y = sets[f"train_{v['scale']}"]
+    x, y, ch = sets[f"train_{v['scale']}"]
     n = len(x)
     gen = torch.Generator(device=dev).manual_seed(seed)
     vcfg = config.vision
@@ -132,10 +199,11 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
         xb = x[idx].to(dev, non_blocking=True)
         yb = y[idx].to(dev, non_blocking=True).reshape(-1)
         xf = colour_aug(xb, gen) if v["aug"] else xb.float() / 255.0
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            emb = embed_tiles(model.vision_model, model.mlp1, normalise(xf, vcfg)).reshape(-1, config.text.hidden_size)
-            logits = head(emb).float()
-        loss = F.cross_entropy(logits, yb)
+        logits, chars = _forward(model, heads, xf, vcfg, dev)
+        loss = F.cross_entropy(logits, yb) if v.get("label", True) else logits.sum() * 0.0
+        if chars is not None:
+            cb = ch[idx].to(dev, non_blocking=True).reshape(chars.shape[0], -1)
+            loss = loss + F.cross_entropy(chars.reshape(-1, N_CHAR), cb.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params.parameters(), 1.0)
@@ -144,13 +212,17 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
         if step % 100 == 0:
             text = yb > 0
             acc = float((logits[text].argmax(-1) == yb[text]).float().mean())
-            curve.append(dict(step=step, s=round(time.perf_counter() - t0, 1), loss=round(float(loss), 4), acc=round(acc, 4)))
-            print(f"  {name} step {step} {curve[-1]['s']:.0f}s loss {float(loss):.3f} batch read {100 * acc:.1f}%", flush=True)
+            row = dict(step=step, s=round(time.perf_counter() - t0, 1), loss=round(float(loss.detach()), 4), acc=round(acc, 4))
+            if chars is not None:
+                h, t = _char_hits(chars.detach(), cb)
+                row["char_acc"] = round(h / max(1, t), 4)
+            curve.append(row)
+            print(f"  {name} " + " ".join(f"{k} {val}" for k, val in row.items()), flush=True)
     model.eval()
-    out = dict(name=name, **v, params=sum(p.numel() for p in params.parameters()), steps=step, tiles_seen=step * batch, seconds=round(time.perf_counter() - t0, 1), curve=curve)
+    out = dict(name=name, **v, params=sum(p.numel() for p in params.parameters()), steps=step, tiles_seen=step * batch,
+               seconds=round(time.perf_counter() - t0, 1), curve=curve)
     for label, key in (("train", f"train_{v['scale']}_check"), ("heldout", f"heldout_{v['scale']}")):
-        acc, loss = accuracy(model, head, *sets[key], vcfg, dev)
-        out[label] = dict(read_acc=round(acc, 4), loss=round(loss, 4))
+        out[label] = accuracy(model, heads, *sets[key], vcfg, dev)
     return out
 
 
@@ -185,19 +257,21 @@ def main(argv=None) -> int:
             sets[f"train_{sc}"] = render_set(pool, "train", args.tiles, rng_scale, vcfg, 0)
             sets[f"train_{sc}_check"] = render_set(pool, "train", args.eval_tiles, rng_scale, vcfg, 10**6)
             sets[f"heldout_{sc}"] = render_set(pool, "heldout", args.eval_tiles, rng_scale, vcfg, 2 * 10**6)
-    for k, (x, y) in sets.items():
-        print(f"{k}: {tuple(x.shape)} tiles, {100 * float((y > 0).float().mean()):.1f}% text tokens", flush=True)
+    for k, (x, y, ch) in sets.items():
+        print(f"{k}: {tuple(x.shape)} tiles, {100 * float((y > 0).float().mean()):.1f}% text tokens, "
+              f"{100 * float((ch >= 2).float().mean()):.1f}% patches on a character", flush=True)
         if dev.type == "cuda" and k.startswith("train_") and not k.endswith("_check"):
-            sets[k] = (x.to(dev), y.to(dev))  # on the GPU: batches are gathered there
+            sets[k] = (x.to(dev), y.to(dev), ch.to(dev))  # on the GPU: batches are gathered there
     render_s = time.perf_counter() - t0
     print(f"rendered in {render_s:.0f} s", flush=True)
     results = []
     for name in names:
         results.append(run_variant(name, VARIANTS[name], sets, config, dev, args.seconds, args.batch, base_set=args.set))
-    print("\nvariant | steps | tiles seen | train tiles read | held-out read | held-out loss")
+    print("\nvariant | steps | tiles seen | train tiles read | held-out read | held-out loss | train chars | held-out chars")
     for r in results:
+        cc = " | ".join(f"{100 * r[s]['char_acc']:.1f}%" if "char_acc" in r[s] else "-" for s in ("train", "heldout"))
         print(f"{r['name']} | {r['steps']} | {r['tiles_seen']:,} | {100 * r['train']['read_acc']:.1f}% | "
-              f"{100 * r['heldout']['read_acc']:.1f}% | {r['heldout']['loss']:.3f}")
+              f"{100 * r['heldout']['read_acc']:.1f}% | {r['heldout']['loss']:.3f} | {cc}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "reading_probe.json").write_text(json.dumps(
         dict(device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", torch=torch.__version__,
