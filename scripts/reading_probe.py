@@ -46,6 +46,8 @@ VARIANTS = {
     # the label classes: is a local target learned faster, and does it speed up reading whole labels?
     "chars-only+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True, label=False),
     "chars+labels+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True),
+    # a curriculum: characters alone for the first half of the time, then labels beside them
+    "chars-then-labels+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True, label=False, label_after=0.5),
 }
 
 # character classes: 0 no text, 1 space, 2-27 a-z (either case), 28-37 0-9, 38 anything else
@@ -200,7 +202,8 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
         yb = y[idx].to(dev, non_blocking=True).reshape(-1)
         xf = colour_aug(xb, gen) if v["aug"] else xb.float() / 255.0
         logits, chars = _forward(model, heads, xf, vcfg, dev)
-        loss = F.cross_entropy(logits, yb) if v.get("label", True) else logits.sum() * 0.0
+        use_label = v.get("label", True) or ("label_after" in v and el > v["label_after"] * seconds)
+        loss = F.cross_entropy(logits, yb) if use_label else logits.sum() * 0.0
         if chars is not None:
             cb = ch[idx].to(dev, non_blocking=True).reshape(chars.shape[0], -1)
             loss = loss + F.cross_entropy(chars.reshape(-1, N_CHAR), cb.reshape(-1))
