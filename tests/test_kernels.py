@@ -583,8 +583,10 @@ def test_gpu_graph_capture_step_and_scan():
 
 
 @pytest.mark.parametrize("cfg", [dict(P_TILE=16), dict(P_TILE=32, BLOCK_M=32, BLOCK_K=16), dict(fused=False),
-                                 dict(cb=True), dict(cb="half", BLOCK_M=32, BLOCK_K=16), dict(cb=True, P_TILE=16)],
-                         ids=["tiles16", "tiles32-blocks", "four-kernel", "cb", "cb-half-blocks", "cb-tiles16"])
+                                 dict(cb=False), dict(cb="half", BLOCK_M=32, BLOCK_K=16), dict(cb=True, P_TILE=16),
+                                 dict(cb=False, P_TILE=16)],
+                         ids=["tiles16", "tiles32-blocks", "four-kernel", "cb-per-head", "cb-half-blocks", "cb-tiles16",
+                              "cb-per-head-tiles16"])
 def test_triton_scan_configs(monkeypatch, cfg):
     """The fused scan's other launch settings (P in tiles, smaller row blocks, C B^T once per group
     through a buffer) and the four-kernel version compute the same function (P=80: P0=64 + P1=16,

@@ -509,10 +509,11 @@ def _p_split(p: int) -> tuple[int, int]:
 # launch settings of the fused scan (the benchmark sweeps them). fused=False runs the four-kernel
 # version (chunk states through memory), kept as the benchmark's and the tests' second opinion.
 # cb: C_t.B_s once per (chunk, group) by _chunk_cb into a scratch buffer that _scan_fused reads, instead
-# of once per head: False (recomputed per head), True (buffer in fp32: the same values as recomputed),
-# "half" (buffer in x's dtype: half the bytes, one more rounding).
+# of once per head: True (the default: buffer in fp32, the same values as recomputed; 7-9% faster at the
+# Nemotron shapes on an H200, docs/benchmarks.md), False (recomputed per head), "half" (buffer in x's
+# dtype: half the bytes, one more rounding, and slower than True on the H200).
 SCAN_CONFIG = dict(fused=True, P_TILE=None, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True,
-                   cb=False)
+                   cb=True)
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
