@@ -29,10 +29,12 @@ The loop, in the order a step runs:
             ``--resume``. ``holotron.load`` and ``Processor.from_pretrained`` read the folder as it is.
 
 Options past the plain loop: ``--aux-weight W`` adds dense losses on the image tokens (the text class
-under each token and its screen position; ``image_token_targets``, ``AuxHeads``: training-only heads,
-written beside the model as aux_heads.pt, never loaded by ``holotron.load``). ``--stage read`` trains the
-vision side alone on tile mosaics of text crops (``reading_tile``, ``ReadingBatches``,
-``reading_loss_fn``); ``--init-from DIR`` starts a run from a checkpoint's weights (fresh optimizer).
+under each token, the character under each of its patches, its screen position; ``image_token_targets``,
+``char_classes_at``, ``AuxHeads``: training-only heads, written beside the model as aux_heads.pt, never
+loaded by ``holotron.load``). ``--stage read`` trains the vision side alone on tile mosaics of text crops
+(``reading_tile``, ``ReadingBatches``, ``reading_loss_fn``), colour-augmented, characters alone first and
+label classes beside them after ``--labels-after`` of the run (the order the reading probe found to
+work, docs/tiny-model.md); ``--init-from DIR`` starts a run from a checkpoint's weights (fresh optimizer).
 
 The scan: Triton's SSD scan has a forward only, so training runs every Mamba layer through the
 pure-PyTorch ``chunked`` backend (autograd works through it) on every device:
@@ -42,6 +44,7 @@ pure-PyTorch ``chunked`` backend (autograd works through it) on every device:
 from __future__ import annotations
 
 import argparse
+import functools
 import copy
 import csv
 import dataclasses
@@ -280,6 +283,50 @@ def label_class(text: str, n_classes: int = AUX_CLASSES) -> int:
     return 1 + zlib.crc32(text.strip().lower().encode("utf-8")) % (n_classes - 1)
 
 
+N_CHAR = 39  # character classes: 0 no text, 1 space, 2-27 a-z (either case), 28-37 0-9, 38 any other mark
+
+
+def char_class(ch: str) -> int:
+    """The class of one character (``N_CHAR`` classes; letters case-insensitive)."""
+    c = ch.lower()
+    if c == " ":
+        return 1
+    if "a" <= c <= "z":
+        return 2 + ord(c) - ord("a")
+    if "0" <= c <= "9":
+        return 28 + ord(c) - ord("0")
+    return 38
+
+
+@functools.lru_cache(maxsize=8192)
+def _char_edges(text: str) -> np.ndarray:
+    """Right edge of each character as a fraction of ``text``'s width in the bundled font (at 64 px:
+    advances scale with the size, so the fractions hold at any size up to hinting)."""
+    from .data.canvas import font
+
+    f = font(64)
+    widths = np.array([f.getlength(text[:i + 1]) for i in range(len(text))], dtype=np.float64)
+    return widths / max(float(widths[-1]), 1e-9)
+
+
+def char_classes_at(sample, px, py) -> np.ndarray:
+    """The character under each pixel point (px, py) of ``sample``'s screen (``char_class``): the visible
+    text whose ink box holds the point, the character at that fraction of the text's width (an
+    approximation: ink box against advances), else 0. The reading stage's local target: characters are
+    learned in a minute where whole-label classes take far longer (docs/tiny-model.md, the reading probe)."""
+    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    out = np.zeros(px.shape, dtype=np.int64)
+    for t in sample.texts:
+        x0, y0, x1, y1 = t.box
+        inside = (px >= x0) & (px < x1) & (py >= y0) & (py < y1)
+        if not t.text or not inside.any():
+            continue
+        frac = (px[inside] - x0) / max(x1 - x0, 1)
+        idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
+        out[inside] = np.array([char_class(t.text[i]) for i in idx], dtype=np.int64)
+    return out
+
+
 def _class_boxes(sample, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """(boxes (n, 4), classes (n,)) in paint order: visible texts, then elements over them."""
     items = [(t.box, t.text) for t in sample.texts] + [(e.box, e.label) for e in sample.elements]
@@ -301,13 +348,15 @@ def text_classes_at(sample, px: np.ndarray, py: np.ndarray, n_classes: int = AUX
     return np.where(hit.any(axis=1), classes[last], 0).reshape(px.shape).astype(np.int64)
 
 
-def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
+def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES, chars: bool = False) -> tuple:
     """Per image token of ``sample``'s screen, in the order the model sees them (tiles row-major, 2x2
     pixel-shuffled tokens row-major inside a tile, the thumbnail last): the class of the text under the
     token's centre (``label_class`` of the element's label, else of the visible text, else 0; -100 on
     thumbnail tokens, which cover too much of the screen to name one text) and the centre as (x, y) in
     [0, 1] of the screen. Dense targets that tell the vision tower and the language model, from the
-    first steps, what each image token shows and where it is on the screen."""
+    first steps, what each image token shows and where it is on the screen. With ``chars`` also the
+    character under each of a token's merge x merge patches (``char_classes_at``; (tokens, merge^2), patches
+    in pixel-shuffle order; -100 on the thumbnail)."""
     from .vision.preprocess import closest_grid
 
     w, h = sample.size
@@ -321,18 +370,32 @@ def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES)
     tx = np.broadcast_to(xs[None, :, None, :], (rows, cols, g, g)).reshape(-1)
     cls = text_classes_at(sample, tx * w, ty * h, n_classes)
     pos = np.stack([tx, ty], axis=1)
-    if cfg.use_thumbnail and rows * cols > 1:
+    thumb = cfg.use_thumbnail and rows * cols > 1
+    if thumb:
         gy, gx = np.meshgrid(centre, centre, indexing="ij")
         pos = np.concatenate([pos, np.stack([gx.reshape(-1), gy.reshape(-1)], axis=1)])
         cls = np.concatenate([cls, np.full(g * g, IGNORE, dtype=np.int64)])
-    return torch.from_numpy(cls), torch.from_numpy(pos.astype(np.float32))
+    out = (torch.from_numpy(cls), torch.from_numpy(pos.astype(np.float32)))
+    if not chars:
+        return out
+    k = cfg.merge
+    sub = (np.arange(g * k) + 0.5) / (g * k)
+    sy = (np.arange(rows)[:, None] + sub[None, :]) / rows                # (rows, g*k)
+    sx = (np.arange(cols)[:, None] + sub[None, :]) / cols                # (cols, g*k)
+    Y = np.broadcast_to(sy[:, :, None, None], (rows, g * k, cols, g * k))
+    X = np.broadcast_to(sx[None, None, :, :], (rows, g * k, cols, g * k))
+    ch = char_classes_at(sample, X * w, Y * h).reshape(rows, g, k, cols, g, k)
+    ch = ch.transpose(0, 3, 1, 4, 2, 5).reshape(rows * cols * g * g, k * k)  # tile, token, patch
+    if thumb:
+        ch = np.concatenate([ch, np.full((g * g, k * k), IGNORE, dtype=np.int64)])
+    return (*out, torch.from_numpy(ch))
 
 
 class AuxHeads(nn.Module):
     """Training-only heads on the image tokens: the text class from the projector's output (what the
-    vision tower reads) and, from the residual stream entering the last attention layer, the text class
-    and the screen position (what the lookup "which image token carries this label, and where is it"
-    needs). Not saved with the model."""
+    vision tower reads), the character under each of its patches, and, from the residual stream entering
+    the last attention layer, the text class and the screen position (what the lookup "which image token
+    carries this label, and where is it" needs). Not saved with the model."""
 
     def __init__(self, config: HolotronConfig, n_classes: int = AUX_CLASSES):
         super().__init__()
@@ -343,6 +406,12 @@ class AuxHeads(nn.Module):
         self.label_in = nn.Linear(d, n_classes)
         self.label_mid = nn.Linear(d, n_classes)
         self.pos_mid = nn.Linear(d, 2)
+        self.merge = config.vision.merge
+        self.char_in = nn.Linear(d, self.merge**2 * N_CHAR)  # the character under each of a token's patches
+
+    def chars(self, emb: torch.Tensor) -> torch.Tensor:
+        """Projector outputs (n, d) -> character logits (n * merge^2, N_CHAR), fp32."""
+        return self.char_in(emb.to(self.char_in.weight.dtype)).float().reshape(-1, N_CHAR)
 
 
 def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: int | None = None,
@@ -406,7 +475,8 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
 class ReadingBatches(torch.utils.data.Dataset):
     """The reading stage's stream: item ``step`` is ``batch_size`` mosaic tiles (``reading_tile``) cut from
     ``screens`` fresh screens of ``split`` (seeds as ``ScreenBatches``): {"pixel_values": uint8 (B, 3, S, S),
-    "image_classes": (B * tokens_per_tile,)}."""
+    "image_classes": (B * tokens_per_tile,), "image_chars": (B * tokens_per_tile, merge^2) (the character
+    under each patch, ``char_classes_at``)}."""
 
     def __init__(self, vision: VisionConfig, batch_size: int, seed: int = 0, screens: int = 8, split: str = "train"):
         self.vision, self.batch_size, self.seed, self.screens, self.split = vision, batch_size, seed, screens, split
@@ -420,28 +490,72 @@ class ReadingBatches(torch.utils.data.Dataset):
         base = self.seed * 10**12 + step * self.screens
         samples = [generate_sample(base + i, split=self.split) for i in range(self.screens)]
         rng = random.Random(base)
-        tiles, classes = zip(*(reading_tile(samples, self.vision, rng) for _ in range(self.batch_size)))
+        tiles, classes, chars = zip(*(reading_tile(samples, self.vision, rng, extra=char_classes_at,
+                                                   extra_per_side=self.vision.merge) for _ in range(self.batch_size)))
         x = torch.from_numpy(np.stack(tiles)).permute(0, 3, 1, 2).contiguous()
         return {"pixel_values": x, "image_classes": torch.from_numpy(np.concatenate(classes)),
+                "image_chars": torch.from_numpy(np.concatenate(chars)),
                 "tokens": x.shape[0] * self.vision.tokens_per_tile}
 
 
+def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """uint8 tiles (B, 3, S, S) -> float32 in [0, 1] with, per tile, a random order of the colour
+    channels, an inversion half the time, and a random gain and offset: colour no longer tells text from
+    background, only shape does (what lets reading carry over to unseen themes)."""
+    b, dev = x.shape[0], x.device
+    xf = x.float() / 255.0
+    perm = torch.argsort(torch.rand(b, 3, generator=generator, device=dev), dim=1)
+    xf = torch.gather(xf, 1, perm[:, :, None, None].expand_as(xf))
+    inv = torch.rand(b, 1, 1, 1, generator=generator, device=dev) < 0.5
+    xf = torch.where(inv, 1.0 - xf, xf)
+    gain = 0.6 + 0.8 * torch.rand(b, 1, 1, 1, generator=generator, device=dev)
+    off = 0.2 * (torch.rand(b, 1, 1, 1, generator=generator, device=dev) - 0.5)
+    return (xf * gain + off).clamp(0, 1)
+
+
+def float_to_normalised(xf: torch.Tensor, cfg: VisionConfig) -> torch.Tensor:
+    """float tiles in [0, 1] -> (x - mean) / std, as ``normalize_tiles`` does for uint8."""
+    mean = torch.tensor(cfg.norm_mean, dtype=torch.float32, device=xf.device).view(1, 3, 1, 1)
+    std = torch.tensor(cfg.norm_std, dtype=torch.float32, device=xf.device).view(1, 3, 1, 1)
+    return (xf - mean) / std
+
+
 def reading_loss_fn(model: Holotron, aux: "AuxHeads", batch: dict, device: torch.device,
-                    parts: dict | None = None) -> tuple[torch.Tensor, int]:
-    """The reading stage's loss: text-class cross-entropy on every image token, from the projector
-    output (vision tower + pixel shuffle + mlp1; the language model is not run). ``parts`` receives
-    the loss and the accuracy on tokens that show text."""
+                    parts: dict | None = None, label_weight: float = 1.0, char_weight: float = 1.0,
+                    augment: torch.Generator | bool | None = None) -> tuple[torch.Tensor, int]:
+    """The reading stage's loss, from the projector output (vision tower + pixel shuffle + mlp1; the
+    language model is not run): ``label_weight`` x the text-class cross-entropy on every image token +
+    ``char_weight`` x the character cross-entropy on every patch (when the batch has "image_chars").
+    ``augment``: apply ``colour_aug`` (True, or a torch.Generator for it). ``parts`` receives each term and
+    the accuracies on tokens that show text and on patches that show a character."""
     from .vision.projector import embed_tiles
 
-    x = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
+    vcfg = model.config.vision
+    raw = batch["pixel_values"].to(device, non_blocking=True)
+    if augment is not None and augment is not False:
+        x = float_to_normalised(colour_aug(raw, augment if isinstance(augment, torch.Generator) else None), vcfg)
+    else:
+        x = normalize_tiles(raw, vcfg)
     cls = batch["image_classes"].to(device, non_blocking=True)
     emb = embed_tiles(model.vision_model, model.mlp1, x).reshape(-1, model.config.text.hidden_size)
     logits = aux.label_in(emb.to(aux.label_in.weight.dtype)).float()
-    loss = F.cross_entropy(logits, cls)
+    l_read = F.cross_entropy(logits, cls)
+    loss = label_weight * l_read
+    chars = batch.get("image_chars")
+    l_char = None
+    if chars is not None and char_weight > 0:
+        chars = chars.to(device, non_blocking=True).reshape(-1)
+        char_logits = aux.chars(emb)
+        l_char = F.cross_entropy(char_logits, chars, ignore_index=IGNORE)
+        loss = loss + char_weight * l_char
     if parts is not None:
         text = cls > 0
-        parts["read"] = float(loss.detach())
+        parts["read"] = float(l_read.detach())
         parts["read_acc"] = float((logits[text].argmax(-1) == cls[text]).float().mean()) if bool(text.any()) else 0.0
+        if l_char is not None:
+            ink = chars >= 2
+            parts["char"] = float(l_char.detach())
+            parts["char_acc"] = float((char_logits[ink].argmax(-1) == chars[ink]).float().mean()) if bool(ink.any()) else 0.0
     return loss, int(cls.numel())
 
 
@@ -454,6 +568,7 @@ class ScreenBatches(torch.utils.data.Dataset):
                  split: str = "train", options: dict | None = None):
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
+        self.chars = False  # also the character under each patch of each image token ("image_chars")
         self._processor = None
 
     def __len__(self) -> int:
@@ -488,8 +603,8 @@ class ScreenBatches(torch.utils.data.Dataset):
             ans = answer_ids(p, answer)
             ids += follow + ans
             labels += [IGNORE] * len(follow) + ans
-        cls, pos = image_token_targets(sample, self.vision)
-        return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), cls, pos
+        targets = image_token_targets(sample, self.vision, chars=self.chars)
+        return (ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), *targets)
 
     def __getitem__(self, step: int) -> dict:
         from .data import generate_sample
@@ -503,7 +618,7 @@ class ScreenBatches(torch.utils.data.Dataset):
 
 
 def collate(rows, pad_id: int) -> dict:
-    """Right-pad rows of (ids, labels, tiles, num_tiles[, image-token classes, positions]) into one batch."""
+    """Right-pad rows of (ids, labels, tiles, num_tiles[, image-token classes, positions[, characters]]) into one batch."""
     T = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
@@ -517,6 +632,7 @@ def collate(rows, pad_id: int) -> dict:
         "tokens": int(sum(len(r[0]) for r in rows)),
         **({"image_classes": torch.cat([r[4] for r in rows]), "image_positions": torch.cat([r[5] for r in rows])}
            if all(len(r) > 4 for r in rows) else {}),
+        **({"image_chars": torch.cat([r[6] for r in rows])} if all(len(r) > 6 for r in rows) else {}),
     }
 
 
@@ -525,13 +641,14 @@ def collate(rows, pad_id: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
-            aux_weight: float = 0.0, parts: dict | None = None) -> tuple[torch.Tensor, int]:
+            aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
 
     With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
     ``aux_weight`` x (text-class cross-entropy on the projector output + the same and an L1 position loss
-    (x 10) on the residual stream entering the last attention layer), averaged over image tokens.
-    ``parts`` (a dict) receives each term as a float."""
+    (x 10) on the residual stream entering the last attention layer), averaged over image tokens, and,
+    when the batch has "image_chars", ``char_weight`` x the character cross-entropy per patch on the
+    projector output. ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
     labels = batch["labels"].to(device, non_blocking=True)
     pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
@@ -565,6 +682,12 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
         loss = loss + aux_weight * (l_in + l_mid + l_pos)
         if parts is not None:
             parts.update(label_in=float(l_in.detach()), label_mid=float(l_mid.detach()), position=float(l_pos.detach()))
+        if "image_chars" in batch and char_weight > 0:
+            chars = batch["image_chars"].to(device, non_blocking=True).reshape(-1)
+            l_char = F.cross_entropy(aux.chars(emb[is_img]), chars, ignore_index=IGNORE)
+            loss = loss + aux_weight * char_weight * l_char
+            if parts is not None:
+                parts["char"] = float(l_char.detach())
     return loss, int(keep.sum())
 
 
@@ -654,7 +777,7 @@ def train(args) -> dict:
     if args.init_from:
         _init_from(model, aux, args.init_from, log)
     if reading:  # the vision tower, the projector and the text-class head; the language model waits
-        trainable = nn.ModuleList([model.vision_model, model.mlp1, aux.label_in])
+        trainable = nn.ModuleList([model.vision_model, model.mlp1, aux.label_in, aux.char_in])
     else:
         trainable = model if aux is None else nn.ModuleList([model, aux])
     opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
@@ -691,6 +814,12 @@ def train(args) -> dict:
         data = ReadingBatches(vcfg, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split)
     else:
         data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split)
+        data.chars = aux is not None and args.char_weight > 0
+    # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
+    labels_after = (0.5 if args.labels_after is None else args.labels_after) if reading and args.char_weight > 0 else 0.0
+    aug_gen = None
+    if reading and args.colour_aug:
+        aug_gen = torch.Generator(device=device).manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
         data, batch_size=None, sampler=range(step, args.steps), num_workers=args.workers,
         pin_memory=device.type == "cuda", prefetch_factor=args.prefetch if args.workers else None,
@@ -735,9 +864,11 @@ def train(args) -> dict:
                 parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
                 with amp:
                     if reading:
-                        loss, n_labels = reading_loss_fn(model, aux, batch, device, parts)
+                        loss, n_labels = reading_loss_fn(model, aux, batch, device, parts,
+                                                         label_weight=float(progress >= labels_after),
+                                                         char_weight=args.char_weight, augment=aug_gen)
                     else:
-                        loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts)
+                        loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -821,10 +952,12 @@ def _eval_reading(model, aux, batch, device, step, log, amp) -> dict:
     parts = {}
     with amp:
         reading_loss_fn(model, aux, batch, device, parts)
-    log(f"reading eval at step {step}: {100 * parts['read_acc']:.1f}% of text tokens read right, "
+    chars = f", {100 * parts['char_acc']:.1f}% of characters" if "char_acc" in parts else ""
+    log(f"reading eval at step {step}: {100 * parts['read_acc']:.1f}% of text tokens read right{chars}, "
         f"loss {parts['read']:.3f}")
     model.train()
-    return {"step": step, "read_acc": parts["read_acc"], "read_loss": parts["read"]}
+    return {"step": step, "read_acc": parts["read_acc"], "read_loss": parts["read"],
+            **({"char_acc": parts["char_acc"], "char_loss": parts["char"]} if "char_acc" in parts else {})}
 
 
 def _init_from(model: Holotron, aux, folder, log) -> None:
@@ -845,8 +978,11 @@ def _init_from(model: Holotron, aux, folder, log) -> None:
     model.load_state_dict(src.state_dict())
     heads = Path(folder) / AUX_FILE
     if aux is not None and heads.is_file():
-        aux.load_state_dict(torch.load(heads, map_location="cpu", weights_only=True))
-        log(f"initialised from {folder} (model and auxiliary heads)")
+        missing, unexpected = aux.load_state_dict(torch.load(heads, map_location="cpu", weights_only=True), strict=False)
+        if unexpected or any(not k.startswith("char_in.") for k in missing):
+            raise SystemExit(f"holotron.train: error: --init-from {folder}: {AUX_FILE} does not fit these heads "
+                             f"(missing {missing}, unexpected {unexpected})")
+        log(f"initialised from {folder} (model and auxiliary heads{'; no character head there: a fresh one' if missing else ''})")
     else:
         log(f"initialised from {folder}")
 
@@ -889,10 +1025,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
     p.add_argument("--stage", default="ground", choices=["ground", "read"],
                    help="ground (default): the grounding task on whole screens; read: the vision tower, projector and "
-                        "a text-class head alone, on tile mosaics of text crops (start a ground run from it with "
+                        "character and text-class heads alone, on tile mosaics of text crops (start a ground run from it with "
                         "--init-from)")
     p.add_argument("--init-from", metavar="DIR",
                    help="start from this checkpoint's weights (and its aux_heads.pt), with a fresh optimizer and schedule")
+    p.add_argument("--char-weight", type=float, default=1.0,
+                   help="weight of the per-patch character loss (the character under each patch: a local target the "
+                        "vision tower learns fast); in a ground run it is further scaled by --aux-weight; 0: off")
+    p.add_argument("--labels-after", type=float, default=None, metavar="FRACTION",
+                   help="reading stage: train characters alone for this fraction of the run, then the label classes "
+                        "beside them (default 0.5; 0 when --char-weight is 0)")
+    p.add_argument("--no-colour-aug", dest="colour_aug", action="store_false",
+                   help="reading stage: no colour augmentation (default: random channel order, inversion, gain)")
     p.add_argument("--aux-weight", type=float, default=0.0,
                    help="weight of the auxiliary image-token losses (text class under each token, its screen "
                         "position; training-only heads, not saved with the model); 0 (default): answer loss only")
@@ -932,6 +1076,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.steps < 1 or args.batch_size < 1 or args.queries < 1:
         raise SystemExit("holotron.train: error: --steps, --batch-size and --queries must be >= 1")
+    if args.labels_after is not None and not 0 <= args.labels_after < 1:
+        raise SystemExit(f"holotron.train: error: --labels-after must be in [0, 1), got {args.labels_after}")
+    if args.char_weight < 0:
+        raise SystemExit(f"holotron.train: error: --char-weight must be >= 0, got {args.char_weight}")
     state = train(args)
     last = state["evals"][-1] if state["evals"] else None
     summary = {"step": state["step"], "status": state["status"], "train_seconds": state["train_seconds"],

@@ -16,7 +16,6 @@ The variants are in ``VARIANTS``; ``--only`` picks some by name. Writes reading_
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import multiprocessing as mp
@@ -32,6 +31,8 @@ from torch import nn
 
 NORMAL, LARGE = (0.65, 1.05), (1.3, 2.0)
 config_name = "tiny-ui"
+
+from holotron.train import N_CHAR, colour_aug  # noqa: E402  (the training stage's own definitions)
 
 # name -> settings; "scale" selects the tile set, "aug" the colour augmentation
 VARIANTS = {
@@ -50,50 +51,8 @@ VARIANTS = {
     "chars-then-labels+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True, label=False, label_after=0.5),
 }
 
-# character classes: 0 no text, 1 space, 2-27 a-z (either case), 28-37 0-9, 38 anything else
-N_CHAR = 39
-
-
-def _char_class(ch: str) -> int:
-    c = ch.lower()
-    if c == " ":
-        return 1
-    if "a" <= c <= "z":
-        return 2 + ord(c) - ord("a")
-    if "0" <= c <= "9":
-        return 28 + ord(c) - ord("0")
-    return 38
-
-
-@functools.lru_cache(maxsize=8192)
-def _char_edges(text: str) -> np.ndarray:
-    """Right edges of each character as a fraction of the text's width (the bundled font at 64 px;
-    widths scale with the size, so the fraction holds, up to hinting)."""
-    from holotron.data.canvas import font
-
-    f = font(64)
-    widths = np.array([f.getlength(text[:i + 1]) for i in range(len(text))], dtype=np.float64)
-    return widths / max(widths[-1], 1e-9)
-
-
-def char_classes_at(sample, px, py) -> np.ndarray:
-    """The character class under each pixel point: the visible text whose ink box holds the point, the
-    character at that fraction of its width (approximate: ink box vs advance), else 0."""
-    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
-    out = np.zeros(px.shape, dtype=np.int64)
-    for t in sample.texts:
-        x0, y0, x1, y1 = t.box
-        inside = (px >= x0) & (px < x1) & (py >= y0) & (py < y1)
-        if not inside.any() or not t.text:
-            continue
-        frac = (px[inside] - x0) / max(x1 - x0, 1)
-        idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
-        out[inside] = np.array([_char_class(t.text[i]) for i in idx], dtype=np.int64)
-    return out
-
-
 def _render(job):
-    from holotron.train import reading_tile
+    from holotron.train import char_classes_at, reading_tile
     from holotron.data import generate_sample
 
     split, seed, n, scale, vcfg = job
@@ -110,20 +69,6 @@ def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
     y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
     ch = torch.from_numpy(np.concatenate([p[2] for p in parts]))  # (tiles, tokens, 4)
     return x, y, ch
-
-
-def colour_aug(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """uint8 (B, 3, S, S) -> float [0, 1]: a random channel order, half the tiles inverted, a random
-    gain and offset per tile: colour stops telling text from background, shape has to."""
-    b = x.shape[0]
-    xf = x.float() / 255.0
-    perm = torch.stack([torch.randperm(3, generator=gen, device=x.device) for _ in range(b)])
-    xf = torch.gather(xf, 1, perm[:, :, None, None].expand_as(xf))
-    inv = torch.rand(b, 1, 1, 1, generator=gen, device=x.device) < 0.5
-    xf = torch.where(inv, 1.0 - xf, xf)
-    gain = 0.6 + 0.8 * torch.rand(b, 1, 1, 1, generator=gen, device=x.device)
-    off = 0.2 * (torch.rand(b, 1, 1, 1, generator=gen, device=x.device) - 0.5)
-    return (xf * gain + off).clamp(0, 1)
 
 
 def normalise(xf: torch.Tensor, vcfg) -> torch.Tensor:

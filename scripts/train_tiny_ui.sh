@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The recipe for holotron-tiny-ui, in two stages, then the 1,000-screen held-out score:
-#   1. reading: the vision tower + projector + a text-class head on tile mosaics of text crops;
+#   1. reading: the vision tower + projector + character and text-class heads on colour-augmented tile
+#      mosaics of text crops: characters alone for the first half, then label classes beside them;
 #   2. grounding: the whole model from stage 1's weights, answer loss + auxiliary image-token losses.
 #
 #   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 4 and 10 (one H200)
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto),
-# EVAL_N (default 1000), READ_BATCH (default 256), GROUND_BATCH (default 32), EXTRA (more train options).
+# EVAL_N (default 1000), READ_BATCH (default 256), READ_LR (default 1e-3), GROUND_BATCH (default 32),
+# EXTRA (more train options).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
 # train_log.csv) and OUT/eval.json. Stops at the first failing stage.
 set -euo pipefail
@@ -30,7 +32,7 @@ common=(--config "$CONFIG" --tokenizer "$TOK" --device "$DEVICE" --workers "$WOR
         --lr 2e-3 --log-every 10 --log-seconds 20 --max-shard-size 8MB "${EXTRA_ARGS[@]}")
 
 $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" --batch-size "${READ_BATCH:-256}" \
-    --time-budget "$READ_MIN" --eval-every 200
+    --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}"
 $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
     --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --time-budget "$GROUND_MIN" \
     --eval-every 300 --eval-n 64

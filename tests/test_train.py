@@ -227,6 +227,17 @@ def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_l
     bad = dict(batch, image_classes=batch["image_classes"][1:], image_positions=batch["image_positions"][1:])
     with pytest.raises(ValueError, match="image tokens but"):
         loss_fn(model, bad, torch.device("cpu"), aux, 0.5)
+    # with the characters of each token's patches in the batch, their loss joins the auxiliary terms
+    data = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2)
+    data.chars = True
+    cbatch = data[0]
+    assert torch.equal(cbatch["input_ids"], batch["input_ids"])
+    assert cbatch["image_chars"].shape == (n_img, micro_vision.merge ** 2)
+    parts = {}
+    total, _ = loss_fn(model, cbatch, torch.device("cpu"), aux, 0.5, parts, char_weight=2.0)
+    assert set(parts) == {"answer", "label_in", "label_mid", "position", "char"}
+    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"] + 2.0 * parts["char"])
+    assert float(total.detach()) == pytest.approx(expected, rel=1e-5)
 
 
 def test_text_classes_at_paints_elements_over_texts_and_leaves_background_zero():
@@ -289,10 +300,100 @@ def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_
     parts = {}
     loss, n = reading_loss_fn(model, aux, batch, torch.device("cpu"), parts)
     assert n == 3 * cfg.vision.tokens_per_tile and math.isfinite(float(loss.detach()))
-    assert set(parts) == {"read", "read_acc"} and 0.0 <= parts["read_acc"] <= 1.0
+    assert set(parts) == {"read", "read_acc", "char", "char_acc"} and 0.0 <= parts["read_acc"] <= 1.0
+    assert 0.0 <= parts["char_acc"] <= 1.0
+    # the loss is the sum of its two terms at weights 1, 1
+    assert float(loss.detach()) == pytest.approx(parts["read"] + parts["char"], rel=1e-5)
     loss.backward()
     assert aux.label_in.weight.grad.abs().sum() > 0 and model.mlp1[1].weight.grad.abs().sum() > 0
+    assert aux.char_in.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in model.language_model.parameters())  # the language model is not run
+
+
+def test_the_reading_curriculum_weights_switch_the_label_term_off_and_augmentation_keeps_shapes():
+    cfg = make_config("micro", 600)
+    model = init_weights(Holotron(cfg), seed=0)
+    aux = AuxHeads(cfg)
+    batch = ReadingBatches(cfg.vision, 2, seed=2, screens=1)[0]
+    parts = {}
+    loss, _ = reading_loss_fn(model, aux, batch, torch.device("cpu"), parts, label_weight=0.0,
+                              augment=torch.Generator().manual_seed(0))
+    assert float(loss.detach()) == pytest.approx(parts["char"], rel=1e-5)
+    loss.backward()
+    assert aux.label_in.weight.grad is None or float(aux.label_in.weight.grad.abs().sum()) == 0.0
+    assert aux.char_in.weight.grad.abs().sum() > 0
+    # without characters in the batch only the label term is left
+    no_chars = {k: v for k, v in batch.items() if k != "image_chars"}
+    parts = {}
+    loss, _ = reading_loss_fn(model, aux, no_chars, torch.device("cpu"), parts)
+    assert set(parts) == {"read", "read_acc"} and float(loss.detach()) == pytest.approx(parts["read"], rel=1e-5)
+
+
+def test_colour_augmentation_permutes_inverts_and_scales_but_keeps_the_shapes_of_the_ink():
+    from holotron.train import colour_aug
+
+    x = torch.zeros(64, 3, 8, 8, dtype=torch.uint8)
+    x[:, 0, 2:6, 2:6] = 255  # a red square on black
+    y = colour_aug(x, torch.Generator().manual_seed(0))
+    assert y.shape == x.shape and y.dtype == torch.float32 and float(y.min()) >= 0 and float(y.max()) <= 1
+    square = torch.zeros(8, 8, dtype=torch.bool)
+    square[2:6, 2:6] = True
+    # in every tile and channel the square's pixels differ from the background's by the same amount
+    # (up to sign and gain), so the shape survives; colour and polarity vary across tiles
+    inside, outside = y[:, :, square].mean(-1), y[:, :, ~square].mean(-1)
+    contrast = (inside - outside).abs().amax(1)
+    assert bool((contrast > 0.3).all())
+    assert len({int(t.argmax()) for t in (inside - outside).abs()}) > 1  # the channel moved
+    assert bool(((inside - outside).amax(1) > 0.3).any()) and bool(((inside - outside).amin(1) < -0.3).any())
+
+
+def test_char_classes_name_the_character_under_a_point_of_a_text():
+    from types import SimpleNamespace as NS
+
+    from holotron.data.canvas import Text, font
+    from holotron.train import N_CHAR, char_class, char_classes_at
+
+    assert char_class("a") == char_class("A") == 2 and char_class("z") == 27 and char_class("0") == 28
+    assert char_class(" ") == 1 and char_class("-") == N_CHAR - 1
+    text = "Wi-Fi 42"
+    f = font(64)
+    width = f.getlength(text)
+    box = (100, 50, 100 + int(round(width)), 114)
+    sample = NS(texts=[Text(text, box)], elements=[])
+    # the middle of each character's advance, as a point on the screen
+    xs, ch = [], []
+    for i, c in enumerate(text):
+        mid = (f.getlength(text[:i]) + f.getlength(text[:i + 1])) / 2
+        xs.append(100 + mid)
+        ch.append(char_class(c))
+    got = char_classes_at(sample, np.array(xs), np.full(len(xs), 80.0)).tolist()
+    assert got == ch
+    assert char_classes_at(sample, np.array([50.0, 150.0]), np.array([80.0, 20.0])).tolist() == [0, 0]
+
+
+def test_image_token_targets_carry_the_characters_of_each_tokens_patches():
+    from holotron.data import generate_sample
+    from holotron.train import char_classes_at
+
+    cfg = make_config("tiny-ui", 600).vision
+    s = generate_sample(5)
+    cls, pos, chars = image_token_targets(s, cfg, chars=True)
+    k = cfg.merge
+    assert chars.shape == (cls.numel(), k * k)
+    tile_tokens = cls.numel() - (cfg.tokens_per_tile if int((cls == IGNORE).sum()) else 0)
+    assert bool((chars[tile_tokens:] == IGNORE).all()) and int(chars[:tile_tokens].min()) >= 0
+    assert int((chars[:tile_tokens] >= 2).sum()) > 50  # the screen has text
+    # a token's first patch (top-left) sits a quarter of the token up and left of the token's centre
+    w, h = s.size
+    from holotron.vision.preprocess import closest_grid
+    cols, rows = closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
+    g = int(cfg.tokens_per_tile ** 0.5)
+    dx, dy = 1 / (4 * g * cols), 1 / (4 * g * rows)
+    px = (pos[:tile_tokens, 0].numpy() - dx) * w
+    py = (pos[:tile_tokens, 1].numpy() - dy) * h
+    assert np.array_equal(chars[:tile_tokens, 0].numpy(), char_classes_at(s, px, py))
+    px = (pos[:tile_tokens, 0].numpy() + dx) * w  # the top-right patch is the second, as pixel shuffle reads them
+    assert np.array_equal(chars[:tile_tokens, 1].numpy(), char_classes_at(s, px, py))
 
 
 def test_lr_warms_up_linearly_then_decays_on_a_cosine_to_the_floor():
