@@ -309,22 +309,39 @@ def _char_edges(text: str) -> np.ndarray:
     return widths / max(float(widths[-1]), 1e-9)
 
 
-def char_classes_at(sample, px, py) -> np.ndarray:
+@functools.lru_cache(maxsize=8192)
+def _char_codes(text: str) -> np.ndarray:
+    return np.array([char_class(c) for c in text], dtype=np.int64)
+
+
+def char_table(sample) -> tuple[list, np.ndarray]:
+    """(the non-empty visible texts, their ink boxes (n, 4)): what ``char_classes_at`` looks up."""
+    texts = [t for t in sample.texts if t.text]
+    return texts, np.array([t.box for t in texts], dtype=np.float64).reshape(-1, 4)
+
+
+def char_classes_at(sample, px, py, table=None) -> np.ndarray:
     """The character under each pixel point (px, py) of ``sample``'s screen (``char_class``): the visible
-    text whose ink box holds the point, the character at that fraction of the text's width (an
-    approximation: ink box against advances), else 0. The reading stage's local target: characters are
-    learned in a minute where whole-label classes take far longer (docs/tiny-model.md, the reading probe)."""
+    text whose ink box holds the point (the last drawn, where boxes overlap), the character at that
+    fraction of the text's width (an approximation: ink box against advances), else 0. ``table``:
+    ``char_table(sample)`` when the caller asks many times. The reading stage's local target: characters
+    are learned in a minute where whole-label classes take far longer (docs/tiny-model.md, the probe)."""
+    texts, boxes = table if table is not None else char_table(sample)
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
-    out = np.zeros(px.shape, dtype=np.int64)
-    for t in sample.texts:
-        x0, y0, x1, y1 = t.box
-        inside = (px >= x0) & (px < x1) & (py >= y0) & (py < y1)
-        if not t.text or not inside.any():
-            continue
-        frac = (px[inside] - x0) / max(x1 - x0, 1)
-        idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
-        out[inside] = np.array([char_class(t.text[i]) for i in idx], dtype=np.int64)
-    return out
+    out = np.zeros(px.size, dtype=np.int64)
+    if texts:
+        x, y = px.reshape(-1, 1), py.reshape(-1, 1)
+        hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, texts)
+        some = hit.any(axis=1)
+        last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
+        xs = px.reshape(-1)
+        for ti in np.unique(last[some]):
+            sel = some & (last == ti)
+            t = texts[ti]
+            frac = (xs[sel] - t.box[0]) / max(t.box[2] - t.box[0], 1)
+            idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
+            out[sel] = _char_codes(t.text)[idx]
+    return out.reshape(px.shape)
 
 
 def _class_boxes(sample, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -416,7 +433,7 @@ class AuxHeads(nn.Module):
 
 def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: int | None = None,
                  scale: tuple[float, float] = (0.65, 1.05), n_classes: int = AUX_CLASSES,
-                 extra=None, extra_per_side: int = 2):
+                 extra=None, extra_per_side: int = 2, tables: dict | None = None):
     """One tile-sized mosaic for the reading stage: a grid of cells, each a crop of one of ``samples``'
     screens centred near a random element or text (a square of side ``cell / s`` px resized to the cell,
     s drawn from ``scale``: the range of scales at which tiling shows screens to the vision tower), so
@@ -424,7 +441,8 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
     crops (default: the largest divisor of the tokens on a tile's side up to 4). Returns the uint8 tile (S, S, 3) and the text class under each image token (row-major, as
     ``image_token_targets``); with ``extra`` (a function (sample, px, py) -> int array of the points'
     shape) also its values on an ``extra_per_side`` x ``extra_per_side`` grid of points inside each
-    token, (tokens, extra_per_side ** 2), points row-major as pixel shuffle reads a token's patches."""
+    token, (tokens, extra_per_side ** 2), points row-major as pixel shuffle reads a token's patches.
+    ``tables``: a dict kept across calls on the same ``samples`` (it caches their box tables)."""
     from PIL import Image
 
     S = cfg.image_size
@@ -442,7 +460,7 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
     more = np.zeros((g, k, g, k), dtype=np.int64) if extra is not None else None
     sub = (np.arange(cell_tokens * k) + 0.5) * tok_px / k  # sub-point centres inside a cell, cell px
     centre = (np.arange(cell_tokens) + 0.5) * tok_px  # token centres inside a cell, cell px
-    tables = {}
+    tables = {} if tables is None else tables
     for r in range(n):
         for c in range(n):
             sm = rng.choice(samples)
@@ -490,7 +508,12 @@ class ReadingBatches(torch.utils.data.Dataset):
         base = self.seed * 10**12 + step * self.screens
         samples = [generate_sample(base + i, split=self.split) for i in range(self.screens)]
         rng = random.Random(base)
-        tiles, classes, chars = zip(*(reading_tile(samples, self.vision, rng, extra=char_classes_at,
+        tables, char_tables = {}, {id(sm): char_table(sm) for sm in samples}
+
+        def chars_at(sm, px, py):
+            return char_classes_at(sm, px, py, char_tables[id(sm)])
+
+        tiles, classes, chars = zip(*(reading_tile(samples, self.vision, rng, extra=chars_at, tables=tables,
                                                    extra_per_side=self.vision.merge) for _ in range(self.batch_size)))
         x = torch.from_numpy(np.stack(tiles)).permute(0, 3, 1, 2).contiguous()
         return {"pixel_values": x, "image_classes": torch.from_numpy(np.concatenate(classes)),
@@ -821,7 +844,7 @@ def train(args) -> dict:
     if reading and args.colour_aug:
         aug_gen = torch.Generator(device=device).manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
-        data, batch_size=None, sampler=range(step, args.steps), num_workers=args.workers,
+        data, batch_size=None, sampler=range(step // args.reuse, -(-args.steps // args.reuse)), num_workers=args.workers,
         pin_memory=device.type == "cuda", prefetch_factor=args.prefetch if args.workers else None,
         persistent_workers=False)
 
@@ -853,7 +876,7 @@ def train(args) -> dict:
         # Triton's scan has no backward: train every Mamba layer through the chunked PyTorch scan
         with kernels.use_backend("chunked"):
             t_ready = time.perf_counter()
-            for batch in loader:
+            for batch in _repeat(loader, args.reuse, skip=step % args.reuse):
                 window_wait += time.perf_counter() - t_ready  # time the GPU / CPU sat waiting for data
                 progress = step / args.steps
                 if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes
@@ -911,6 +934,8 @@ def train(args) -> dict:
                         if old != folder and old.is_dir():
                             shutil.rmtree(old)
                     save_s = time.perf_counter() - t
+                if step >= args.steps:  # (with --reuse the last batch's repeats may run past it)
+                    break
                 if interrupted["flag"]:
                     stop_reason = "signal"
                     break
@@ -958,6 +983,14 @@ def _eval_reading(model, aux, batch, device, step, log, amp) -> dict:
     model.train()
     return {"step": step, "read_acc": parts["read_acc"], "read_loss": parts["read"],
             **({"char_acc": parts["char_acc"], "char_loss": parts["char"]} if "char_acc" in parts else {})}
+
+
+def _repeat(batches, times: int, skip: int = 0):
+    """Each batch ``times`` times in a row (``--reuse``), the first one ``skip`` times fewer (a resumed run
+    picks up in the middle of a batch's repeats)."""
+    for i, batch in enumerate(batches):
+        for _ in range(times - (skip if i == 0 else 0)):
+            yield batch
 
 
 def _init_from(model: Holotron, aux, folder, log) -> None:
@@ -1053,6 +1086,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=max(0, min(16, (os.cpu_count() or 1) - 1)),
                    help="data worker processes (0: render in the training process)")
     p.add_argument("--prefetch", type=int, default=4, help="batches each worker prepares ahead")
+    p.add_argument("--reuse", type=int, default=1,
+                   help="steps each data batch is used for (default 1): where rendering cannot keep up with the "
+                        "device, e.g. the reading stage, whose colour augmentation draws anew at each use")
     p.add_argument("--split", default="train", help="holotron.data split the training screens come from")
     p.add_argument("--tokenizer", help="folder with tokenizer.json + tokenizer_config.json (default: train one)")
     p.add_argument("--vocab-size", type=int, default=2048)
@@ -1074,8 +1110,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1 or args.queries < 1:
-        raise SystemExit("holotron.train: error: --steps, --batch-size and --queries must be >= 1")
+    if args.steps < 1 or args.batch_size < 1 or args.queries < 1 or args.reuse < 1:
+        raise SystemExit("holotron.train: error: --steps, --batch-size, --queries and --reuse must be >= 1")
     if args.labels_after is not None and not 0 <= args.labels_after < 1:
         raise SystemExit(f"holotron.train: error: --labels-after must be in [0, 1), got {args.labels_after}")
     if args.char_weight < 0:

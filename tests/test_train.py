@@ -505,6 +505,25 @@ def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_
         _train(*common, "--steps", 1, "--init-from", tmp_path / "nope", "--out", tmp_path / "x")
 
 
+def test_reuse_repeats_each_batch_and_a_resume_picks_up_inside_the_repeats(tmp_path, tok_dir):
+    from holotron.train import _repeat
+
+    assert list(_repeat(iter("abc"), 2)) == list("aabbcc")
+    assert list(_repeat(iter("bc"), 3, skip=1)) == list("bbccc")
+    # the reading stage with --reuse 2: 5 steps from 3 data batches; the curriculum's label term is off
+    # for the first half (characters alone), on after it
+    common = ["--config", "micro", "--device", "cpu", "--workers", 0, "--tokenizer", tok_dir, "--log-every", 1,
+              "--stage", "read", "--batch-size", 2, "--eval-every", 0, "--reuse", 2]
+    _train(*common, "--steps", 5, "--out", tmp_path / "r")
+    state = json.loads((tmp_path / "r" / "trainer_state.json").read_text())
+    assert state["step"] == 5 and [row["step"] for row in state["log"]] == [1, 2, 3, 4, 5]
+    assert all("char" in row for row in state["log"])
+    with pytest.raises(SystemExit, match="--reuse"):
+        _train(*common, "--steps", 1, "--reuse", 0, "--out", tmp_path / "x")
+    with pytest.raises(SystemExit, match="--labels-after"):
+        _train(*common, "--steps", 1, "--labels-after", 1.5, "--out", tmp_path / "x")
+
+
 def test_a_time_budget_stops_early_and_still_saves(tmp_path, tok_dir, capsys):
     _train("--config", "micro", "--steps", 1000, "--batch-size", 1, "--device", "cpu", "--workers", 0,
            "--tokenizer", tok_dir, "--eval-every", 0, "--out", tmp_path / "t", "--time-budget", 0.001)
