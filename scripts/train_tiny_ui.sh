@@ -8,7 +8,8 @@
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto),
 # EVAL_N (default 1000), READ_BATCH (default 256), READ_LR (default 1e-3), READ_REUSE (steps per rendered
-# batch, default 3: 15 workers render about 1,500 mosaic tiles/s, an H200 trains on about 4,900),
+# batch, default 3: in the third run 15 workers rendered about 2,000 mosaic tiles/s and the H200 waited for
+# them 50-70% of the time; it trains on about 5,000 tiles/s),
 # GROUND_BATCH (default 32), EXTRA (more train options).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
 # train_log.csv) and OUT/eval.json. Stops at the first failing stage.
