@@ -871,6 +871,12 @@ def train(args) -> dict:
     ema, ema_sum, n_run, t_loop, tokens_seen = 0.0, 0.0, 0, time.perf_counter(), 0
     t_prev, window_tokens, window_samples, window_wait = time.perf_counter(), 0, 0, 0.0
     save_s = eval_s = 0.0
+    prof, prof_end = None, step + _PROFILE_SKIP + 1 + args.profile
+    if args.profile:  # where a step's time goes: a table of the busiest operators, written once
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        prof = torch.profiler.profile(activities=acts, schedule=torch.profiler.schedule(
+            skip_first=_PROFILE_SKIP, wait=0, warmup=1, active=args.profile, repeat=1))
+        prof.start()
     model.train()
     try:
         # Triton's scan has no backward: train every Mamba layer through the chunked PyTorch scan
@@ -897,6 +903,11 @@ def train(args) -> dict:
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
                 opt.step()
                 step += 1
+                if prof is not None:
+                    prof.step()
+                    if step == prof_end:
+                        _write_profile(prof, out / "profile.txt", device, args.profile, log)
+                        prof = None
                 lv = float(loss.detach())
                 ema_sum = 0.95 * ema_sum + 0.05 * lv
                 n_run += 1
@@ -950,6 +961,8 @@ def train(args) -> dict:
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+        if prof is not None:  # the run ended before the profiled steps did: nothing is written
+            prof.stop()
         bar.close()
     train_s = time.perf_counter() - t_loop + elapsed_before
     if (eval_examples or eval_reading) and (not evals or evals[-1]["step"] != step) and stop_reason != "interrupted" \
@@ -983,6 +996,21 @@ def _eval_reading(model, aux, batch, device, step, log, amp) -> dict:
     model.train()
     return {"step": step, "read_acc": parts["read_acc"], "read_loss": parts["read"],
             **({"char_acc": parts["char_acc"], "char_loss": parts["char"]} if "char_acc" in parts else {})}
+
+
+_PROFILE_SKIP = 5  # steps left out of a --profile (start-up, allocator and autotuning warm-up)
+
+
+def _write_profile(prof, path: Path, device: torch.device, steps: int, log) -> None:
+    """Stop ``prof`` and write its operator table (sorted by device time on CUDA, else CPU time) to ``path``."""
+    prof.stop()
+    key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=40)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"# holotron.train --profile {steps}: steps {_PROFILE_SKIP + 2}-{_PROFILE_SKIP + 1 + steps} "
+                   f"of this run, sorted by {key}\n{table}\n")
+    os.replace(tmp, path)
+    log(f"profile of {steps} steps written to {path}")
 
 
 def _repeat(batches, times: int, skip: int = 0):
@@ -1105,11 +1133,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-optimizer", action="store_true", help="also write training_state.pt (for --resume)")
     p.add_argument("--max-shard-size", default="5GB", help="e.g. 14MB")
     p.add_argument("--resume", help="a checkpoint folder written with --save-optimizer: continue from its step")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help=f"profile N steps after the first {_PROFILE_SKIP + 1} (torch.profiler) and write the busiest "
+                        "operators to OUT/profile.txt (default 0: off)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.profile < 0:
+        raise SystemExit(f"holotron.train: error: --profile must be >= 0, got {args.profile}")
     if args.steps < 1 or args.batch_size < 1 or args.queries < 1 or args.reuse < 1:
         raise SystemExit("holotron.train: error: --steps, --batch-size, --queries and --reuse must be >= 1")
     if args.labels_after is not None and not 0 <= args.labels_after < 1:

@@ -524,6 +524,19 @@ def test_reuse_repeats_each_batch_and_a_resume_picks_up_inside_the_repeats(tmp_p
         _train(*common, "--steps", 1, "--labels-after", 1.5, "--out", tmp_path / "x")
 
 
+def test_profile_writes_the_busiest_operators_of_the_profiled_steps(tmp_path, tok_dir, capsys):
+    common = ["--config", "micro", "--device", "cpu", "--workers", 0, "--tokenizer", tok_dir, "--batch-size", 1,
+              "--eval-every", 0, "--no-final-eval"]
+    _train(*common, "--steps", 9, "--profile", 2, "--out", tmp_path / "p")
+    text = (tmp_path / "p" / "profile.txt").read_text()
+    assert text.startswith("# holotron.train --profile 2: steps 7-8") and "cpu_time_total" in text
+    assert "aten::" in text  # an operator table, not an empty one
+    assert "profile of 2 steps written to" in capsys.readouterr().err
+    # a run that ends before the profiled steps writes nothing
+    _train(*common, "--steps", 3, "--profile", 2, "--out", tmp_path / "q")
+    assert not (tmp_path / "q" / "profile.txt").exists()
+
+
 def test_a_time_budget_stops_early_and_still_saves(tmp_path, tok_dir, capsys):
     _train("--config", "micro", "--steps", 1000, "--batch-size", 1, "--device", "cpu", "--workers", 0,
            "--tokenizer", tok_dir, "--eval-every", 0, "--out", tmp_path / "t", "--time-budget", 0.001)
