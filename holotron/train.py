@@ -234,8 +234,9 @@ def _word(label: str) -> re.Pattern:
     return re.compile(r"(?<![a-z0-9])" + re.escape(label.lower()) + r"(?![a-z0-9])")
 
 
-def extra_targets(sample, k: int, rng: random.Random) -> list[tuple[str, str]]:
-    """Up to ``k`` more (instruction, answer) pairs for other elements of ``sample``'s screen.
+def extra_targets(sample, k: int, rng: random.Random, boxes: bool = False) -> list[tuple]:
+    """Up to ``k`` more (instruction, answer) pairs for other elements of ``sample``'s screen (with
+    ``boxes``, (instruction, answer, element box) triples; the same draws either way).
 
     An element qualifies when it has a target role, is at least 6 px on each side, its label is in no
     other element's label (as whole words, case-insensitively) and every visible text that holds the
@@ -264,7 +265,7 @@ def extra_targets(sample, k: int, rng: random.Random) -> list[tuple[str, str]]:
             point = click_point(e.box, w, h, rng)
         except ValueError:
             continue
-        out.append((instruction_for(e.label, e.role, rng), answer_text(point)))
+        out.append((instruction_for(e.label, e.role, rng), answer_text(point)) + ((e.box,) if boxes else ()))
         if len(out) == k:
             break
     return out
@@ -276,6 +277,7 @@ def extra_targets(sample, k: int, rng: random.Random) -> list[tuple[str, str]]:
 
 AUX_CLASSES = 4096  # label-hash buckets; class 0 is "no text here"
 AUX_FILE = "aux_heads.pt"
+POINTER_DIM = 64  # width of the pointer head's queries and keys
 
 
 def label_class(text: str, n_classes: int = AUX_CLASSES) -> int:
@@ -408,11 +410,28 @@ def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES,
     return (*out, torch.from_numpy(ch))
 
 
+def pointer_tokens(box, size: tuple[int, int], positions: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """The image tokens (indices into a screen's image tokens, thumbnail left out) whose centre lies in
+    ``box`` (pixels, x1 / y1 exclusive); for a box too small to hold a centre, the token nearest to its
+    centre. ``positions`` / ``classes``: ``image_token_targets``' (the thumbnail's classes are -100)."""
+    w, h = size
+    x, y = positions[:, 0] * w, positions[:, 1] * h
+    tile = classes != IGNORE
+    inside = tile & (x >= box[0]) & (x < box[2]) & (y >= box[1]) & (y < box[3])
+    if bool(inside.any()):
+        return inside.nonzero().squeeze(1)
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    d = ((x - cx) ** 2 + (y - cy) ** 2).masked_fill(~tile, float("inf"))
+    return d.argmin().reshape(1)
+
+
 class AuxHeads(nn.Module):
     """Training-only heads on the image tokens: the text class from the projector's output (what the
     vision tower reads), the character under each of its patches, and, from the residual stream entering
     the last attention layer, the text class and the screen position (what the lookup "which image token
-    carries this label, and where is it" needs). Not saved with the model."""
+    carries this label, and where is it" needs), and a pointer: a query from the position that answers a
+    question, keys from the image tokens, scored against the tokens on the question's element (the lookup
+    itself, which the last attention layer has to learn). Not saved with the model."""
 
     def __init__(self, config: HolotronConfig, n_classes: int = AUX_CLASSES):
         super().__init__()
@@ -425,6 +444,8 @@ class AuxHeads(nn.Module):
         self.pos_mid = nn.Linear(d, 2)
         self.merge = config.vision.merge
         self.char_in = nn.Linear(d, self.merge**2 * N_CHAR)  # the character under each of a token's patches
+        self.ptr_q = nn.Linear(d, POINTER_DIM)
+        self.ptr_k = nn.Linear(d, POINTER_DIM)
 
     def chars(self, emb: torch.Tensor) -> torch.Tensor:
         """Projector outputs (n, d) -> character logits (n * merge^2, N_CHAR), fp32."""
@@ -611,7 +632,10 @@ class ScreenBatches(torch.utils.data.Dataset):
         return self.seed * 10**12 + step * self.batch_size + i
 
     def row(self, sample, rng: random.Random) -> tuple:
-        """One screen -> (ids, labels, uint8 tiles, tiles per image, image-token classes, image-token positions)."""
+        """One screen -> (ids, labels, uint8 tiles, tiles per image, targets): targets holds the image-token
+        classes and positions (``image_token_targets``; with ``chars`` the characters too) and, per
+        question, the sequence position that predicts its answer's first token ("pointer_pos") and the
+        image tokens on its element ("pointer_tokens", ``pointer_tokens``)."""
         from .data import to_messages
 
         p = self.processor
@@ -619,15 +643,22 @@ class ScreenBatches(torch.utils.data.Dataset):
         prompt = p(messages[:-1], add_generation_prompt=True)  # the inference prompt, image expanded
         ids = prompt["input_ids"][0].tolist()
         labels = [IGNORE] * len(ids)
+        q_pos, boxes = [len(ids) - 1], [sample.target.box]
         ans = answer_ids(p, messages[-1]["content"])
         ids, labels = ids + ans, labels + ans
-        for instruction, answer in extra_targets(sample, self.queries - 1, rng):
+        for instruction, answer, box in extra_targets(sample, self.queries - 1, rng, boxes=True):
             follow = p.encode(followup_text(instruction))
             ans = answer_ids(p, answer)
+            q_pos.append(len(ids) + len(follow) - 1)
+            boxes.append(box)
             ids += follow + ans
             labels += [IGNORE] * len(follow) + ans
-        targets = image_token_targets(sample, self.vision, chars=self.chars)
-        return (ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), *targets)
+        cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars)
+        targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
+                   "pointer_tokens": [pointer_tokens(b, sample.size, pos, cls) for b in boxes]}
+        if chars:
+            targets["image_chars"] = chars[0]
+        return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), targets
 
     def __getitem__(self, step: int) -> dict:
         from .data import generate_sample
@@ -641,7 +672,9 @@ class ScreenBatches(torch.utils.data.Dataset):
 
 
 def collate(rows, pad_id: int) -> dict:
-    """Right-pad rows of (ids, labels, tiles, num_tiles[, image-token classes, positions[, characters]]) into one batch."""
+    """Right-pad rows of (ids, labels, tiles, num_tiles[, targets]) into one batch (targets as
+    ``ScreenBatches.row``'s; the pointer's become "pointer_queries" (Q, 2): (row, sequence position) per
+    question, and "pointer_targets" (M, 2): (question, image token of its row) per token on its element)."""
     T = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
@@ -653,10 +686,26 @@ def collate(rows, pad_id: int) -> dict:
         "pixel_values": torch.cat([r[2] for r in rows]),
         "num_tiles": torch.tensor([n for r in rows for n in r[3]], dtype=torch.long),
         "tokens": int(sum(len(r[0]) for r in rows)),
-        **({"image_classes": torch.cat([r[4] for r in rows]), "image_positions": torch.cat([r[5] for r in rows])}
-           if all(len(r) > 4 for r in rows) else {}),
-        **({"image_chars": torch.cat([r[6] for r in rows])} if all(len(r) > 6 for r in rows) else {}),
+        **_collate_targets([r[4] for r in rows] if all(len(r) > 4 for r in rows) else []),
     }
+
+
+def _collate_targets(targets: list[dict]) -> dict:
+    out = {}
+    if not targets:
+        return out
+    for key in ("image_classes", "image_positions", "image_chars"):
+        if all(key in t for t in targets):
+            out[key] = torch.cat([t[key] for t in targets])
+    if all("pointer_pos" in t for t in targets):
+        queries, pairs = [], []
+        for b, t in enumerate(targets):
+            for pos, toks in zip(t["pointer_pos"], t["pointer_tokens"]):
+                pairs += [(len(queries), int(i)) for i in toks]
+                queries.append((b, pos))
+        out["pointer_queries"] = torch.tensor(queries, dtype=torch.long).reshape(-1, 2)
+        out["pointer_targets"] = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -664,14 +713,16 @@ def collate(rows, pad_id: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
-            aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0) -> tuple[torch.Tensor, int]:
+            aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0,
+            pointer_weight: float = 0.0) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
 
     With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
     ``aux_weight`` x (text-class cross-entropy on the projector output + the same and an L1 position loss
     (x 10) on the residual stream entering the last attention layer), averaged over image tokens, and,
     when the batch has "image_chars", ``char_weight`` x the character cross-entropy per patch on the
-    projector output. ``parts`` (a dict) receives each term as a float."""
+    projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss``.
+    ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
     labels = batch["labels"].to(device, non_blocking=True)
     pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
@@ -711,6 +762,12 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
             loss = loss + aux_weight * char_weight * l_char
             if parts is not None:
                 parts["char"] = float(l_char.detach())
+        if "pointer_queries" in batch and pointer_weight > 0:
+            l_ptr, acc = pointer_loss(aux, mid["h"], is_img, batch["pointer_queries"].to(device),
+                                      batch["pointer_targets"].to(device))
+            loss = loss + aux_weight * pointer_weight * l_ptr
+            if parts is not None:
+                parts.update(pointer=float(l_ptr.detach()), pointer_acc=acc)
     return loss, int(keep.sum())
 
 
@@ -897,7 +954,8 @@ def train(args) -> dict:
                                                          label_weight=float(progress >= labels_after),
                                                          char_weight=args.char_weight, augment=aug_gen)
                     else:
-                        loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight)
+                        loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
+                                                 args.pointer_weight)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -1013,6 +1071,29 @@ def _write_profile(prof, path: Path, device: torch.device, steps: int, log) -> N
     log(f"profile of {steps} steps written to {path}")
 
 
+def pointer_loss(aux: AuxHeads, h: torch.Tensor, is_img: torch.Tensor, queries: torch.Tensor,
+                 targets: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The pointer's loss: for each question, a softmax over its row's image tokens of
+    ptr_q(h at the question's answering position) . ptr_k(h at the token) / sqrt(dim), and minus the log of
+    the probability it puts on the tokens of the question's element; mean over questions. Also the share of
+    questions whose best-scored token is on their element. h: (B, T, D) residual stream; is_img (B, T)."""
+    dtype = aux.ptr_q.weight.dtype
+    qv = aux.ptr_q(h[queries[:, 0], queries[:, 1]].to(dtype)).float()          # (Q, dim)
+    losses, hits = [], 0
+    for b in torch.unique(queries[:, 0]).tolist():
+        qi = (queries[:, 0] == b).nonzero().squeeze(1)                            # this row's questions
+        kv = aux.ptr_k(h[b][is_img[b]].to(dtype)).float()                         # (n_img, dim)
+        scores = qv[qi] @ kv.T / math.sqrt(kv.shape[1])                           # (q_b, n_img)
+        on = torch.zeros_like(scores, dtype=torch.bool)
+        sel = torch.isin(targets[:, 0], qi)
+        local = torch.searchsorted(qi, targets[sel, 0])                           # question -> row of scores
+        on[local, targets[sel, 1]] = True
+        losses.append(torch.logsumexp(scores, 1) - torch.logsumexp(scores.masked_fill(~on, float("-inf")), 1))
+        hits += int(on.gather(1, scores.argmax(1, keepdim=True)).sum())
+    loss = torch.cat(losses).mean()
+    return loss, hits / max(1, queries.shape[0])
+
+
 def _repeat(batches, times: int, skip: int = 0):
     """Each batch ``times`` times in a row (``--reuse``), the first one ``skip`` times fewer (a resumed run
     picks up in the middle of a batch's repeats)."""
@@ -1040,10 +1121,11 @@ def _init_from(model: Holotron, aux, folder, log) -> None:
     heads = Path(folder) / AUX_FILE
     if aux is not None and heads.is_file():
         missing, unexpected = aux.load_state_dict(torch.load(heads, map_location="cpu", weights_only=True), strict=False)
-        if unexpected or any(not k.startswith("char_in.") for k in missing):
+        if unexpected or any(not k.startswith(("char_in.", "ptr_q.", "ptr_k.")) for k in missing):
             raise SystemExit(f"holotron.train: error: --init-from {folder}: {AUX_FILE} does not fit these heads "
                              f"(missing {missing}, unexpected {unexpected})")
-        log(f"initialised from {folder} (model and auxiliary heads{'; no character head there: a fresh one' if missing else ''})")
+        fresh = sorted({k.split(".")[0] for k in missing})
+        log(f"initialised from {folder} (model and auxiliary heads{'; fresh ' + ', '.join(fresh) if fresh else ''})")
     else:
         log(f"initialised from {folder}")
 
@@ -1093,6 +1175,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--char-weight", type=float, default=1.0,
                    help="weight of the per-patch character loss (the character under each patch: a local target the "
                         "vision tower learns fast); in a ground run it is further scaled by --aux-weight; 0: off")
+    p.add_argument("--pointer-weight", type=float, default=0.0,
+                   help="weight of the pointer loss (scaled by --aux-weight): from the position that answers a "
+                        "question, score the image tokens and put the probability on the question's element "
+                        "(the lookup the last attention layer must learn); 0 (default): off")
     p.add_argument("--labels-after", type=float, default=None, metavar="FRACTION",
                    help="reading stage: train characters alone for this fraction of the run, then the label classes "
                         "beside them (default 0.5; 0 when --char-weight is 0)")
@@ -1147,6 +1233,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("holotron.train: error: --steps, --batch-size, --queries and --reuse must be >= 1")
     if args.labels_after is not None and not 0 <= args.labels_after < 1:
         raise SystemExit(f"holotron.train: error: --labels-after must be in [0, 1), got {args.labels_after}")
+    if args.pointer_weight < 0:
+        raise SystemExit(f"holotron.train: error: --pointer-weight must be >= 0, got {args.pointer_weight}")
     if args.char_weight < 0:
         raise SystemExit(f"holotron.train: error: --char-weight must be >= 0, got {args.char_weight}")
     state = train(args)

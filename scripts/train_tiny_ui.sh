@@ -2,7 +2,8 @@
 # The recipe for holotron-tiny-ui, in two stages, then the 1,000-screen held-out score:
 #   1. reading: the vision tower + projector + character and text-class heads on colour-augmented tile
 #      mosaics of text crops: characters alone for the first half, then label classes beside them;
-#   2. grounding: the whole model from stage 1's weights, answer loss + auxiliary image-token losses.
+#   2. grounding: the whole model from stage 1's weights, answer loss + auxiliary image-token losses + the
+#      pointer loss (from each question's answering position to the image tokens on its element).
 #
 #   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 4 and 10 (one H200)
 #
@@ -10,7 +11,8 @@
 # EVAL_N (default 1000), READ_BATCH (default 256), READ_LR (default 1e-3), READ_REUSE (steps per rendered
 # batch, default 3: in the third run 15 workers rendered about 2,000 mosaic tiles/s and the H200 waited for
 # them 50-70% of the time; it trains on about 5,000 tiles/s),
-# GROUND_BATCH (default 32), EXTRA (more train options).
+# GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss, not yet measured on a GPU),
+# EXTRA (more train options).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
 # train_log.csv) and OUT/eval.json. Stops at the first failing stage.
 set -euo pipefail
@@ -36,7 +38,8 @@ common=(--config "$CONFIG" --tokenizer "$TOK" --device "$DEVICE" --workers "$WOR
 $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" --batch-size "${READ_BATCH:-256}" \
     --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}" --reuse "${READ_REUSE:-3}"
 $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
-    --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --time-budget "$GROUND_MIN" \
+    --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --pointer-weight "${POINTER_WEIGHT:-1}" \
+    --time-budget "$GROUND_MIN" \
     --eval-every 300 --eval-n 64
 $PY -m holotron.eval --model "$OUT/ground" --n "$EVAL_N" --device "$DEVICE" --json --no-progress > "$OUT/eval.json"
 $PY - "$OUT/eval.json" <<'PYEOF'

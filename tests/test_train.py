@@ -240,6 +240,82 @@ def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_l
     assert float(total.detach()) == pytest.approx(expected, rel=1e-5)
 
 
+def test_pointer_targets_name_the_answering_position_and_the_tokens_on_each_questions_element(tok_dir, micro_vision):
+    from holotron.data import generate_sample
+    from holotron.train import pointer_tokens
+
+    data = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=3)
+    batch = data[0]
+    q, t = batch["pointer_queries"], batch["pointer_targets"]
+    labels = batch["labels"]
+    # one question per answer: the position before each answer's first token
+    starts = [(b, i) for b in range(labels.shape[0]) for i in range(1, labels.shape[1])
+              if labels[b, i] != IGNORE and labels[b, i - 1] == IGNORE]
+    assert sorted((int(b), int(p) + 1) for b, p in q) == sorted(starts)
+    assert set(t[:, 0].tolist()) == set(range(q.shape[0]))  # every question has at least one token
+    # the first question's tokens are those whose centre is on the screen's target
+    s = generate_sample(data.sample_seed(0, 0), split="train")
+    cls, pos = image_token_targets(s, micro_vision)
+    want = pointer_tokens(s.target.box, s.size, pos, cls)
+    assert torch.equal(t[t[:, 0] == 0, 1], want)
+    x0, y0, x1, y1 = s.target.box
+    px, py = pos[want, 0] * s.size[0], pos[want, 1] * s.size[1]
+    assert bool(((px >= x0) & (px < x1) & (py >= y0) & (py < y1)).all()) or want.numel() == 1  # else: the nearest
+    # a box too small to hold a token centre gets the nearest tile token, never a thumbnail token
+    w, h = s.size
+    tiny = pointer_tokens((2, 2, 3, 3), s.size, pos, cls)
+    assert tiny.numel() == 1 and int(cls[tiny]) != IGNORE
+    d = (pos[:, 0] * w - 2.5) ** 2 + (pos[:, 1] * h - 2.5) ** 2
+    assert float(d[tiny]) == float(d[cls != IGNORE].min())
+    # asking for the boxes draws the same questions
+    a = extra_targets(s, 4, random.Random(1))
+    b = extra_targets(s, 4, random.Random(1), boxes=True)
+    assert [x[:2] for x in b] == a and all(len(x) == 3 for x in b)
+
+
+def test_the_pointer_loss_puts_probability_on_the_questions_tokens_and_joins_the_aux_terms(tok_dir, micro_vision):
+    from holotron.train import pointer_loss
+
+    cfg = make_config("micro", 600)
+    aux = AuxHeads(cfg)
+    d = cfg.text.hidden_size
+    with torch.no_grad():  # queries and keys read the first POINTER_DIM features as they are
+        for lin in (aux.ptr_q, aux.ptr_k):
+            lin.weight.zero_()
+            lin.bias.zero_()
+            lin.weight[:, :lin.weight.shape[0]] = torch.eye(lin.weight.shape[0])
+    h = torch.zeros(1, 6, d)
+    is_img = torch.tensor([[True, True, True, False, False, False]])
+    h[0, 1, 0] = 50.0   # image token 1 matches feature 0
+    h[0, 2, 1] = 50.0   # image token 2 matches feature 1
+    h[0, 4, 0] = 1.0    # the question at position 4 asks along feature 0
+    h[0, 5, 1] = 1.0    # the question at position 5 along feature 1
+    queries = torch.tensor([[0, 4], [0, 5]])
+    right = torch.tensor([[0, 1], [1, 2]])
+    wrong = torch.tensor([[0, 2], [1, 1]])
+    with torch.no_grad():
+        l_right, acc_right = pointer_loss(aux, h, is_img, queries, right)
+        l_wrong, acc_wrong = pointer_loss(aux, h, is_img, queries, wrong)
+    assert acc_right == 1.0 and acc_wrong == 0.0 and float(l_right) < 0.01 < 5 < float(l_wrong)
+    # two positives: the loss is -log of their summed probability
+    both = torch.tensor([[0, 1], [0, 2], [1, 2]])
+    with torch.no_grad():
+        l_both, _ = pointer_loss(aux, h, is_img, queries, both)
+    assert float(l_both) <= float(l_right) + 1e-6
+    # in the training loss: aux_weight x pointer_weight x the pointer term
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
+    aux = AuxHeads(model.config)
+    batch = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2)[0]
+    parts = {}
+    total, _ = loss_fn(model, batch, torch.device("cpu"), aux, 0.5, parts, pointer_weight=3.0)
+    assert {"pointer", "pointer_acc"} <= set(parts) and 0.0 <= parts["pointer_acc"] <= 1.0
+    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"] + 3.0 * parts["pointer"])
+    assert float(total.detach()) == pytest.approx(expected, rel=1e-5)
+    total.backward()
+    assert aux.ptr_q.weight.grad.abs().sum() > 0 and aux.ptr_k.weight.grad.abs().sum() > 0
+
+
 def test_text_classes_at_paints_elements_over_texts_and_leaves_background_zero():
     from types import SimpleNamespace as NS
 
