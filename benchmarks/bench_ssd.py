@@ -111,6 +111,20 @@ def fla_args(kw):
     return dict(q=q, k=k, v=kw["x"].contiguous(), g=(dt * kw["A"]).contiguous(), scale=1.0, output_final_state=True)
 
 
+def capture(f):
+    """``f`` run once on a side stream (warm-up, as CUDA graph capture wants), then captured in a CUDA
+    graph: returns (the graph, what the captured call returned)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = f()
+    return g, out
+
+
 def rel(a, b):
     a, b = a.double(), b.double()
     return float((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt())
@@ -282,15 +296,7 @@ def run(args):
                 row["fla_ms"] = bench(lambda: fla(**fa))
                 del fa
             if (b, l) == (1, 4096):  # the scan captured in a CUDA graph: no host time in the figure
-                f = ours(kw)
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    f()
-                torch.cuda.current_stream().wait_stream(s)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    f()
+                g, _ = capture(ours(kw))
                 row["graph_ms"] = bench(g.replay)
             out["scan"].append(row)
             print(f"# scan b{b} L{l}: {ms:.3f} ms  fla {row.get('fla_ms')}  floor {row['floor_ms']:.3f}", flush=True)
@@ -315,16 +321,7 @@ def run(args):
             for v in step_variants:
                 T.STEP_CONFIG.update(v)
                 fn = lambda st: ssd_step(st, x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)  # noqa: E731
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for st in states:
-                        fn(st)
-                torch.cuda.current_stream().wait_stream(s)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    for st in states:
-                        fn(st)
+                g, _ = capture(lambda: [fn(st) for st in states])
                 us = bench(g.replay) * 1e3 / layers
                 eager_us = bench(lambda: fn(states[0])) * 1e3
                 bytes_step = 2 * sbytes + 2 * (2 * b * H * P + 2 * b * G * N + b * H)  # state read + written
@@ -401,14 +398,7 @@ def cb_compare(out, args, T, ours, bench, late, dev, save):
                 res[name] = f()
                 row[f"{name} ms"] = bench(f, rep=100)
                 if (b, l) == SHAPES[0]:  # (1 x 4096) captured in a CUDA graph (no host sync), replay equals eager
-                    st = torch.cuda.Stream()
-                    st.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(st):
-                        f()
-                    torch.cuda.current_stream().wait_stream(st)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        yg, sg = f()
+                    g, (yg, sg) = capture(f)
                     g.replay()
                     torch.cuda.synchronize()
                     row[f"{name} graph ms"] = bench(g.replay, rep=100)
