@@ -542,18 +542,24 @@ class ReadingBatches(torch.utils.data.Dataset):
                 "tokens": x.shape[0] * self.vision.tokens_per_tile}
 
 
-def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None,
+               groups: torch.Tensor | None = None) -> torch.Tensor:
     """uint8 tiles (B, 3, S, S) -> float32 in [0, 1] with, per tile, a random order of the colour
     channels, an inversion half the time, and a random gain and offset: colour no longer tells text from
-    background, only shape does (what lets reading carry over to unseen themes)."""
-    b, dev = x.shape[0], x.device
+    background, only shape does (what lets reading carry over to unseen themes). ``groups``: tiles per
+    image (summing to B): one draw per image, shared by its tiles (and thumbnail)."""
+    dev = x.device
+    n = x.shape[0] if groups is None else groups.numel()
+    perm = torch.argsort(torch.rand(n, 3, generator=generator, device=dev), dim=1)
+    inv = torch.rand(n, 1, 1, 1, generator=generator, device=dev) < 0.5
+    gain = 0.6 + 0.8 * torch.rand(n, 1, 1, 1, generator=generator, device=dev)
+    off = 0.2 * (torch.rand(n, 1, 1, 1, generator=generator, device=dev) - 0.5)
+    if groups is not None:
+        counts = groups.to(dev)
+        perm, inv, gain, off = (t.repeat_interleave(counts, dim=0) for t in (perm, inv, gain, off))
     xf = x.float() / 255.0
-    perm = torch.argsort(torch.rand(b, 3, generator=generator, device=dev), dim=1)
     xf = torch.gather(xf, 1, perm[:, :, None, None].expand_as(xf))
-    inv = torch.rand(b, 1, 1, 1, generator=generator, device=dev) < 0.5
     xf = torch.where(inv, 1.0 - xf, xf)
-    gain = 0.6 + 0.8 * torch.rand(b, 1, 1, 1, generator=generator, device=dev)
-    off = 0.2 * (torch.rand(b, 1, 1, 1, generator=generator, device=dev) - 0.5)
     return (xf * gain + off).clamp(0, 1)
 
 
@@ -714,7 +720,7 @@ def _collate_targets(targets: list[dict]) -> dict:
 
 def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
             aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0,
-            pointer_weight: float = 0.0) -> tuple[torch.Tensor, int]:
+            pointer_weight: float = 0.0, augment: torch.Generator | bool | None = None) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
 
     With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
@@ -722,10 +728,16 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     (x 10) on the residual stream entering the last attention layer), averaged over image tokens, and,
     when the batch has "image_chars", ``char_weight`` x the character cross-entropy per patch on the
     projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss``.
+    ``augment``: ``colour_aug`` each screen (all its tiles alike; True, or a torch.Generator for it).
     ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
     labels = batch["labels"].to(device, non_blocking=True)
-    pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision)
+    raw = batch["pixel_values"].to(device, non_blocking=True)
+    if augment is not None and augment is not False:
+        gen = augment if isinstance(augment, torch.Generator) else None
+        pixel_values = float_to_normalised(colour_aug(raw, gen, batch["num_tiles"]), model.config.vision)
+    else:
+        pixel_values = normalize_tiles(raw, model.config.vision)
     emb = model.embed_inputs(ids, pixel_values)                  # (B, T, D)
     use_aux = aux is not None and aux_weight > 0 and "image_classes" in batch
     mid, hook = {}, None
@@ -898,7 +910,7 @@ def train(args) -> dict:
     # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
     labels_after = (0.5 if args.labels_after is None else args.labels_after) if reading and args.char_weight > 0 else 0.0
     aug_gen = None
-    if reading and args.colour_aug:
+    if args.colour_aug == "on" or (args.colour_aug == "auto" and reading):
         aug_gen = torch.Generator(device=device).manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
         data, batch_size=None, sampler=range(step // args.reuse, -(-args.steps // args.reuse)), num_workers=args.workers,
@@ -955,7 +967,7 @@ def train(args) -> dict:
                                                          char_weight=args.char_weight, augment=aug_gen)
                     else:
                         loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
-                                                 args.pointer_weight)
+                                                 args.pointer_weight, augment=aug_gen)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -1182,8 +1194,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--labels-after", type=float, default=None, metavar="FRACTION",
                    help="reading stage: train characters alone for this fraction of the run, then the label classes "
                         "beside them (default 0.5; 0 when --char-weight is 0)")
-    p.add_argument("--no-colour-aug", dest="colour_aug", action="store_false",
-                   help="reading stage: no colour augmentation (default: random channel order, inversion, gain)")
+    p.add_argument("--colour-aug", default="auto", choices=["auto", "on", "off"],
+                   help="colour augmentation (per tile in the reading stage, per screen in grounding: a random channel "
+                        "order, inversion half the time, a random gain and offset); auto (default): reading stage only")
     p.add_argument("--aux-weight", type=float, default=0.0,
                    help="weight of the auxiliary image-token losses (text class under each token, its screen "
                         "position; training-only heads, not saved with the model); 0 (default): answer loss only")

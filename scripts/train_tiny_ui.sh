@@ -12,6 +12,7 @@
 # batch, default 3: in the third run 15 workers rendered about 2,000 mosaic tiles/s and the H200 waited for
 # them 50-70% of the time; it trains on about 5,000 tiles/s),
 # GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss, not yet measured on a GPU),
+# GROUND_COLOUR_AUG (on / off, default on: one colour draw per screen; not yet measured on a GPU),
 # EXTRA (more train options).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
 # train_log.csv) and OUT/eval.json. Stops at the first failing stage.
@@ -39,6 +40,7 @@ $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" --batch-size
     --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}" --reuse "${READ_REUSE:-3}"
 $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
     --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --pointer-weight "${POINTER_WEIGHT:-1}" \
+    --colour-aug "${GROUND_COLOUR_AUG:-on}" \
     --time-budget "$GROUND_MIN" \
     --eval-every 300 --eval-n 64
 $PY -m holotron.eval --model "$OUT/ground" --n "$EVAL_N" --device "$DEVICE" --json --no-progress > "$OUT/eval.json"

@@ -421,6 +421,25 @@ def test_colour_augmentation_permutes_inverts_and_scales_but_keeps_the_shapes_of
     assert bool((contrast > 0.3).all())
     assert len({int(t.argmax()) for t in (inside - outside).abs()}) > 1  # the channel moved
     assert bool(((inside - outside).amax(1) > 0.3).any()) and bool(((inside - outside).amin(1) < -0.3).any())
+    # per screen: the tiles of one image share one draw
+    same = torch.zeros(5, 3, 8, 8, dtype=torch.uint8)
+    same[:, 0, 2:6, 2:6], same[:, 1] = 255, 40
+    z = colour_aug(same, torch.Generator().manual_seed(3), groups=torch.tensor([3, 2]))
+    assert torch.equal(z[0], z[1]) and torch.equal(z[0], z[2]) and torch.equal(z[3], z[4])
+    draws = {tuple(colour_aug(same, torch.Generator().manual_seed(k), groups=torch.tensor([3, 2]))[[0, 3]].flatten().tolist())
+             for k in range(4)}
+    assert len(draws) > 1
+
+
+def test_grounding_with_colour_augmentation_changes_the_pixels_not_the_targets(tok_dir, micro_vision):
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
+    batch = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2)[0]
+    plain, n0 = loss_fn(model, batch, torch.device("cpu"))
+    aug, n1 = loss_fn(model, batch, torch.device("cpu"), augment=torch.Generator().manual_seed(0))
+    again, _ = loss_fn(model, batch, torch.device("cpu"), augment=torch.Generator().manual_seed(0))
+    assert n0 == n1 and float(aug.detach()) != float(plain.detach())
+    assert float(again.detach()) == float(aug.detach())  # the generator decides the draw
 
 
 def test_char_classes_name_the_character_under_a_point_of_a_text():
