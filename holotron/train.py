@@ -322,11 +322,12 @@ def char_table(sample) -> tuple[list, np.ndarray]:
     return texts, np.array([t.box for t in texts], dtype=np.float64).reshape(-1, 4)
 
 
-def char_classes_at(sample, px, py, table=None) -> np.ndarray:
+def char_classes_at(sample, px, py, table=None, codes=None) -> np.ndarray:
     """The character under each pixel point (px, py) of ``sample``'s screen (``char_class``): the visible
     text whose ink box holds the point (the last drawn, where boxes overlap), the character at that
     fraction of the text's width (an approximation: ink box against advances), else 0. ``table``:
-    ``char_table(sample)`` when the caller asks many times. The reading stage's local target: characters
+    ``char_table(sample)`` when the caller asks many times; ``codes``: text -> one class per character
+    (default ``char_class`` of each; another, e.g. the word each character belongs to, reads other targets). The reading stage's local target: characters
     are learned in a minute where whole-label classes take far longer (docs/tiny-model.md, the probe)."""
     texts, boxes = table if table is not None else char_table(sample)
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
@@ -342,7 +343,7 @@ def char_classes_at(sample, px, py, table=None) -> np.ndarray:
             t = texts[ti]
             frac = (xs[sel] - t.box[0]) / max(t.box[2] - t.box[0], 1)
             idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
-            out[sel] = _char_codes(t.text)[idx]
+            out[sel] = (codes or _char_codes)(t.text)[idx]
     return out.reshape(px.shape)
 
 

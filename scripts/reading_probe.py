@@ -16,6 +16,8 @@ The variants are in ``VARIANTS``; ``--only`` picks some by name. Writes reading_
 from __future__ import annotations
 
 import argparse
+import functools
+import re
 import json
 import math
 import multiprocessing as mp
@@ -49,17 +51,43 @@ VARIANTS = {
     "chars+labels+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True),
     # a curriculum: characters alone for the first half of the time, then labels beside them
     "chars-then-labels+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True, label=False, label_after=0.5),
+    # the same curriculum with word classes (the word under each token, hashed) in place of label classes
+    "chars-then-words+lr1e-3+aug": dict(lr=1e-3, aug=True, scale="normal", char=True, label=False, label_after=0.5,
+                                        word=True),
 }
 
+
+@functools.lru_cache(maxsize=8192)
+def _word_codes(text: str) -> np.ndarray:
+    """Per character of ``text``: the class (``label_class``) of the word it belongs to; 0 off words."""
+    from holotron.train import label_class
+
+    out = np.zeros(len(text), dtype=np.int64)
+    for m in re.finditer(r"[A-Za-z0-9]+", text):
+        out[m.start():m.end()] = label_class(m.group(0))
+    return out
+
+
+def _chars_and_words(sample, px, py):
+    """Both per-patch targets in one integer (reading_tile takes one extra target): word * 64 + character."""
+    from holotron.train import char_classes_at
+
+    return char_classes_at(sample, px, py, codes=_word_codes) * 64 + char_classes_at(sample, px, py)
+
 def _render(job):
-    from holotron.train import char_classes_at, reading_tile
+    from holotron.train import reading_tile
     from holotron.data import generate_sample
 
     split, seed, n, scale, vcfg = job
     samples = [generate_sample(seed * 1000 + i, split=split) for i in range(max(1, n // 8))]
     rng = random.Random(seed)
-    tiles, cls, chars = zip(*(reading_tile(samples, vcfg, rng, scale=scale, extra=char_classes_at) for _ in range(n)))
-    return np.stack(tiles), np.stack(cls), np.stack(chars)
+    tiles, cls, both = zip(*(reading_tile(samples, vcfg, rng, scale=scale, extra=_chars_and_words) for _ in range(n)))
+    both = np.stack(both)                                   # (tiles, tokens, 4): word * 64 + character
+    chars, words = both % 64, both // 64
+    # a token's word: the one under most of its patches (0 where none is)
+    counts = (words[..., :, None] == words[..., None, :]).sum(-1) * (words > 0)
+    word = np.take_along_axis(words, counts.argmax(-1)[..., None], -1)[..., 0]
+    return np.stack(tiles), np.stack(cls), chars, word
 
 
 def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
@@ -68,7 +96,8 @@ def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
     x = torch.from_numpy(np.concatenate([p[0] for p in parts])).permute(0, 3, 1, 2).contiguous()
     y = torch.from_numpy(np.concatenate([p[1] for p in parts]))
     ch = torch.from_numpy(np.concatenate([p[2] for p in parts]))  # (tiles, tokens, 4)
-    return x, y, ch
+    wd = torch.from_numpy(np.concatenate([p[3] for p in parts]))  # (tiles, tokens)
+    return x, y, ch, wd
 
 
 def normalise(xf: torch.Tensor, vcfg) -> torch.Tensor:
@@ -129,7 +158,9 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
     heads = heads.to(dev)
     params = nn.ModuleList([model.vision_model, model.mlp1, heads])
     opt = make_optimizer(params, v["lr"], 0.05, fused=dev.type == "cuda")
-    x, y, ch = sets[f"train_{v['scale']}"]
+    x, y, ch, wd = sets[f"train_{v['scale']}"]
+    if v.get("word"):  # the class head reads words instead of labels
+        y = wd
     n = len(x)
     gen = torch.Generator(device=dev).manual_seed(seed)
     vcfg = config.vision
@@ -170,7 +201,8 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
     out = dict(name=name, **v, params=sum(p.numel() for p in params.parameters()), steps=step, tiles_seen=step * batch,
                seconds=round(time.perf_counter() - t0, 1), curve=curve)
     for label, key in (("train", f"train_{v['scale']}_check"), ("heldout", f"heldout_{v['scale']}")):
-        out[label] = accuracy(model, heads, *sets[key], vcfg, dev)
+        xs, ys, chs, wds = sets[key]
+        out[label] = accuracy(model, heads, xs, wds if v.get("word") else ys, chs, vcfg, dev)
     return out
 
 
@@ -205,11 +237,11 @@ def main(argv=None) -> int:
             sets[f"train_{sc}"] = render_set(pool, "train", args.tiles, rng_scale, vcfg, 0)
             sets[f"train_{sc}_check"] = render_set(pool, "train", args.eval_tiles, rng_scale, vcfg, 10**6)
             sets[f"heldout_{sc}"] = render_set(pool, "heldout", args.eval_tiles, rng_scale, vcfg, 2 * 10**6)
-    for k, (x, y, ch) in sets.items():
+    for k, (x, y, ch, wd) in sets.items():
         print(f"{k}: {tuple(x.shape)} tiles, {100 * float((y > 0).float().mean()):.1f}% text tokens, "
               f"{100 * float((ch >= 2).float().mean()):.1f}% patches on a character", flush=True)
         if dev.type == "cuda" and k.startswith("train_") and not k.endswith("_check"):
-            sets[k] = (x.to(dev), y.to(dev), ch.to(dev))  # on the GPU: batches are gathered there
+            sets[k] = (x.to(dev), y.to(dev), ch.to(dev), wd.to(dev))  # on the GPU: batches are gathered there
     render_s = time.perf_counter() - t0
     print(f"rendered in {render_s:.0f} s", flush=True)
     results = []
