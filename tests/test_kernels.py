@@ -200,6 +200,24 @@ def test_chunked_float64_exact():
     check(kw, "chunked", "fp64")
 
 
+@pytest.mark.parametrize("group_bytes", [1, 2 * (3 * 2 * 6 * 16 * 16 * 8) + 1, 2**40],
+                         ids=["one-chunk-per-group", "few-chunks-per-group", "all-at-once"])
+def test_chunked_groups_of_chunks_are_the_same_function(monkeypatch, group_bytes):
+    """The chunked scan takes chunks in groups sized by CHUNKED_CONFIG["group_bytes"] (3 float64 (b, h,
+    Q, Q) tensors per chunk): one chunk at a time, two for two rows (three groups, then the short last
+    chunk alone) and four for one, or all at once agree with the recurrence in float64, packed sequences
+    included."""
+    from holotron.kernels import ssd_chunked
+
+    monkeypatch.setitem(ssd_chunked.CHUNKED_CONFIG, "group_bytes", group_bytes)
+    kw = as64(make_inputs(2, 100, 6, 5, 3, 4, chunk_size=16, seed=15, D="head", z=True,
+                          dt_bias=True, dt_softplus=True, initial_state=True))
+    check(kw, "chunked", f"fp64 groups {group_bytes}")
+    packed = as64(make_inputs(1, 90, 6, 5, 3, 4, chunk_size=16, seed=16, initial_state=True,
+                              cu_seqlens=[0, 37, 40, 90]))
+    check(packed, "chunked", f"fp64 packed groups {group_bytes}")
+
+
 def test_chunked_catches_a_wrong_decay():
     """The comparison is sharp enough to see an off-by-one in the decay (a test that can fail)."""
     kw = make_inputs(1, 20, 2, 4, 1, 4, chunk_size=8, seed=6)
