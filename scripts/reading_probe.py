@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import re
 import json
 import math
 import multiprocessing as mp
 import os
 import random
+import re
 import time
 from pathlib import Path
 
