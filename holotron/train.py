@@ -222,12 +222,14 @@ def answer_ids(processor: Processor, answer: str) -> list[int]:
     return processor.encode(answer.strip() + "\n" + END_OF_TURN)
 
 
-def followup_text(target: str) -> str:
+def followup_text(target: str, short: bool = False) -> str:
     """A later turn of the same conversation, as the Nemotron template renders it (reasoning off):
-    the newline after the previous end of turn, the user's localisation prompt, the assistant header."""
+    the newline after the previous end of turn, the user's localisation prompt (with ``short``, the
+    target alone: about 10 tokens instead of 170), the assistant header."""
     from .grounding import localization_prompt
 
-    return "\n<SPECIAL_11>User\n" + localization_prompt(target).strip() + "\n<SPECIAL_11>Assistant\n<think></think>"
+    ask = target.strip() if short else localization_prompt(target).strip()
+    return "\n<SPECIAL_11>User\n" + ask + "\n<SPECIAL_11>Assistant\n<think></think>"
 
 
 def _word(label: str) -> re.Pattern:
@@ -620,6 +622,7 @@ class ScreenBatches(torch.utils.data.Dataset):
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
         self.chars = False  # also the character under each patch of each image token ("image_chars")
+        self.short_followups = False  # later questions as the target alone, not the whole prompt
         self._processor = None
 
     def __len__(self) -> int:
@@ -654,7 +657,7 @@ class ScreenBatches(torch.utils.data.Dataset):
         ans = answer_ids(p, messages[-1]["content"])
         ids, labels = ids + ans, labels + ans
         for instruction, answer, box in extra_targets(sample, self.queries - 1, rng, boxes=True):
-            follow = p.encode(followup_text(instruction))
+            follow = p.encode(followup_text(instruction, short=self.short_followups))
             ans = answer_ids(p, answer)
             q_pos.append(len(ids) + len(follow) - 1)
             boxes.append(box)
@@ -908,6 +911,7 @@ def train(args) -> dict:
     else:
         data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split)
         data.chars = aux is not None and args.char_weight > 0
+        data.short_followups = args.followups == "short"
     # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
     labels_after = (0.5 if args.labels_after is None else args.labels_after) if reading and args.char_weight > 0 else 0.0
     aug_gen = None
@@ -1179,6 +1183,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=32, help="screens per step")
     p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
+    p.add_argument("--followups", default="full", choices=["full", "short"],
+                   help="the 2nd..Nth questions of a screen: the whole localisation prompt (full, default) or the "
+                        "target alone (short: about 10 tokens instead of 170, so more questions per screen for the "
+                        "same tokens; the first question always has the whole prompt, as at inference)")
     p.add_argument("--stage", default="ground", choices=["ground", "read"],
                    help="ground (default): the grounding task on whole screens; read: the vision tower, projector and "
                         "character and text-class heads alone, on tile mosaics of text crops (start a ground run from it with "

@@ -130,6 +130,22 @@ def test_more_queries_per_screen_are_later_turns_each_with_its_answer_labelled(t
             assert text.endswith("\n<SPECIAL_12>") and parse_click(text) is not None
 
 
+def test_short_followups_ask_the_later_questions_with_the_target_alone(tok_dir, micro_vision):
+    full = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=4, queries=4)
+    short = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=4, queries=4)
+    short.short_followups = True
+    a, b = full[0], short[0]
+    # the same questions and answers (the same labelled tokens), fewer prompt tokens
+    assert [row[row != IGNORE].tolist() for row in a["labels"]] == [row[row != IGNORE].tolist() for row in b["labels"]]
+    assert b["tokens"] < a["tokens"]
+    p = Processor.from_pretrained(tok_dir)
+    text = p.decode(b["input_ids"][0].tolist())
+    assert text.count("Localize an element") == 1  # the first question keeps the whole prompt
+    # the pointer's answering positions still sit just before each answer
+    for (row, pos) in b["pointer_queries"].tolist():
+        assert b["labels"][row, pos] == IGNORE and b["labels"][row, pos + 1] != IGNORE
+
+
 def test_extra_targets_name_other_unique_elements_and_click_inside_them():
     checked = 0
     for seed in range(12):
