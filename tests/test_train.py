@@ -695,3 +695,20 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
     assert isinstance(holotron.load(tmp_path / "run" / "ground"), Holotron)
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
+
+
+def test_the_reading_probe_runs_its_variants_on_the_micro_preset(tmp_path):
+    """scripts/reading_probe.py (the research tool behind the reading curriculum) still runs against
+    holotron.train's targets and heads: labels, characters, words, a curriculum, a wider ViT."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    only = ["lr2e-3", "chars-then-labels+lr1e-3+aug", "chars-then-words+lr1e-3+aug", "vit384+lr1e-3+aug"]
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "reading_probe.py"), "--config", "micro",
+                        "--tiles", "16", "--eval-tiles", "8", "--seconds", "0.5", "--batch", "4", "--workers", "1",
+                        "--device", "cpu", "--only", *only, "--out", str(tmp_path)],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "reading_probe.json").read_text())["results"]
+    assert [x["name"] for x in res] == only and all(x["steps"] >= 1 for x in res)
+    assert all(0.0 <= x[s]["read_acc"] <= 1.0 for x in res for s in ("train", "heldout"))
+    assert "char_acc" in res[1]["heldout"] and "char_acc" not in res[0]["heldout"]
+    assert res[3]["params"] > res[0]["params"]  # the wider tower
