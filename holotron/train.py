@@ -207,13 +207,20 @@ def uint8_tiles(image, cfg: VisionConfig) -> tuple[torch.Tensor, int]:
     return x, len(tiles) * cfg.tokens_per_tile
 
 
-def normalize_tiles(x: torch.Tensor, cfg: VisionConfig) -> torch.Tensor:
-    """uint8 tiles (T, 3, S, S) -> float32 (x / 255 - mean) / std, as ``holotron.vision.preprocess.normalize``."""
+def normalize_tiles(x: torch.Tensor, cfg: VisionConfig, augment: torch.Generator | bool | None = None,
+                    groups: torch.Tensor | None = None) -> torch.Tensor:
+    """uint8 tiles (T, 3, S, S) -> float32 (x / 255 - mean) / std, as ``holotron.vision.preprocess.normalize``;
+    with ``augment`` (True, or a torch.Generator for the draws) through ``colour_aug`` first (``groups``:
+    tiles per image, one draw each)."""
     if x.dtype != torch.uint8:
         return x.float()
+    if augment is None or augment is False:
+        xf = x.to(torch.float32) / 255.0
+    else:
+        xf = colour_aug(x, augment if isinstance(augment, torch.Generator) else None, groups)
     mean = torch.tensor(cfg.norm_mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
     std = torch.tensor(cfg.norm_std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
-    return (x.to(torch.float32) / 255.0 - mean) / std
+    return (xf - mean) / std
 
 
 def answer_ids(processor: Processor, answer: str) -> list[int]:
@@ -324,24 +331,31 @@ def char_table(sample) -> tuple[list, np.ndarray]:
     return texts, np.array([t.box for t in texts], dtype=np.float64).reshape(-1, 4)
 
 
+def _last_box(boxes: np.ndarray, px: np.ndarray, py: np.ndarray) -> np.ndarray:
+    """For each point (flattened), the index of the last of ``boxes`` (n, 4; x1 / y1 exclusive) holding it,
+    -1 where none does: the box painted last over the point, as boxes are listed in paint order."""
+    x, y = px.reshape(-1, 1), py.reshape(-1, 1)
+    hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, boxes)
+    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
+    return np.where(hit.any(axis=1), last, -1)
+
+
 def char_classes_at(sample, px, py, table=None, codes=None) -> np.ndarray:
     """The character under each pixel point (px, py) of ``sample``'s screen (``char_class``): the visible
     text whose ink box holds the point (the last drawn, where boxes overlap), the character at that
     fraction of the text's width (an approximation: ink box against advances), else 0. ``table``:
     ``char_table(sample)`` when the caller asks many times; ``codes``: text -> one class per character
-    (default ``char_class`` of each; another, e.g. the word each character belongs to, reads other targets). The reading stage's local target: characters
-    are learned in a minute where whole-label classes take far longer (docs/tiny-model.md, the probe)."""
+    (default ``char_class`` of each; another, e.g. the word each character belongs to, reads other
+    targets). The reading stage's local target: characters are learned in a minute where whole-label
+    classes take far longer (docs/tiny-model.md, the probe)."""
     texts, boxes = table if table is not None else char_table(sample)
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
     out = np.zeros(px.size, dtype=np.int64)
     if texts:
-        x, y = px.reshape(-1, 1), py.reshape(-1, 1)
-        hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, texts)
-        some = hit.any(axis=1)
-        last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
+        last = _last_box(boxes, px, py)
         xs = px.reshape(-1)
-        for ti in np.unique(last[some]):
-            sel = some & (last == ti)
+        for ti in np.unique(last[last >= 0]):
+            sel = last == ti
             t = texts[ti]
             frac = (xs[sel] - t.box[0]) / max(t.box[2] - t.box[0], 1)
             idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
@@ -364,10 +378,8 @@ def text_classes_at(sample, px: np.ndarray, py: np.ndarray, n_classes: int = AUX
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
     if not len(classes):
         return np.zeros(px.shape, dtype=np.int64)
-    x, y = px.reshape(-1, 1), py.reshape(-1, 1)
-    hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, boxes)
-    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)  # the last box painted over each point
-    return np.where(hit.any(axis=1), classes[last], 0).reshape(px.shape).astype(np.int64)
+    last = _last_box(boxes, px, py)
+    return np.where(last >= 0, classes[last], 0).reshape(px.shape).astype(np.int64)
 
 
 def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES, chars: bool = False) -> tuple:
@@ -566,13 +578,6 @@ def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None,
     return (xf * gain + off).clamp(0, 1)
 
 
-def float_to_normalised(xf: torch.Tensor, cfg: VisionConfig) -> torch.Tensor:
-    """float tiles in [0, 1] -> (x - mean) / std, as ``normalize_tiles`` does for uint8."""
-    mean = torch.tensor(cfg.norm_mean, dtype=torch.float32, device=xf.device).view(1, 3, 1, 1)
-    std = torch.tensor(cfg.norm_std, dtype=torch.float32, device=xf.device).view(1, 3, 1, 1)
-    return (xf - mean) / std
-
-
 def reading_loss_fn(model: Holotron, aux: "AuxHeads", batch: dict, device: torch.device,
                     parts: dict | None = None, label_weight: float = 1.0, char_weight: float = 1.0,
                     augment: torch.Generator | bool | None = None) -> tuple[torch.Tensor, int]:
@@ -584,11 +589,7 @@ def reading_loss_fn(model: Holotron, aux: "AuxHeads", batch: dict, device: torch
     from .vision.projector import embed_tiles
 
     vcfg = model.config.vision
-    raw = batch["pixel_values"].to(device, non_blocking=True)
-    if augment is not None and augment is not False:
-        x = float_to_normalised(colour_aug(raw, augment if isinstance(augment, torch.Generator) else None), vcfg)
-    else:
-        x = normalize_tiles(raw, vcfg)
+    x = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), vcfg, augment)
     cls = batch["image_classes"].to(device, non_blocking=True)
     emb = embed_tiles(model.vision_model, model.mlp1, x).reshape(-1, model.config.text.hidden_size)
     logits = aux.label_in(emb.to(aux.label_in.weight.dtype)).float()
@@ -615,14 +616,16 @@ def reading_loss_fn(model: Holotron, aux: "AuxHeads", batch: dict, device: torch
 class ScreenBatches(torch.utils.data.Dataset):
     """Map-style dataset whose item ``step`` is the whole training batch of that step (see the module
     docstring): a dict with input_ids and labels (B, T) right-padded, pixel_values (tiles, 3, S, S) uint8,
-    num_tiles (images,), and counts. Workers build their own Processor from ``tokenizer_dir``."""
+    num_tiles (images,), and counts. Workers build their own Processor from ``tokenizer_dir``.
+    ``chars``: also the character under each patch of each image token ("image_chars");
+    ``short_followups``: the later questions of a screen as the target alone, not the whole prompt."""
 
     def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
-                 split: str = "train", options: dict | None = None):
+                 split: str = "train", options: dict | None = None, *, chars: bool = False,
+                 short_followups: bool = False):
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
-        self.chars = False  # also the character under each patch of each image token ("image_chars")
-        self.short_followups = False  # later questions as the target alone, not the whole prompt
+        self.chars, self.short_followups = chars, short_followups
         self._processor = None
 
     def __len__(self) -> int:
@@ -736,12 +739,8 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
     labels = batch["labels"].to(device, non_blocking=True)
-    raw = batch["pixel_values"].to(device, non_blocking=True)
-    if augment is not None and augment is not False:
-        gen = augment if isinstance(augment, torch.Generator) else None
-        pixel_values = float_to_normalised(colour_aug(raw, gen, batch["num_tiles"]), model.config.vision)
-    else:
-        pixel_values = normalize_tiles(raw, model.config.vision)
+    pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision,
+                                   augment, batch["num_tiles"])
     emb = model.embed_inputs(ids, pixel_values)                  # (B, T, D)
     use_aux = aux is not None and aux_weight > 0 and "image_classes" in batch
     mid, hook = {}, None
@@ -909,9 +908,9 @@ def train(args) -> dict:
     if reading:
         data = ReadingBatches(vcfg, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split)
     else:
-        data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split)
-        data.chars = aux is not None and args.char_weight > 0
-        data.short_followups = args.followups == "short"
+        data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split,
+                             chars=aux is not None and args.char_weight > 0,
+                             short_followups=args.followups == "short")
     # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
     labels_after = (0.5 if args.labels_after is None else args.labels_after) if reading and args.char_weight > 0 else 0.0
     aug_gen = None

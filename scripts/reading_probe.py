@@ -34,7 +34,7 @@ from torch import nn
 NORMAL, LARGE = (0.65, 1.05), (1.3, 2.0)
 config_name = "tiny-ui"
 
-from holotron.train import N_CHAR, colour_aug  # noqa: E402  (the training stage's own definitions)
+from holotron.train import N_CHAR, normalize_tiles  # noqa: E402  (the training stage's own definitions)
 
 # name -> settings; "scale" selects the tile set, "aug" the colour augmentation
 VARIANTS = {
@@ -100,18 +100,14 @@ def render_set(pool, split, n, scale, vcfg, seed0, chunk=64):
     return x, y, ch, wd
 
 
-def normalise(xf: torch.Tensor, vcfg) -> torch.Tensor:
-    mean = torch.tensor(vcfg.norm_mean, device=xf.device).view(1, 3, 1, 1)
-    std = torch.tensor(vcfg.norm_std, device=xf.device).view(1, 3, 1, 1)
-    return (xf - mean) / std
-
-
-def _forward(model, heads, xf, vcfg, dev):
-    """Projector output -> (label logits (tokens, classes), char logits (tokens, 4, N_CHAR) or None)."""
+def _forward(model, heads, xb, vcfg, dev, augment=None):
+    """uint8 tiles (colour-augmented with ``augment``, a generator) -> projector output -> (label logits
+    (tokens, classes), char logits (tokens, 4, N_CHAR) or None)."""
     from holotron.vision.projector import embed_tiles
 
+    x = normalize_tiles(xb, vcfg, augment)
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-        emb = embed_tiles(model.vision_model, model.mlp1, normalise(xf, vcfg)).reshape(-1, model.config.text.hidden_size)
+        emb = embed_tiles(model.vision_model, model.mlp1, x).reshape(-1, model.config.text.hidden_size)
         logits = heads["label"](emb).float()
         chars = heads["char"](emb).float().reshape(emb.shape[0], -1, N_CHAR) if "char" in heads else None
     return logits, chars
@@ -128,9 +124,8 @@ def accuracy(model, heads, x, y, ch, vcfg, dev, bs=256) -> dict:
     hits = total = c_hits = c_total = 0
     loss = 0.0
     for i in range(0, len(x), bs):
-        xf = x[i:i + bs].to(dev).float() / 255.0
         yb = y[i:i + bs].to(dev).reshape(-1)
-        logits, chars = _forward(model, heads, xf, vcfg, dev)
+        logits, chars = _forward(model, heads, x[i:i + bs].to(dev), vcfg, dev)
         loss += float(F.cross_entropy(logits, yb, reduction="sum"))
         text = yb > 0
         hits += int((logits[text].argmax(-1) == yb[text]).sum())
@@ -152,9 +147,8 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
         config = make_config(config_name, 2048, list(base_set) + list(v["set"]))
     torch.manual_seed(seed)
     model = init_weights(Holotron(config), seed).to(dev)
-    heads = nn.ModuleDict({"label": AuxHeads(config).label_in})
-    if v.get("char"):
-        heads["char"] = nn.Linear(config.text.hidden_size, 4 * N_CHAR)
+    aux = AuxHeads(config)
+    heads = nn.ModuleDict({"label": aux.label_in, **({"char": aux.char_in} if v.get("char") else {})})
     heads = heads.to(dev)
     params = nn.ModuleList([model.vision_model, model.mlp1, heads])
     opt = make_optimizer(params, v["lr"], 0.05, fused=dev.type == "cuda")
@@ -176,8 +170,7 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
         idx = torch.randint(0, n, (batch,), device=x.device)
         xb = x[idx].to(dev, non_blocking=True)
         yb = y[idx].to(dev, non_blocking=True).reshape(-1)
-        xf = colour_aug(xb, gen) if v["aug"] else xb.float() / 255.0
-        logits, chars = _forward(model, heads, xf, vcfg, dev)
+        logits, chars = _forward(model, heads, xb, vcfg, dev, gen if v["aug"] else None)
         use_label = v.get("label", True) or ("label_after" in v and el > v["label_after"] * seconds)
         loss = F.cross_entropy(logits, yb) if use_label else logits.sum() * 0.0
         if chars is not None:

@@ -209,7 +209,7 @@ def test_chunked_groups_of_chunks_are_the_same_function(monkeypatch, group_bytes
     included."""
     from holotron.kernels import ssd_chunked
 
-    monkeypatch.setitem(ssd_chunked.CHUNKED_CONFIG, "group_bytes", group_bytes)
+    monkeypatch.setitem(ssd_chunked.CHUNKED_CONFIG["group_bytes"], DEV, group_bytes)
     kw = as64(make_inputs(2, 100, 6, 5, 3, 4, chunk_size=16, seed=15, D="head", z=True,
                           dt_bias=True, dt_softplus=True, initial_state=True))
     check(kw, "chunked", f"fp64 groups {group_bytes}")

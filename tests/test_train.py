@@ -132,8 +132,7 @@ def test_more_queries_per_screen_are_later_turns_each_with_its_answer_labelled(t
 
 def test_short_followups_ask_the_later_questions_with_the_target_alone(tok_dir, micro_vision):
     full = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=4, queries=4)
-    short = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=4, queries=4)
-    short.short_followups = True
+    short = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=4, queries=4, short_followups=True)
     a, b = full[0], short[0]
     # the same questions and answers (the same labelled tokens), fewer prompt tokens
     assert [row[row != IGNORE].tolist() for row in a["labels"]] == [row[row != IGNORE].tolist() for row in b["labels"]]
@@ -244,9 +243,7 @@ def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_l
     with pytest.raises(ValueError, match="image tokens but"):
         loss_fn(model, bad, torch.device("cpu"), aux, 0.5)
     # with the characters of each token's patches in the batch, their loss joins the auxiliary terms
-    data = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2)
-    data.chars = True
-    cbatch = data[0]
+    cbatch = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=3, queries=2, chars=True)[0]
     assert torch.equal(cbatch["input_ids"], batch["input_ids"])
     assert cbatch["image_chars"].shape == (n_img, micro_vision.merge ** 2)
     parts = {}
@@ -384,11 +381,14 @@ def test_reading_tile_classes_line_up_with_the_pixels_each_token_shows():
     assert agree == total and total > 300
 
 
-def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_tokens():
+def _micro_reading(tiles: int, seed: int):
+    """A micro model, its auxiliary heads and one reading batch of ``tiles`` mosaics."""
     cfg = make_config("micro", 600)
-    model = init_weights(Holotron(cfg), seed=0)
-    aux = AuxHeads(cfg)
-    batch = ReadingBatches(cfg.vision, 3, seed=1, screens=1)[0]
+    return cfg, init_weights(Holotron(cfg), seed=0), AuxHeads(cfg), ReadingBatches(cfg.vision, tiles, seed=seed, screens=1)[0]
+
+
+def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_tokens():
+    cfg, model, aux, batch = _micro_reading(3, seed=1)
     parts = {}
     loss, n = reading_loss_fn(model, aux, batch, torch.device("cpu"), parts)
     assert n == 3 * cfg.vision.tokens_per_tile and math.isfinite(float(loss.detach()))
@@ -403,10 +403,7 @@ def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_
 
 
 def test_the_reading_curriculum_weights_switch_the_label_term_off_and_augmentation_keeps_shapes():
-    cfg = make_config("micro", 600)
-    model = init_weights(Holotron(cfg), seed=0)
-    aux = AuxHeads(cfg)
-    batch = ReadingBatches(cfg.vision, 2, seed=2, screens=1)[0]
+    _, model, aux, batch = _micro_reading(2, seed=2)
     parts = {}
     loss, _ = reading_loss_fn(model, aux, batch, torch.device("cpu"), parts, label_weight=0.0,
                               augment=torch.Generator().manual_seed(0))

@@ -44,7 +44,7 @@ def segsum(a: torch.Tensor) -> torch.Tensor:
     return out.masked_fill(~below.logical_or(torch.eye(q, dtype=torch.bool, device=a.device)), float("-inf"))
 
 
-# bytes of (b, h, Q, Q) work tensors one group of chunks may take, per device type (others: "cpu");
+# bytes of (b, h, Q, Q) work tensors one group of chunks may take, per device type (another type: the "cpu" entry);
 # one chunk per group at the least. On a 2-core CPU, a 4 x 3,400-token, 10-head fp32 layer took 1.08 s
 # forward + backward chunk by chunk and 1.13 s all at once (forward 0.17 -> 0.37 s, backward 0.91 ->
 # 0.76 s); on CUDA, grouping trades launches for larger kernels: not yet measured.
@@ -92,24 +92,18 @@ def _scan(y, x, dt, A, B, C, D, z, S, t0, t1, chunk_size, cd):
     r, _, h, p = x.shape
     per_chunk = 3 * r * h * chunk_size * chunk_size * torch.finfo(cd).bits // 8  # seg, its exp, M
     budget = CHUNKED_CONFIG["group_bytes"]
-    if isinstance(budget, dict):
-        budget = budget.get(x.device.type, budget.get("cpu", 0))
-    group = max(1, int(budget) // max(1, per_chunk))
+    group = max(1, budget.get(x.device.type, budget["cpu"]) // per_chunk)
     c0 = t0
     while c0 < t1:
         m = max(1, min(group, (t1 - c0) // chunk_size))  # full chunks, or the short last one
         c1 = min(c0 + m * chunk_size, t1)
         q = min(chunk_size, c1 - c0)
-
-        def grouped(t, _c0=c0, _c1=c1, _m=m, _q=q):
-            return t[:, _c0:_c1].to(cd).reshape(t.shape[0], _m, _q, *t.shape[2:])
-
-        xc = grouped(x)
-        yc, S = _chunks(xc, grouped(dt), A, grouped(B), grouped(C), S)
+        xc, dtc, Bc, Cc = (t[:, c0:c1].to(cd).reshape(r, m, q, *t.shape[2:]) for t in (x, dt, B, C))
+        yc, S = _chunks(xc, dtc, A, Bc, Cc, S)
         if D is not None:
             yc = yc + (D[:, None] if D.dim() == 1 else D) * xc
         if z is not None:
-            yc = yc * F.silu(grouped(z))
+            yc = yc * F.silu(z[:, c0:c1].to(cd).reshape(r, m, q, h, p))
         y[:, c0:c1] = yc.reshape(r, c1 - c0, h, p).to(y.dtype)
         c0 = c1
     return S
