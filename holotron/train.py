@@ -1000,8 +1000,9 @@ def train(args) -> dict:
                                     "seconds": round(now - t_loop + elapsed_before, 2)})
                     t_prev, window_tokens, window_samples, window_wait = now, 0, 0, 0.0
                 last = history[-1] if history else {}
+                rate = {"tiles_s" if reading else "screens_s": f"{last.get('screens_per_s', 0)}"}  # the batch's items
                 bar.update(step, loss=f"{ema:.4f}", lr=f"{lr:.2e}", tok_s=f"{last.get('tokens_per_s', 0):,}",
-                           screens_s=f"{last.get('screens_per_s', 0)}", data_wait=f"{last.get('data_wait', 0):.0%}")
+                           **rate, data_wait=f"{last.get('data_wait', 0):.0%}")
                 if (eval_examples or eval_reading) and (step % args.eval_every == 0):
                     t = time.perf_counter()
                     evals.append(_eval(model, eval_proc, eval_examples, device, step, log) if eval_examples

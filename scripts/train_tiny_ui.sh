@@ -13,7 +13,8 @@
 # them 50-70% of the time; it trains on about 5,000 tiles/s),
 # GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss, not yet measured on a GPU),
 # GROUND_COLOUR_AUG (on / off, default on: one colour draw per screen; not yet measured on a GPU),
-# EXTRA (more train options).
+# EXTRA (more train options), STAGES (which of read, ground, eval to run, comma-separated; default all three:
+# e.g. STAGES=read in one job and STAGES=ground,eval in a later one, which reads OUT/read).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
 # train_log.csv) and OUT/eval.json. Stops at the first failing stage.
 set -euo pipefail
@@ -32,17 +33,31 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 TOK=${TOKENIZER:-$HERE/holotron/models/holotron-tiny-ui}
 PY=${PYTHON:-python3}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+STAGES=",${STAGES:-read,ground,eval},"
+for s in ${STAGES//,/ }; do
+    case $s in read|ground|eval) ;; *) echo "STAGES: unknown stage '$s' (read, ground, eval)" >&2; exit 2 ;; esac
+done
+want() { [[ $STAGES == *",$1,"* ]]; }
+if want ground && ! want read && [ ! -f "$OUT/read/config.json" ]; then
+    echo "STAGES=$STAGES: grounding starts from $OUT/read, which holds no checkpoint: run STAGES=read first" >&2
+    exit 2
+fi
+if want eval && ! want ground && [ ! -f "$OUT/ground/config.json" ]; then
+    echo "STAGES=$STAGES: no model in $OUT/ground to evaluate: run STAGES=ground first" >&2
+    exit 2
+fi
 
 common=(--config "$CONFIG" --tokenizer "$TOK" --device "$DEVICE" --workers "$WORKERS" --steps 1000000
         --lr 2e-3 --log-every 10 --log-seconds 20 --max-shard-size 8MB "${EXTRA_ARGS[@]}")
 
-$PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" --batch-size "${READ_BATCH:-256}" \
+want read && $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" --batch-size "${READ_BATCH:-256}" \
     --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}" --reuse "${READ_REUSE:-3}"
-$PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
+want ground && $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
     --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --pointer-weight "${POINTER_WEIGHT:-1}" \
     --colour-aug "${GROUND_COLOUR_AUG:-on}" \
     --time-budget "$GROUND_MIN" \
     --eval-every 300 --eval-n 64
+want eval || exit 0
 $PY -m holotron.eval --model "$OUT/ground" --n "$EVAL_N" --device "$DEVICE" --json --no-progress > "$OUT/eval.json"
 $PY - "$OUT/eval.json" <<'PYEOF'
 import json, sys
