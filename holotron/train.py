@@ -34,7 +34,8 @@ under each token, the character under each of its patches, its screen position; 
 loaded by ``holotron.load``). ``--stage read`` trains the vision side alone on tile mosaics of text crops
 (``reading_tile``, ``ReadingBatches``, ``reading_loss_fn``), colour-augmented, characters alone first and
 label classes beside them after ``--labels-after`` of the run (the order the reading probe found to
-work, docs/tiny-model.md); ``--init-from DIR`` starts a run from a checkpoint's weights (fresh optimizer).
+work, docs/tiny-model.md); ``--init-from DIR`` starts a run from a checkpoint's weights (fresh optimizer)
+and, without ``--tokenizer``, its tokenizer.
 
 The scan: Triton's SSD scan has a forward only, so training runs every Mamba layer through the
 pure-PyTorch ``chunked`` backend (autograd works through it) on every device:
@@ -832,9 +833,44 @@ def _device(name: str) -> torch.device:
     return dev
 
 
-def _tokenizer(args, out: Path, log) -> Path:
+def _given_tokenizer(args) -> Path | None:
+    """The tokenizer folder the command line names: --tokenizer, else the --resume or --init-from checkpoint's
+    own (every checkpoint holds its tokenizer files), else None (train one into OUT/tokenizer)."""
     if args.tokenizer:
         return Path(args.tokenizer)
+    from .bundled import bundled_path
+
+    for folder in (args.resume, args.init_from):
+        path = folder and (Path(folder) if Path(folder).is_dir() else bundled_path(str(folder)))
+        if path and (path / "tokenizer.json").is_file():
+            return path
+    return None
+
+
+def _check_inputs(args):
+    """Fail on a bad tokenizer or --init-from checkpoint before anything is written (OUT, a tokenizer).
+    Returns the --init-from model, loaded on the CPU in float32, or None."""
+    from .processor import ProcessorError
+    from .weights import CheckpointError, load
+
+    tok = _given_tokenizer(args)
+    if tok is not None:
+        try:
+            Processor.from_pretrained(tok)
+        except (ProcessorError, OSError) as e:
+            what = "--tokenizer" if args.tokenizer else "the tokenizer of --resume / --init-from"
+            raise SystemExit(f"holotron.train: error: {what} {tok}: {e}") from None
+    if not args.init_from:
+        return None
+    try:
+        return load(args.init_from, dtype=torch.float32, device="cpu")
+    except (CheckpointError, OSError) as e:
+        raise SystemExit(f"holotron.train: error: --init-from {args.init_from}: {e}") from None
+
+
+def _tokenizer(args, out: Path, log) -> Path:
+    if (given := _given_tokenizer(args)) is not None:
+        return given
     from .tokenizer import build_task_tokenizer
 
     folder = out / "tokenizer"
@@ -849,6 +885,7 @@ def _tokenizer(args, out: Path, log) -> Path:
 def train(args) -> dict:
     """Run training as ``args`` (the parsed command line) says; returns the final trainer state."""
     t_start = time.perf_counter()
+    init_src = _check_inputs(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bar = Progress(args.steps, "train", every_s=args.log_seconds,
@@ -870,7 +907,7 @@ def train(args) -> dict:
     reading = args.stage == "read"
     aux = AuxHeads(config).to(device) if (args.aux_weight > 0 or reading) else None
     if args.init_from:
-        _init_from(model, aux, args.init_from, log)
+        _init_from(model, aux, init_src, args.init_from, log)
     if reading:  # the vision tower, the projector and the text-class head; the language model waits
         trainable = nn.ModuleList([model.vision_model, model.mlp1, aux.label_in, aux.char_in])
     else:
@@ -1119,17 +1156,10 @@ def _repeat(batches, times: int, skip: int = 0):
             yield batch
 
 
-def _init_from(model: Holotron, aux, folder, log) -> None:
-    """Start from a checkpoint's weights (a fresh optimizer and schedule, unlike --resume); the auxiliary
-    heads too when the folder holds them (aux_heads.pt, written by every run that trains them)."""
-    from .weights import load
-
-    from .weights import CheckpointError
-
-    try:
-        src = load(folder, dtype=torch.float32, device="cpu")
-    except (CheckpointError, OSError) as e:
-        raise SystemExit(f"holotron.train: error: --init-from {folder}: {e}") from None
+def _init_from(model: Holotron, aux, src, folder, log) -> None:
+    """Start from ``src``, the model loaded from checkpoint ``folder`` (a fresh optimizer and schedule, unlike
+    --resume); the auxiliary heads too when the folder holds them (aux_heads.pt, written by every run that
+    trains them)."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if not isinstance(src, Holotron) or {k: tuple(v.shape) for k, v in src.state_dict().items()} != shapes:
         raise SystemExit(f"holotron.train: error: --init-from {folder}: not a checkpoint of this --config "
@@ -1226,7 +1256,8 @@ def parser() -> argparse.ArgumentParser:
                    help="steps each data batch is used for (default 1): where rendering cannot keep up with the "
                         "device, e.g. the reading stage, whose colour augmentation draws anew at each use")
     p.add_argument("--split", default="train", help="holotron.data split the training screens come from")
-    p.add_argument("--tokenizer", help="folder with tokenizer.json + tokenizer_config.json (default: train one)")
+    p.add_argument("--tokenizer", help="folder with tokenizer.json + tokenizer_config.json (default: the --resume or "
+                   "--init-from checkpoint's own, else train one into OUT/tokenizer)")
     p.add_argument("--vocab-size", type=int, default=2048)
     p.add_argument("--tokenizer-corpus", type=int, default=4000, help="screens in the tokenizer's corpus")
     p.add_argument("--eval-every", type=int, default=500, help="steps between evals (0: none)")

@@ -603,14 +603,23 @@ def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_
     assert lm and all(torch.equal(read[k], fresh[k]) for k in lm)                 # the LM waited
     assert not torch.equal(read["mlp1.1.weight"], fresh["mlp1.1.weight"])          # the vision side learned
     assert (tmp_path / "read" / "aux_heads.pt").is_file()
-    # a grounding run with lr 0 ends where it started: on the reading stage's weights
-    _train(*common, "--steps", 1, "--batch-size", 1, "--eval-every", 0, "--lr", 0, "--aux-weight", 0.5,
+    # a grounding run with lr 0 ends where it started: on the reading stage's weights; with no --tokenizer
+    # it takes the checkpoint's own (and trains none)
+    no_tok = [a for i, a in enumerate(common) if "--tokenizer" not in (a, common[i - 1])]
+    _train(*no_tok, "--steps", 1, "--batch-size", 1, "--eval-every", 0, "--lr", 0, "--aux-weight", 0.5,
            "--init-from", tmp_path / "read", "--out", tmp_path / "ground")
     assert "initialised from" in capsys.readouterr().err
     ground = load_file(str(tmp_path / "ground" / "model.safetensors"))
     assert all(torch.equal(ground[k], read[k]) for k in read)
+    assert not (tmp_path / "ground" / "tokenizer").exists()
+    assert (tmp_path / "ground" / "tokenizer.json").read_text() == (tmp_path / "read" / "tokenizer.json").read_text()
+    # bad inputs fail before anything is written: no OUT folder, no tokenizer trained into it
     with pytest.raises(SystemExit, match="--init-from .*nope"):
-        _train(*common, "--steps", 1, "--init-from", tmp_path / "nope", "--out", tmp_path / "x")
+        _train(*no_tok, "--steps", 1, "--init-from", tmp_path / "nope", "--out", tmp_path / "x")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="--tokenizer .*empty: no tokenizer.json"):
+        _train(*no_tok, "--tokenizer", tmp_path / "empty", "--steps", 1, "--out", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
 
 
 def test_reuse_repeats_each_batch_and_a_resume_picks_up_inside_the_repeats(tmp_path, tok_dir):
