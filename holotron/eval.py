@@ -151,6 +151,25 @@ class DataError(ValueError):
     """A ScreenSpot-style file that cannot be read; the message names the file and the entry."""
 
 
+def _check_box_range(box: Box, img: Path, where: str, raw) -> None:
+    """A box more than 1% outside its space (0-1, 0-1000, or the image's pixels) was given in another space:
+    say so rather than score every answer a miss."""
+    if box.space == "pixel":
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(img) as im:  # reads the header only
+                w, h = im.size
+        except (OSError, UnidentifiedImageError) as e:
+            raise DataError(f"{where}: image {img} cannot be read ({type(e).__name__}: {e})") from None
+    else:
+        w = h = 1.0 if box.space == "normalized" else 1000.0
+    if min(box.x0, box.y0) < -0.01 * max(w, h) or box.x1 > 1.01 * w or box.y1 > 1.01 * h:
+        where_to = f"the {w}x{h} image" if box.space == "pixel" else f"0-{w:g}"
+        raise DataError(f"{where}: bbox {raw!r} lies outside {where_to} (--box-space {box.space}): "
+                        "is --box-space right (pixel, normalized 0-1, model 0-1000)?")
+
+
 def read_screenspot(path, *, box_format: str, box_space: str) -> list[Example]:
     """Examples from a JSON list of {"image", "instruction", "bbox"} (see the module docstring)."""
     path = Path(path)
@@ -183,6 +202,7 @@ def read_screenspot(path, *, box_format: str, box_space: str) -> list[Example]:
             box = Box.from_values(it["bbox"], box_format, box_space)
         except (TypeError, ValueError) as e:
             raise DataError(f"{where}: bbox {it['bbox']!r}: {e}") from None
+        _check_box_range(box, img, where, it["bbox"])
         role = it.get("role", it.get("data_type", "all"))
         out.append(Example(str(img), str(it["instruction"]), box, str(role), str(it.get("id", i))))
     return out

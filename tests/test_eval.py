@@ -156,12 +156,23 @@ def test_screenspot_reader_errors_name_the_entry(tmp_path):
     data = json.loads(path.read_text())
     for bad, msg in [({**data[0], "image": "imgs/missing.png"}, "entry 1: image .*missing.png not found"),
                      ({k: v for k, v in data[0].items() if k != "bbox"}, "entry 1: missing bbox"),
-                     ({**data[0], "bbox": [200, 50, 100, 150]}, "entry 1: bbox .*reversed")]:
+                     ({**data[0], "bbox": [200, 50, 100, 150]}, "entry 1: bbox .*reversed"),
+                     ({**data[0], "bbox": [100, 50, 200, 250]}, "entry 1: bbox .*outside the 400x200 image")]:
         path.write_text(json.dumps(data + [bad]))
         with pytest.raises(DataError, match=msg):
             read_screenspot(path, box_format="xyxy", box_space="pixel")
     with pytest.raises(DataError, match="box-format"):
         read_screenspot(path, box_format="cxcywh", box_space="pixel")
+    # pixel boxes declared normalized or model-space: out of 0-1 / 0-1000, named with the fix
+    path.write_text(json.dumps(data))
+    with pytest.raises(DataError, match=r"entry 0: bbox .*outside 0-1 .*--box-space normalized.*is --box-space right"):
+        read_screenspot(path, box_format="xyxy", box_space="normalized")
+    path.write_text(json.dumps([{**data[0], "bbox": [100, 50, 2000, 150]}]))
+    with pytest.raises(DataError, match="outside 0-1000"):
+        read_screenspot(path, box_format="xyxy", box_space="model")
+    # boxes on the edge, or a pixel or two past it (annotation rounding), are kept
+    path.write_text(json.dumps([{**data[0], "bbox": [0, 0, 400, 200]}, {**data[0], "bbox": [-1, 10, 402, 201]}]))
+    assert len(read_screenspot(path, box_format="xyxy", box_space="pixel")) == 2
 
 
 # ---------------------------------------------------------------------------------------- the command line
