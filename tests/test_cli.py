@@ -145,6 +145,14 @@ def test_cli_unparsable_answer_is_reported_not_drawn(ckpt, screenshot, tmp_path,
     assert rc == 0 and res["click"] is None and not out_png.exists()
 
 
+def test_cli_an_empty_answer_is_said_not_left_blank(ckpt, screenshot, monkeypatch, capsys):
+    _script(monkeypatch, ckpt, "")
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--ground"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "the answer is empty (the model stopped by eos after" in captured.err
+    assert "click: none" in captured.out
+
+
 def test_cli_stop_string_cuts_the_answer(ckpt, screenshot, monkeypatch, capsys):
     _script(monkeypatch, ckpt, "open the menu STOP and more")
     rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--stop", "STOP", "--json"])
