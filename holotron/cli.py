@@ -303,8 +303,9 @@ def _report(result: dict, args, log) -> None:
         return
     click = result.get("click")
     if not result["text"].strip():  # streamed nothing visible: say so rather than leave a blank line
-        log.info("the answer is empty (the model stopped by %s after %d new tokens)",
-                 result["stopped_by"], result["new_tokens"])
+        n = result["new_tokens"]
+        log.info("the answer is empty (the model stopped by %s after %d new token%s)",
+                 result["stopped_by"], n, "" if n == 1 else "s")
     if args.ground:
         if click is None:
             print("click: none (the answer has no parsable position)")
