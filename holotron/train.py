@@ -886,8 +886,7 @@ def train(args) -> dict:
     """Run training as ``args`` (the parsed command line) says; returns the final trainer state."""
     t_start = time.perf_counter()
     init_src = _check_inputs(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)  # made once the setup below has passed its checks (a tokenizer trained into it makes it)
     bar = Progress(args.steps, "train", every_s=args.log_seconds,
                    deadline=t_start + 60 * args.time_budget if args.time_budget else None)
     log = bar.write
@@ -936,6 +935,7 @@ def train(args) -> dict:
         elapsed_before = prev.get("train_seconds", 0.0)
         log(f"resumed from {args.resume} at step {step}")
 
+    out.mkdir(parents=True, exist_ok=True)
     vcfg = config.vision
     log(f"model {args.config}: {n_params / 1e6:.2f} M parameters (vision {sum(p.numel() for p in model.vision_model.parameters()) / 1e6:.2f} M, "
         f"mlp1 {sum(p.numel() for p in model.mlp1.parameters()) / 1e6:.2f} M, language model "

@@ -589,8 +589,8 @@ def test_auxiliary_heads_are_resumed_and_never_saved_with_the_model(tmp_path, to
 
 
 def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_from_it(tmp_path, tok_dir, capsys):
-    common = ["--config", "micro", "--device", "cpu", "--workers", 0, "--tokenizer", tok_dir, "--log-every", 1,
-              "--save-dtype", "float32"]
+    no_tok = ["--config", "micro", "--device", "cpu", "--workers", 0, "--log-every", 1, "--save-dtype", "float32"]
+    common = [*no_tok, "--tokenizer", tok_dir]
     _train(*common, "--stage", "read", "--steps", 3, "--batch-size", 4, "--eval-every", 2, "--eval-n", 8,
            "--out", tmp_path / "read")
     state = json.loads((tmp_path / "read" / "trainer_state.json").read_text())
@@ -605,7 +605,6 @@ def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_
     assert (tmp_path / "read" / "aux_heads.pt").is_file()
     # a grounding run with lr 0 ends where it started: on the reading stage's weights; with no --tokenizer
     # it takes the checkpoint's own (and trains none)
-    no_tok = [a for i, a in enumerate(common) if "--tokenizer" not in (a, common[i - 1])]
     _train(*no_tok, "--steps", 1, "--batch-size", 1, "--eval-every", 0, "--lr", 0, "--aux-weight", 0.5,
            "--init-from", tmp_path / "read", "--out", tmp_path / "ground")
     assert "initialised from" in capsys.readouterr().err
@@ -619,6 +618,9 @@ def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="--tokenizer .*empty: no tokenizer.json"):
         _train(*no_tok, "--tokenizer", tmp_path / "empty", "--steps", 1, "--out", tmp_path / "x")
+    with pytest.raises(SystemExit, match="not a checkpoint of this --config"):
+        _train(*no_tok, "--set", "text.intermediate_size=64", "--steps", 1, "--init-from", tmp_path / "read",
+               "--out", tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
