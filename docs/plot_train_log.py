@@ -1,4 +1,10 @@
-"""Loss curve (and held-out evals) of a holotron.train run as PNG, with matplotlib (run where it is installed)."""
+"""Loss curves (and held-out evals) of holotron.train runs as one PNG, one panel per run, with matplotlib.
+
+    python docs/plot_train_log.py RUN/trainer_state.json [MORE/trainer_state.json ...] OUT.png
+
+A reading-stage run (``--stage read``) shows its character and text-class losses and the share of characters
+and label classes its evals read right; a grounding run the answer loss, the auxiliary losses it logged and
+its held-out point-in-box evals."""
 import json
 import sys
 
@@ -6,33 +12,59 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-state = json.load(open(sys.argv[1]))
-log, evals = state["log"], state["evals"]
-fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-minutes = [e["seconds"] / 60 for e in log]
-if "answer" in log[0]:  # the answer cross-entropy logged apart from the auxiliary image-token losses
-    ax.plot(minutes, [e["answer"] for e in log], lw=1.5, label="answer tokens (per logged step)")
-    for key, name in (("label_in", "aux: text class, projector output"), ("label_mid", "aux: text class, mid-LM"),
-                      ("position", "aux: 10 x L1 screen position")):
-        if key in log[0]:
-            ax.plot(minutes, [e[key] for e in log], lw=0.8, alpha=0.7, label=name)
-    ax.set_ylabel("loss (nats; position: 10 x L1)")
-else:
-    ax.plot(minutes, [e["loss"] for e in log], lw=0.6, alpha=0.4, label="loss (per logged step)")
-    ax.plot(minutes, [e["loss_ema"] for e in log], lw=1.5, label="loss (moving average)")
-    ax.set_ylabel("cross-entropy on answer tokens (nats)")
-ax.set_xlabel("training minutes (H200)")
-ax.set_yscale("log")
-ax.grid(alpha=0.3)
-if evals:
-    t = {e["step"]: e["seconds"] for e in log}
-    ax2 = ax.twinx()
-    xs = [t.get(e["step"], log[-1]["seconds"]) / 60 for e in evals]
-    ax2.plot(xs, [100 * e["accuracy"] for e in evals], "o-", color="C2", label="held-out point-in-box %")
-    ax2.set_ylabel("held-out accuracy during training (%)")
-    ax2.set_ylim(0, 100)
-    ax2.legend(loc="upper center")
-ax.legend(loc="upper right")
-ax.set_title(f"holotron.train --config {state['args']['config']}: {state['step']} steps")
-fig.tight_layout()
-fig.savefig(sys.argv[2])
+
+def panel(ax, state):
+    log, evals = state["log"], state["evals"]
+    minutes = [e["seconds"] / 60 for e in log]
+    t = {e["step"]: e["seconds"] / 60 for e in log}
+    at = [t.get(e["step"], minutes[-1]) for e in evals]
+    ax2 = ax.twinx() if evals or "pointer_acc" in log[0] else None
+    if "read" in log[0]:  # the reading stage
+        ax.plot(minutes, [e["char"] for e in log], lw=1.2, label="character loss")
+        ax.plot(minutes, [e["read"] for e in log], lw=1.2, label="text-class loss (trained from --labels-after)")
+        ax.set_ylabel("loss (nats)")
+        ax2.plot(at, [100 * e["char_acc"] for e in evals], "o-", ms=2, color="C2", label="held-out characters read %")
+        ax2.plot(at, [100 * e["read_acc"] for e in evals], "o-", ms=2, color="C3", label="held-out label classes read %")
+        ax2.set_ylabel("held-out share read right (%)")
+    elif "answer" in log[0]:  # grounding with auxiliary image-token losses
+        ax.plot(minutes, [e["answer"] for e in log], lw=1.5, label="answer tokens")
+        for key, name in (("label_in", "aux: text class, projector output"), ("label_mid", "aux: text class, mid-LM"),
+                          ("position", "aux: 10 x L1 screen position"), ("pointer", "pointer loss")):
+            if key in log[0]:
+                ax.plot(minutes, [e[key] for e in log], lw=0.8, alpha=0.8, label=name)
+        ax.set_ylabel("loss (nats; position: 10 x L1)")
+        if ax2 is not None:
+            if "pointer_acc" in log[0]:
+                ax2.plot(minutes, [100 * e["pointer_acc"] for e in log], lw=0.8, color="C9", label="pointer on the element %")
+            if evals:
+                ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label="held-out point-in-box %")
+            ax2.set_ylabel("%")
+    else:
+        ax.plot(minutes, [e["loss"] for e in log], lw=0.6, alpha=0.4, label="loss (per logged step)")
+        ax.plot(minutes, [e["loss_ema"] for e in log], lw=1.5, label="loss (moving average)")
+        ax.set_ylabel("cross-entropy on answer tokens (nats)")
+        if evals:
+            ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label="held-out point-in-box %")
+            ax2.set_ylabel("held-out accuracy during training (%)")
+    ax.set_xlabel("training minutes (H200)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=7)
+    if ax2 is not None:
+        ax2.set_ylim(0, 100)
+        ax2.legend(loc="center right", fontsize=7)
+    stage = state["args"].get("stage", "ground")
+    src = state["args"].get("init_from")
+    ax.set_title(f"--config {state['args']['config']} --stage {stage}: {state['step']} steps"
+                 + (f", from {src}" if src else ""), fontsize=9)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: python docs/plot_train_log.py STATE.json [STATE.json ...] OUT.png")
+    states = [json.load(open(p)) for p in sys.argv[1:-1]]
+    fig, axes = plt.subplots(1, len(states), figsize=(7 * len(states), 4.5), dpi=100, squeeze=False)
+    for ax, state in zip(axes[0], states):
+        panel(ax, state)
+    fig.tight_layout()
+    fig.savefig(sys.argv[-1])

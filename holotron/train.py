@@ -199,13 +199,37 @@ def lr_at(progress: float, lr: float, warmup: float, min_ratio: float = 0.1) -> 
 # data
 # ----------------------------------------------------------------------------------------------
 
-def uint8_tiles(image, cfg: VisionConfig) -> tuple[torch.Tensor, int]:
-    """The preprocessing's tiles (same grid, resize and order as ``preprocess_image``) as uint8
-    (tiles, 3, S, S), and the number of image tokens: a quarter of the bytes of float32 for the
-    trip from the data workers; ``normalize_tiles`` finishes the job on the device."""
-    tiles = tile_image(to_rgb(image), cfg.image_size, cfg.max_num_tiles, cfg.use_thumbnail)
+def uint8_tiles(image, cfg: VisionConfig, grid: tuple[int, int] | None = None) -> tuple[torch.Tensor, int]:
+    """The preprocessing's tiles (same grid, resize and order as ``preprocess_image``; ``grid`` overrides
+    the grid) as uint8 (tiles, 3, S, S), and the number of image tokens: a quarter of the bytes of float32
+    for the trip from the data workers; ``normalize_tiles`` finishes the job on the device."""
+    tiles = tile_image(to_rgb(image), cfg.image_size, cfg.max_num_tiles, cfg.use_thumbnail, grid)
     x = torch.from_numpy(np.stack([np.asarray(t, dtype=np.uint8) for t in tiles])).permute(0, 3, 1, 2).contiguous()
     return x, len(tiles) * cfg.tokens_per_tile
+
+
+GRID_STRETCH = 2.0  # --grid-aug: a grid's ratio within this factor of the screen's
+GRID_SCALE = (0.5, 2.0)  # --grid-aug: the scales each axis may be read at
+
+
+def augmented_grid(size: tuple[int, int], cfg: VisionConfig, rng: random.Random) -> tuple[int, int]:
+    """A tiling grid for a training screen drawn at random among those (of at least two tiles) whose
+    columns / rows ratio is within ``GRID_STRETCH`` of the screen's and which read each axis at a scale in
+    ``GRID_SCALE``; ``closest_grid``'s own choice is always among them. Used by ``--grid-aug`` so the
+    number of tiles does not tell the grid: without it every training screen of a tile count has one grid
+    (2 tiles: 1 x 2, 6: 3 x 2, 10: 2 x 5, 12: 4 x 3) and the held-out sizes the transposed ones."""
+    from .vision.preprocess import candidate_grids, closest_grid
+
+    w, h = size
+    s = cfg.image_size
+    lo, hi = GRID_SCALE
+    best = closest_grid(w, h, s, cfg.max_num_tiles)
+    ok = [g for g in candidate_grids(cfg.max_num_tiles)
+          if g[0] * g[1] >= 2 and 1 / GRID_STRETCH <= (g[0] / g[1]) / (w / h) <= GRID_STRETCH
+          and lo <= g[0] * s / w <= hi and lo <= g[1] * s / h <= hi]
+    if best not in ok:
+        ok.append(best)
+    return rng.choice(ok)
 
 
 def normalize_tiles(x: torch.Tensor, cfg: VisionConfig, augment: torch.Generator | bool | None = None,
@@ -383,7 +407,8 @@ def text_classes_at(sample, px: np.ndarray, py: np.ndarray, n_classes: int = AUX
     return np.where(last >= 0, classes[last], 0).reshape(px.shape).astype(np.int64)
 
 
-def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES, chars: bool = False) -> tuple:
+def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES, chars: bool = False,
+                        grid: tuple[int, int] | None = None) -> tuple:
     """Per image token of ``sample``'s screen, in the order the model sees them (tiles row-major, 2x2
     pixel-shuffled tokens row-major inside a tile, the thumbnail last): the class of the text under the
     token's centre (``label_class`` of the element's label, else of the visible text, else 0; -100 on
@@ -391,11 +416,11 @@ def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES,
     [0, 1] of the screen. Dense targets that tell the vision tower and the language model, from the
     first steps, what each image token shows and where it is on the screen. With ``chars`` also the
     character under each of a token's merge x merge patches (``char_classes_at``; (tokens, merge^2), patches
-    in pixel-shuffle order; -100 on the thumbnail)."""
+    in pixel-shuffle order; -100 on the thumbnail). ``grid``: the tiling grid if not ``closest_grid``'s."""
     from .vision.preprocess import closest_grid
 
     w, h = sample.size
-    cols, rows = closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
+    cols, rows = grid or closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
     g = math.isqrt(cfg.tokens_per_tile)
     centre = (np.arange(g) + 0.5) / g
     # tile tokens: (rows, g, cols, g) -> reorder to (tile r, tile c, i, j)
@@ -619,15 +644,18 @@ class ScreenBatches(torch.utils.data.Dataset):
     docstring): a dict with input_ids and labels (B, T) right-padded, pixel_values (tiles, 3, S, S) uint8,
     num_tiles (images,), and counts. Workers build their own Processor from ``tokenizer_dir``.
     ``chars``: also the character under each patch of each image token ("image_chars");
-    ``short_followups``: the later questions of a screen as the target alone, not the whole prompt."""
+    ``short_followups``: the later questions of a screen as the target alone, not the whole prompt;
+    ``grid_aug``: the share of screens tiled on a grid drawn by ``augmented_grid`` instead of the closest one."""
 
     def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
                  split: str = "train", options: dict | None = None, *, chars: bool = False,
-                 short_followups: bool = False):
+                 short_followups: bool = False, grid_aug: float = 0.0):
+        if not 0.0 <= grid_aug <= 1.0:
+            raise ValueError(f"grid_aug must be in [0, 1], got {grid_aug}")
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
-        self.chars, self.short_followups = chars, short_followups
-        self._processor = None
+        self.chars, self.short_followups, self.grid_aug = chars, short_followups, grid_aug
+        self._processor, self._grid = None, None
 
     def __len__(self) -> int:
         return 2**62
@@ -639,7 +667,8 @@ class ScreenBatches(torch.utils.data.Dataset):
     def processor(self) -> Processor:
         if self._processor is None:
             vis = self.vision
-            self._processor = Processor.from_pretrained(self.tokenizer_dir, image_processor=lambda im: uint8_tiles(im, vis))
+            self._processor = Processor.from_pretrained(self.tokenizer_dir,
+                                                        image_processor=lambda im: uint8_tiles(im, vis, self._grid))
         return self._processor
 
     def sample_seed(self, step: int, i: int) -> int:
@@ -654,7 +683,14 @@ class ScreenBatches(torch.utils.data.Dataset):
 
         p = self.processor
         messages = to_messages(sample)
-        prompt = p(messages[:-1], add_generation_prompt=True)  # the inference prompt, image expanded
+        grid = None
+        if self.grid_aug and rng.random() < self.grid_aug:
+            grid = augmented_grid(sample.size, self.vision, rng)
+        self._grid = grid  # read by the processor's image_processor
+        try:
+            prompt = p(messages[:-1], add_generation_prompt=True)  # the inference prompt, image expanded
+        finally:
+            self._grid = None
         ids = prompt["input_ids"][0].tolist()
         labels = [IGNORE] * len(ids)
         q_pos, boxes = [len(ids) - 1], [sample.target.box]
@@ -667,7 +703,7 @@ class ScreenBatches(torch.utils.data.Dataset):
             boxes.append(box)
             ids += follow + ans
             labels += [IGNORE] * len(follow) + ans
-        cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars)
+        cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars, grid=grid)
         targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
                    "pointer_tokens": [pointer_tokens(b, sample.size, pos, cls) for b in boxes]}
         if chars:
@@ -947,7 +983,7 @@ def train(args) -> dict:
     else:
         data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split,
                              chars=aux is not None and args.char_weight > 0,
-                             short_followups=args.followups == "short")
+                             short_followups=args.followups == "short", grid_aug=args.grid_aug)
     # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
     labels_after = (0.5 if args.labels_after is None else args.labels_after) if reading and args.char_weight > 0 else 0.0
     aug_gen = None
@@ -1213,6 +1249,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=32, help="screens per step")
     p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
+    p.add_argument("--grid-aug", type=float, default=0.0, metavar="P",
+                   help="grounding: the share of screens tiled on a random grid near their ratio instead of the "
+                        "closest one (augmented_grid), so the tile count does not give the grid away (default 0)")
     p.add_argument("--followups", default="full", choices=["full", "short"],
                    help="the 2nd..Nth questions of a screen: the whole localisation prompt (full, default) or the "
                         "target alone (short: about 10 tokens instead of 170, so more questions per screen for the "
@@ -1286,6 +1325,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("holotron.train: error: --steps, --batch-size, --queries and --reuse must be >= 1")
     if args.labels_after is not None and not 0 <= args.labels_after < 1:
         raise SystemExit(f"holotron.train: error: --labels-after must be in [0, 1), got {args.labels_after}")
+    if not 0 <= args.grid_aug <= 1:
+        raise SystemExit(f"holotron.train: error: --grid-aug must be in [0, 1], got {args.grid_aug}")
+    if args.grid_aug and args.stage == "read":
+        raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
+                         "have no grid: leave it out of --stage read")
     if args.pointer_weight < 0:
         raise SystemExit(f"holotron.train: error: --pointer-weight must be >= 0, got {args.pointer_weight}")
     if args.char_weight < 0:

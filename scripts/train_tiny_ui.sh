@@ -5,14 +5,15 @@
 #   2. grounding: the whole model from stage 1's weights, answer loss + auxiliary image-token losses + the
 #      pointer loss (from each question's answering position to the image tokens on its element).
 #
-#   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 4 and 10 (one H200)
+#   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 7 and 6.5 (the shipped run, one H200)
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto),
 # EVAL_N (default 1000), READ_BATCH (default 256), READ_LR (default 1e-3), READ_REUSE (steps per rendered
 # batch, default 3: in the third run 15 workers rendered about 2,000 mosaic tiles/s and the H200 waited for
 # them 50-70% of the time; it trains on about 5,000 tiles/s),
-# GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss, not yet measured on a GPU),
-# GROUND_COLOUR_AUG (on / off, default on: one colour draw per screen; not yet measured on a GPU),
+# GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss),
+# GROUND_COLOUR_AUG (on / off, default on: one colour draw per screen), GRID_AUG (the --grid-aug share of
+# grounding screens tiled on a random grid near their ratio; default 0, not yet measured on a GPU),
 # EXTRA (more train options), STAGES (which of read, ground, eval to run, comma-separated; default all three:
 # e.g. STAGES=read in one job and STAGES=ground,eval in a later one, which reads OUT/read).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
@@ -23,8 +24,8 @@ if [ $# -lt 1 ]; then
     exit 2
 fi
 OUT=$1
-READ_MIN=${2:-4}
-GROUND_MIN=${3:-10}
+READ_MIN=${2:-7}
+GROUND_MIN=${3:-6.5}
 CONFIG=${CONFIG:-tiny-ui}
 WORKERS=${WORKERS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 0 ))}
 DEVICE=${DEVICE:-auto}
@@ -54,7 +55,7 @@ want read && $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read"
     --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}" --reuse "${READ_REUSE:-3}"
 want ground && $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
     --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --pointer-weight "${POINTER_WEIGHT:-1}" \
-    --colour-aug "${GROUND_COLOUR_AUG:-on}" \
+    --colour-aug "${GROUND_COLOUR_AUG:-on}" --grid-aug "${GRID_AUG:-0}" \
     --time-budget "$GROUND_MIN" \
     --eval-every 300 --eval-n 64
 want eval || exit 0

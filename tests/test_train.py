@@ -504,6 +504,68 @@ def test_image_token_targets_carry_the_characters_of_each_tokens_patches():
     assert np.array_equal(chars[:tile_tokens, 1].numpy(), char_classes_at(s, px, py))
 
 
+HELD_OUT_GRIDS = {(2, 1), (2, 3), (3, 4), (5, 2)}  # closest_grid's choices for the held-out sizes, never a training size's
+
+
+def test_augmented_grids_stay_near_the_screens_ratio_and_scale_and_reach_the_held_out_grids():
+    from holotron.data.styles import SPLITS, pick_size
+    from holotron.train import GRID_SCALE, GRID_STRETCH, augmented_grid
+    from holotron.vision.preprocess import closest_grid
+
+    cfg = make_config("tiny-ui", 600).vision
+    rng = random.Random(0)
+    plain, drawn = set(), {}
+    for _ in range(3000):
+        w, h = pick_size(rng, rng.choice(SPLITS["train"].sizes))
+        best = closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
+        c, r = augmented_grid((w, h), cfg, rng)
+        plain.add(best)
+        drawn.setdefault(c * r, set()).add((c, r))
+        assert 1 <= c * r <= cfg.max_num_tiles
+        if (c, r) != best:
+            assert 1 / GRID_STRETCH <= (c / r) / (w / h) <= GRID_STRETCH
+            assert GRID_SCALE[0] <= c * cfg.image_size / w <= GRID_SCALE[1]
+            assert GRID_SCALE[0] <= r * cfg.image_size / h <= GRID_SCALE[1]
+    assert not plain & HELD_OUT_GRIDS                            # why the augmentation exists
+    assert HELD_OUT_GRIDS <= set().union(*drawn.values())        # what it gives the training
+    assert all(len(drawn[n]) >= 2 for n in (2, 6, 10, 12))       # a tile count no longer names its grid
+    # the closest grid stays one of the draws of a size
+    rng = random.Random(1)
+    assert closest_grid(1440, 850, 384, 12) in {augmented_grid((1440, 850), cfg, rng) for _ in range(200)}
+
+
+def test_grid_augmentation_tiles_the_screen_and_places_its_targets_on_the_same_grid(tok_dir):
+    from holotron.train import augmented_grid
+    from holotron.vision.preprocess import closest_grid, tile_image
+
+    cfg = make_config("tiny-ui", 600).vision
+    data = ScreenBatches(tok_dir, cfg, batch_size=3, seed=2, queries=2, grid_aug=1.0)
+    batch = data[0]
+    tiles, other = 0, 0
+    for i in range(3):
+        seed = data.sample_seed(0, i)
+        s = generate_sample(seed, split="train")
+        rng = random.Random(seed)
+        assert rng.random() < 1.0
+        grid = augmented_grid(s.size, cfg, rng)           # the row's own draw, replayed
+        other += grid != closest_grid(*s.size, cfg.image_size, cfg.max_num_tiles)
+        want, n_tokens = uint8_tiles(s.image, cfg, grid)
+        assert want.shape[0] == grid[0] * grid[1] + 1 and int(batch["num_tiles"][i]) == want.shape[0]
+        assert torch.equal(batch["pixel_values"][tiles:tiles + want.shape[0]], want)
+        tiles += want.shape[0]
+        n_img = int((batch["input_ids"][i] == 18).sum())
+        assert n_img == n_tokens
+    cls, pos = image_token_targets(s, cfg, grid=grid)     # the last row's targets close the batch's
+    assert torch.equal(batch["image_classes"][-cls.numel():], cls)
+    assert torch.equal(batch["image_positions"][-pos.numel() // 2:], pos)
+    assert int(batch["image_classes"].numel()) == int((batch["input_ids"] == 18).sum())
+    assert other >= 1, "no row drew a grid other than the closest: the test would not test the augmentation"
+    with pytest.raises(ValueError, match="grid 5x3"):
+        tile_image(s.image, cfg.image_size, cfg.max_num_tiles, grid=(5, 3))
+    with pytest.raises(ValueError, match="grid_aug"):
+        ScreenBatches(tok_dir, cfg, batch_size=1, grid_aug=1.5)
+
+
 def test_lr_warms_up_linearly_then_decays_on_a_cosine_to_the_floor():
     lr, w, floor = 1e-3, 0.1, 0.1
     assert lr_at(0.0, lr, w, floor) == pytest.approx(1e-5)
@@ -641,6 +703,11 @@ def test_reuse_repeats_each_batch_and_a_resume_picks_up_inside_the_repeats(tmp_p
         _train(*common, "--steps", 1, "--reuse", 0, "--out", tmp_path / "x")
     with pytest.raises(SystemExit, match="--labels-after"):
         _train(*common, "--steps", 1, "--labels-after", 1.5, "--out", tmp_path / "x")
+    with pytest.raises(SystemExit, match="--grid-aug tiles grounding screens"):
+        _train(*common, "--steps", 1, "--grid-aug", 0.5, "--out", tmp_path / "x")
+    with pytest.raises(SystemExit, match=r"--grid-aug must be in \[0, 1\], got 1.5"):
+        _train(*common, "--steps", 1, "--grid-aug", 1.5, "--out", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
 
 
 def test_profile_writes_the_busiest_operators_of_the_profiled_steps(tmp_path, tok_dir, capsys):
@@ -711,6 +778,17 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
     assert ground["args"]["init_from"] == str(tmp_path / "run" / "read") and ground["args"]["aux_weight"] == 0.5
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["n"] == 2
     assert isinstance(holotron.load(tmp_path / "run" / "ground"), Holotron)
+    # the grounding probe reads the run's checkpoint and its training-only heads
+    probe = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "ground"),
+                            "--n", "2", "--batch-size", "1", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    r = json.loads(probe.stdout)
+    assert r["screens"] == 2 and 0 <= r["pointer_on_element"] <= 1 and 0 <= r["x_first_digit"] <= 1
+    assert r["x_all_digits"] <= r["x_first_digit"] and r["both_exact"] <= min(r["x_all_digits"], r["y_all_digits"])
+    assert r["position_l1"] > 0 and r["answer_loss"] > 0
+    no_heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(BUNDLED)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert no_heads.returncode == 1 and "has no aux_heads.pt" in no_heads.stderr and "Traceback" not in no_heads.stderr
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
 

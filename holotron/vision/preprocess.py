@@ -153,9 +153,13 @@ def closest_grid(width: int, height: int, tile: int, max_tiles: int) -> tuple[in
     return best
 
 
-def tile_image(im: Image.Image, tile: int, max_tiles: int, use_thumbnail: bool = True) -> list[Image.Image]:
-    """RGB image -> tiles (row-major) + thumbnail last when more than one tile."""
-    cols, rows = closest_grid(im.width, im.height, tile, max_tiles)
+def tile_image(im: Image.Image, tile: int, max_tiles: int, use_thumbnail: bool = True,
+               grid: tuple[int, int] | None = None) -> list[Image.Image]:
+    """RGB image -> tiles (row-major) + thumbnail last when more than one tile. ``grid`` (columns, rows)
+    overrides ``closest_grid``'s choice (a training augmentation; inference never passes it)."""
+    cols, rows = grid or closest_grid(im.width, im.height, tile, max_tiles)
+    if cols < 1 or rows < 1 or cols * rows > max_tiles:
+        raise ValueError(f"grid {cols}x{rows}: needs 1 <= columns x rows <= max_tiles ({max_tiles})")
     resized = im.resize((tile * cols, tile * rows), Image.Resampling.BICUBIC)
     tiles = [resized.crop((c * tile, r * tile, (c + 1) * tile, (r + 1) * tile))
              for r in range(rows) for c in range(cols)]
