@@ -808,3 +808,27 @@ def test_the_reading_probe_runs_its_variants_on_the_micro_preset(tmp_path):
     assert all(0.0 <= x[s]["read_acc"] <= 1.0 for x in res for s in ("train", "heldout"))
     assert "char_acc" in res[1]["heldout"] and "char_acc" not in res[0]["heldout"]
     assert res[3]["params"] > res[0]["params"]  # the wider tower
+
+
+@pytest.mark.skipif(not (BUNDLED / "config.json").is_file(), reason="this build has no bundled model")
+def test_the_step_traffic_tool_attributes_a_grounding_steps_bytes_to_the_modules_that_move_them():
+    """scripts/step_traffic.py (behind docs/tiny-model.md's account of the grounding step): every byte is
+    attributed once, the backward to the module whose forward made it, and the counts follow the tensors."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("step_traffic", ROOT / "scripts" / "step_traffic.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    r = tool.measure("holotron-tiny-ui", batch=1, queries=1, grouped=True)
+    total = r["total_bytes"]
+    assert sum(r["by_module"].values()) == total == sum(r["by_op"].values()) > 0
+    share = {m: v / total for m, v in r["by_module"].items()}
+    mamba = sum(v for m, v in share.items() if m.startswith("Mamba2Mixer "))
+    assert mamba > 0.2 and share.get("(loss, heads, inputs)", 0) < 0.25   # the backward is attributed, not dumped
+    bwd = sum(v for (ph, _), v in r["by_op"].items() if ph == "backward")
+    assert bwd > total - bwd                                              # a backward moves more than its forward
+    # one screen of 13 tiles: the ViT's patch embedding reads the tiles, so at least their float32 bytes count
+    assert r["tiles"] * 3 * 384 * 384 * 4 < sum(v for m, v in r["by_module"].items() if "patch_generator" in m)
+    # the CUDA grouping is put back afterwards
+    from holotron.kernels.ssd_chunked import CHUNKED_CONFIG
+    assert CHUNKED_CONFIG["group_bytes"]["cpu"] == 0
