@@ -13,7 +13,7 @@ answer teacher-forced, it measures with the training code's own loss (``holotron
 A model that points well and writes badly needs its answer tied to the pointer; one that points badly
 needs more reading or more grounding. ``holotron.eval`` gives the generated answers' point-in-box.
 
-    python scripts/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--device cpu] [--json]
+    python scripts/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...] [--device cpu] [--json]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 import holotron
+from holotron.data import SIZES
 from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, loss_fn
 
 
@@ -45,7 +46,7 @@ def _digit_runs(ids: list[int], digit_ids: set[int]) -> list[list[int]]:
 
 
 def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed: int = 7,
-          device: str = "cpu") -> dict:
+          device: str = "cpu", sizes: list[str] | None = None) -> dict:
     folder = Path(folder)
     if not (folder / AUX_FILE).is_file():
         raise SystemExit(f"grounding_probe: {folder} has no {AUX_FILE} (the training-only heads a holotron.train "
@@ -55,7 +56,8 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     aux = AuxHeads(model.config)
     aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu"))
     aux.to(dev).eval()
-    data = ScreenBatches(folder, model.config.vision, batch_size, seed=seed, queries=1, split=split)
+    data = ScreenBatches(folder, model.config.vision, batch_size, seed=seed, queries=1, split=split,
+                         options={"size": tuple(sizes)} if sizes else None)
     proc = data.processor
     digit_ids = {proc.token_to_id(str(d)) for d in range(10)}
     seen = {}
@@ -93,7 +95,7 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     finally:
         hook.remove()
     s = counts["screens"]
-    return {"model": str(folder), "split": split, "screens": s,
+    return {"model": str(folder), "split": split, "sizes": list(sizes) if sizes else "the split's", "screens": s,
             "pointer_on_element": counts["pointer"] / s,
             "x_all_digits": counts["x_all"] / s, "y_all_digits": counts["y_all"] / s,
             "x_first_digit": counts["x_first"] / s, "y_first_digit": counts["y_first"] / s,
@@ -107,17 +109,21 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=64, help="screens (one question each)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--split", default="heldout", choices=("heldout", "train"))
+    ap.add_argument("--sizes", nargs="+", choices=sorted(SIZES), metavar="FAMILY",
+                    help="screen size families instead of the split's own (holotron.data.styles.SIZES): the split's "
+                         "looks and layouts at other sizes, to tell the sizes' part from the rest")
     ap.add_argument("--seed", type=int, default=7, help="screen seeds start at seed x 10^12 (none a training run's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.n < 1 or a.batch_size < 1:
         ap.error("--n and --batch-size must be >= 1")
-    r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device)
+    r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes)
     if a.json:
         print(json.dumps(r))
         return 0
-    print(f"{r['model']}, {r['screens']} {r['split']} screens, one question each, answers teacher-forced:")
+    sizes = "" if not a.sizes else f" at sizes {', '.join(a.sizes)}"
+    print(f"{r['model']}, {r['screens']} {r['split']} screens{sizes}, one question each, answers teacher-forced:")
     print(f"  pointer's best token on the element   {100 * r['pointer_on_element']:5.1f}%")
     print(f"  x written right (every digit / first) {100 * r['x_all_digits']:5.1f}% / {100 * r['x_first_digit']:5.1f}%")
     print(f"  y written right (every digit / first) {100 * r['y_all_digits']:5.1f}% / {100 * r['y_first_digit']:5.1f}%")

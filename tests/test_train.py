@@ -780,10 +780,11 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
     assert isinstance(holotron.load(tmp_path / "run" / "ground"), Holotron)
     # the grounding probe reads the run's checkpoint and its training-only heads
     probe = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "ground"),
-                            "--n", "2", "--batch-size", "1", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                            "--n", "2", "--batch-size", "1", "--sizes", "square", "--json"],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert probe.returncode == 0, probe.stderr[-2000:]
     r = json.loads(probe.stdout)
-    assert r["screens"] == 2 and 0 <= r["pointer_on_element"] <= 1 and 0 <= r["x_first_digit"] <= 1
+    assert r["screens"] == 2 and r["sizes"] == ["square"] and 0 <= r["pointer_on_element"] <= 1 and 0 <= r["x_first_digit"] <= 1
     assert r["x_all_digits"] <= r["x_first_digit"] and r["both_exact"] <= min(r["x_all_digits"], r["y_all_digits"])
     assert r["position_l1"] > 0 and r["answer_loss"] > 0
     no_heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(BUNDLED)],
