@@ -983,6 +983,7 @@ def train(args) -> dict:
     else:
         data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split,
                              chars=aux is not None and args.char_weight > 0,
+                             options={"layout": tuple(args.layouts)} if args.layouts else None,
                              short_followups=args.followups == "short", grid_aug=args.grid_aug)
     # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
     labels_after = (0.5 if args.labels_after is None else args.labels_after) if reading and args.char_weight > 0 else 0.0
@@ -1252,6 +1253,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grid-aug", type=float, default=0.0, metavar="P",
                    help="grounding: the share of screens tiled on a random grid near their ratio instead of the "
                         "closest one (augmented_grid), so the tile count does not give the grid away (default 0)")
+    p.add_argument("--layouts", nargs="+", metavar="LAYOUT",
+                   help="grounding: the screen layouts to train on instead of the split's own (holotron.data.LAYOUTS; "
+                        "e.g. the training five and 'mosaic', random panes in no split's defaults)")
     p.add_argument("--followups", default="full", choices=["full", "short"],
                    help="the 2nd..Nth questions of a screen: the whole localisation prompt (full, default) or the "
                         "target alone (short: about 10 tokens instead of 170, so more questions per screen for the "
@@ -1327,6 +1331,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"holotron.train: error: --labels-after must be in [0, 1), got {args.labels_after}")
     if not 0 <= args.grid_aug <= 1:
         raise SystemExit(f"holotron.train: error: --grid-aug must be in [0, 1], got {args.grid_aug}")
+    if args.layouts:
+        from .data import LAYOUTS, SPLITS
+
+        bad = [name for name in args.layouts if name not in LAYOUTS]
+        if bad:
+            raise SystemExit(f"holotron.train: error: --layouts: unknown layout {bad[0]!r} (known: {', '.join(LAYOUTS)})")
+        if args.stage == "read":
+            raise SystemExit("holotron.train: error: --layouts picks grounding screens; leave it out of --stage read")
+        scored = SPLITS[args.eval_split].layouts if args.eval_split in SPLITS and args.eval_split != args.split else ()
+        held = [name for name in args.layouts if name in scored]
+        if held:
+            raise SystemExit(f"holotron.train: error: --layouts: {held[0]!r} is a layout of the {args.eval_split} split, "
+                             "which the evals score: training on it would void them")
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")

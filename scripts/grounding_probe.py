@@ -13,7 +13,7 @@ answer teacher-forced, it measures with the training code's own loss (``holotron
 A model that points well and writes badly needs its answer tied to the pointer; one that points badly
 needs more reading or more grounding. ``holotron.eval`` gives the generated answers' point-in-box.
 
-    python scripts/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...] [--device cpu] [--json]
+    python scripts/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...] [--layouts LAYOUT ...] [--device cpu] [--json]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 import holotron
-from holotron.data import SIZES
+from holotron.data import LAYOUTS, SIZES
 from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, loss_fn
 
 
@@ -46,7 +46,7 @@ def _digit_runs(ids: list[int], digit_ids: set[int]) -> list[list[int]]:
 
 
 def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed: int = 7,
-          device: str = "cpu", sizes: list[str] | None = None) -> dict:
+          device: str = "cpu", sizes: list[str] | None = None, layouts: list[str] | None = None) -> dict:
     folder = Path(folder)
     if not (folder / AUX_FILE).is_file():
         raise SystemExit(f"grounding_probe: {folder} has no {AUX_FILE} (the training-only heads a holotron.train "
@@ -56,8 +56,10 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     aux = AuxHeads(model.config)
     aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu"))
     aux.to(dev).eval()
-    data = ScreenBatches(folder, model.config.vision, batch_size, seed=seed, queries=1, split=split,
-                         options={"size": tuple(sizes)} if sizes else None)
+    options = {"size": tuple(sizes)} if sizes else {}
+    if layouts:
+        options["layout"] = tuple(layouts)
+    data = ScreenBatches(folder, model.config.vision, batch_size, seed=seed, queries=1, split=split, options=options)
     proc = data.processor
     digit_ids = {proc.token_to_id(str(d)) for d in range(10)}
     seen = {}
@@ -95,7 +97,8 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     finally:
         hook.remove()
     s = counts["screens"]
-    return {"model": str(folder), "split": split, "sizes": list(sizes) if sizes else "the split's", "screens": s,
+    return {"model": str(folder), "split": split, "sizes": list(sizes) if sizes else "the split's",
+            "layouts": list(layouts) if layouts else "the split's", "screens": s,
             "pointer_on_element": counts["pointer"] / s,
             "x_all_digits": counts["x_all"] / s, "y_all_digits": counts["y_all"] / s,
             "x_first_digit": counts["x_first"] / s, "y_first_digit": counts["y_first"] / s,
@@ -112,17 +115,20 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", nargs="+", choices=sorted(SIZES), metavar="FAMILY",
                     help="screen size families instead of the split's own (holotron.data.styles.SIZES): the split's "
                          "looks and layouts at other sizes, to tell the sizes' part from the rest")
+    ap.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), metavar="LAYOUT",
+                    help="layouts instead of the split's own (holotron.data.layouts.LAYOUTS)")
     ap.add_argument("--seed", type=int, default=7, help="screen seeds start at seed x 10^12 (none a training run's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.n < 1 or a.batch_size < 1:
         ap.error("--n and --batch-size must be >= 1")
-    r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes)
+    r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes, a.layouts)
     if a.json:
         print(json.dumps(r))
         return 0
-    sizes = "" if not a.sizes else f" at sizes {', '.join(a.sizes)}"
+    sizes = ("" if not a.sizes else f" at sizes {', '.join(a.sizes)}") + \
+        ("" if not a.layouts else f" with layouts {', '.join(a.layouts)}")
     print(f"{r['model']}, {r['screens']} {r['split']} screens{sizes}, one question each, answers teacher-forced:")
     print(f"  pointer's best token on the element   {100 * r['pointer_on_element']:5.1f}%")
     print(f"  x written right (every digit / first) {100 * r['x_all_digits']:5.1f}% / {100 * r['x_first_digit']:5.1f}%")

@@ -14,6 +14,8 @@
 # GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss),
 # GROUND_COLOUR_AUG (on / off, default on: one colour draw per screen), GRID_AUG (the --grid-aug share of
 # grounding screens tiled on a random grid near their ratio; default 0, not yet measured on a GPU),
+# GROUND_LAYOUTS (space-separated --layouts for grounding, e.g. "app dialog web mobile form mosaic"; default: the
+# training split's five; not yet measured on a GPU),
 # EXTRA (more train options), STAGES (which of read, ground, eval to run, comma-separated; default all three:
 # e.g. STAGES=read in one job and STAGES=ground,eval in a later one, which reads OUT/read).
 # Writes OUT/read, OUT/ground (the model: bf16 shards of at most 8 MB, tokenizer, configs, trainer_state.json,
@@ -34,6 +36,8 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 TOK=${TOKENIZER:-$HERE/holotron/models/holotron-tiny-ui}
 PY=${PYTHON:-python3}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+LAYOUT_ARGS=()
+if [ -n "${GROUND_LAYOUTS:-}" ]; then read -r -a names <<< "$GROUND_LAYOUTS"; LAYOUT_ARGS=(--layouts "${names[@]}"); fi
 STAGES=",${STAGES:-read,ground,eval},"
 for s in ${STAGES//,/ }; do
     case $s in read|ground|eval) ;; *) echo "STAGES: unknown stage '$s' (read, ground, eval)" >&2; exit 2 ;; esac
@@ -55,7 +59,7 @@ want read && $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read"
     --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}" --reuse "${READ_REUSE:-3}"
 want ground && $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
     --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --pointer-weight "${POINTER_WEIGHT:-1}" \
-    --colour-aug "${GROUND_COLOUR_AUG:-on}" --grid-aug "${GRID_AUG:-0}" \
+    --colour-aug "${GROUND_COLOUR_AUG:-on}" --grid-aug "${GRID_AUG:-0}" ${LAYOUT_ARGS[@]+"${LAYOUT_ARGS[@]}"} \
     --time-budget "$GROUND_MIN" \
     --eval-every 300 --eval-n 64
 want eval || exit 0

@@ -100,6 +100,17 @@ def test_elements_valid_and_answer_inside_target(seed, split, jitter, size, layo
         assert (p.x, p.y) == (round(1000 * cx / w), round(1000 * cy / h))
 
 
+def test_mosaic_is_opt_in_and_puts_its_elements_all_over_the_screen():
+    assert not any("mosaic" in sp.layouts for sp in SPLITS.values())
+    assert all(generate_sample(s, render=False).settings["layout"] != "mosaic" for s in range(20))
+    cells = set()
+    for seed in range(20):
+        s = generate_sample(seed, layout="mosaic", size=(1600, 1000), render=False)
+        assert s.settings["layout"] == "mosaic"
+        cells |= {((e.box[0] + e.box[2]) * 2 // 3200, (e.box[1] + e.box[3]) * 2 // 2000) for e in s.elements}
+    assert cells == {(0, 0), (0, 1), (1, 0), (1, 1)}  # elements in every quarter of the screen
+
+
 def test_jitter_moves_the_click_inside_the_box():
     centre = [generate_sample(s, render=False).answer for s in range(30)]
     jittered = [generate_sample(s, jitter=1.0, render=False).answer for s in range(30)]

@@ -707,6 +707,13 @@ def test_reuse_repeats_each_batch_and_a_resume_picks_up_inside_the_repeats(tmp_p
         _train(*common, "--steps", 1, "--grid-aug", 0.5, "--out", tmp_path / "x")
     with pytest.raises(SystemExit, match=r"--grid-aug must be in \[0, 1\], got 1.5"):
         _train(*common, "--steps", 1, "--grid-aug", 1.5, "--out", tmp_path / "x")
+    with pytest.raises(SystemExit, match="--layouts picks grounding screens"):
+        _train(*common, "--steps", 1, "--layouts", "mosaic", "--out", tmp_path / "x")
+    ground = ["--config", "micro", "--device", "cpu", "--workers", 0, "--tokenizer", tok_dir, "--batch-size", 1]
+    with pytest.raises(SystemExit, match="unknown layout 'tiles'"):
+        _train(*ground, "--steps", 1, "--layouts", "app", "tiles", "--out", tmp_path / "x")
+    with pytest.raises(SystemExit, match="'wizard' is a layout of the heldout split"):
+        _train(*ground, "--steps", 1, "--layouts", "mosaic", "wizard", "--out", tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
@@ -757,7 +764,7 @@ def test_the_shipped_model_is_the_tiny_ui_preset_under_30_mb_and_answers_with_a_
 
 def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_path):
     env = {**os.environ, "CONFIG": "micro", "WORKERS": "0", "DEVICE": "cpu", "EVAL_N": "2", "READ_BATCH": "2",
-           "GROUND_BATCH": "1", "PYTHON": sys.executable, "EXTRA": "--steps 2 --log-every 1"}
+           "GROUND_BATCH": "1", "PYTHON": sys.executable, "EXTRA": "--steps 2 --log-every 1", "GROUND_LAYOUTS": "app mosaic"}
 
     def recipe(stages):  # the stages in two jobs, as on machines whose jobs have a time limit
         return subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh"), str(tmp_path / "run"), "5", "5"],
@@ -776,6 +783,7 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
     ground = json.loads((tmp_path / "run" / "ground" / "trainer_state.json").read_text())
     assert read["step"] == 2 and read["args"]["stage"] == "read" and ground["step"] == 2
     assert ground["args"]["init_from"] == str(tmp_path / "run" / "read") and ground["args"]["aux_weight"] == 0.5
+    assert ground["args"]["layouts"] == ["app", "mosaic"] and read["args"]["layouts"] is None
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["n"] == 2
     assert isinstance(holotron.load(tmp_path / "run" / "ground"), Holotron)
     # the grounding probe reads the run's checkpoint and its training-only heads

@@ -77,7 +77,7 @@ def _choice(rng: random.Random, value, default: Sequence, known, what: str):
 
 
 def _pick_layout(rng: random.Random, options: Sequence[str], width: int) -> str:
-    weights = {"app": 3, "dialog": 1.5, "web": 2, "form": 1, "mobile": 0.7, "panels": 1, "wizard": 1}
+    weights = {"app": 3, "dialog": 1.5, "web": 2, "form": 1, "mobile": 0.7, "panels": 1, "wizard": 1, "mosaic": 3}
     if width < 700:
         weights.update(app=0.4, dialog=1.2, web=1, form=1.5, mobile=3.5)
     options = list(options)
