@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pickle
 import sys
 from pathlib import Path
 
 import torch
 
 import holotron
+from holotron.weights import CheckpointError
 from holotron.data import LAYOUTS, SIZES
 from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, loss_fn
 
@@ -54,7 +56,11 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     dev = torch.device(device)
     model = holotron.load(folder, dtype=torch.float32, device=dev).eval()
     aux = AuxHeads(model.config)
-    aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu"))
+    try:
+        aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu"))
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as e:  # unreadable, or heads of another --config
+        raise SystemExit(f"grounding_probe: error: {folder / AUX_FILE} cannot be read as this model's training-only heads "
+                         f"({str(e).splitlines()[0][:200]})") from None
     aux.to(dev).eval()
     options = {"size": tuple(sizes)} if sizes else {}
     if layouts:
@@ -123,7 +129,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.n < 1 or a.batch_size < 1:
         ap.error("--n and --batch-size must be >= 1")
-    r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes, a.layouts)
+    try:
+        r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes, a.layouts)
+    except CheckpointError as e:  # a missing or broken checkpoint: one line, not a traceback
+        raise SystemExit(f"grounding_probe: error: {e}") from None
     if a.json:
         print(json.dumps(r))
         return 0

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import holotron
+from holotron.weights import CheckpointError
 from holotron.bundled import bundled_path
 from holotron.kernels.ssd_chunked import CHUNKED_CONFIG
 from holotron.train import AuxHeads, ScreenBatches, loss_fn
@@ -143,7 +144,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.batch < 1 or a.queries < 1:
         ap.error("--batch and --queries must be >= 1")
-    r = measure(a.model, a.batch, a.queries, a.grouped)
+    try:
+        r = measure(a.model, a.batch, a.queries, a.grouped)
+    except CheckpointError as e:  # a missing or broken checkpoint: one line, not a traceback
+        raise SystemExit(f"step_traffic: error: {e}") from None
     tot = r["total_bytes"]
     print(f"{r['screens']} screens, {r['token_slots']:,} token slots ({r['tokens']:,} not padding), {r['tiles']} tiles: "
           f"{tot / 1e9:.2f} GB read + written by one forward + backward")

@@ -798,6 +798,11 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
     no_heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(BUNDLED)],
                               capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert no_heads.returncode == 1 and "has no aux_heads.pt" in no_heads.stderr and "Traceback" not in no_heads.stderr
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "aux_heads.pt").write_text("not a checkpoint")
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "bad")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert bad.returncode == 1 and "no config.json" in bad.stderr and "Traceback" not in bad.stderr
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")
 
