@@ -18,8 +18,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., dim)
-        # F.rms_norm is one fused kernel (forward and backward) on CUDA, the same math as
-        # x * rsqrt(mean(x^2) + eps) * w elsewhere
+        # x * rsqrt(mean(x^2) + eps) * w; F.rms_norm has a fused CUDA kernel (aten::_fused_rms_norm, torch >= 2.8)
+        # and the same composite ops elsewhere
         return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:
