@@ -89,6 +89,15 @@ PRESETS: dict[str, tuple[dict, dict]] = {
     # the shipped model (holotron/models/holotron-tiny-ui/README.md says why these sizes)
     "tiny-ui": (
         dict(hidden_size=192, num_hidden_layers=8, num_attention_heads=3, patch_size=16, mlp_ratio=4.0,
+             max_img_size=384, num_prefix_tokens=4, image_size=1024, max_num_tiles=1, use_thumbnail=False,
+             projector_hidden_size=1280),
+        dict(hidden_size=320, hybrid_override_pattern="M-M*-M-M*-", num_attention_heads=8, num_key_value_heads=2,
+             head_dim=40, intermediate_size=1280, mamba_num_heads=10, mamba_head_dim=64, ssm_state_size=32,
+             n_groups=2, conv_kernel=4, chunk_size=128),
+    ),
+    # the 12B model's tiling at the tiny size: 384 px tiles, up to 12 and a thumbnail (shipped until 2026-12-03)
+    "tiny-ui-tiles": (
+        dict(hidden_size=192, num_hidden_layers=8, num_attention_heads=3, patch_size=16, mlp_ratio=4.0,
              max_img_size=384, num_prefix_tokens=4, image_size=384, max_num_tiles=12, use_thumbnail=True,
              projector_hidden_size=1280),
         dict(hidden_size=320, hybrid_override_pattern="M-M*-M-M*-", num_attention_heads=8, num_key_value_heads=2,
@@ -493,13 +502,29 @@ class AuxHeads(nn.Module):
         return self.char_in(emb.to(self.char_in.weight.dtype)).float().reshape(-1, N_CHAR)
 
 
+def tiling_scale(size: tuple[int, int], cfg: VisionConfig) -> tuple[float, float]:
+    """The scales (x, y) at which the preprocessing's tiling shows a screen of ``size`` px to the vision
+    tower: tile px / screen px on each axis of ``closest_grid``'s grid (one tile: the screen squeezed to a
+    square, so the two differ by the screen's ratio)."""
+    from .vision.preprocess import closest_grid
+
+    w, h = size
+    cols, rows = closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
+    return cols * cfg.image_size / w, rows * cfg.image_size / h
+
+
+FIT_JITTER = (0.85, 1.15)  # reading_tile(scale="fit"): each axis' tiling scale times a draw from this
+
+
 def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: int | None = None,
-                 scale: tuple[float, float] = (0.65, 1.05), n_classes: int = AUX_CLASSES,
+                 scale: tuple[float, float] | str = (0.65, 1.05), n_classes: int = AUX_CLASSES,
                  extra=None, extra_per_side: int = 2, tables: dict | None = None):
     """One tile-sized mosaic for the reading stage: a grid of cells, each a crop of one of ``samples``'
     screens centred near a random element or text (a square of side ``cell / s`` px resized to the cell,
     s drawn from ``scale``: the range of scales at which tiling shows screens to the vision tower), so
-    most tokens show text. Cells are ``cell_tokens`` image tokens on a side, so no token straddles two
+    most tokens show text. ``scale="fit"``: each cell shows its screen at the scales the tiling would
+    (``tiling_scale``, each axis jittered by ``FIT_JITTER``): a rectangle of screen squeezed or stretched
+    to the cell, as a one-tile configuration shows a wide screen's text narrowed. Cells are ``cell_tokens`` image tokens on a side, so no token straddles two
     crops (default: the largest divisor of the tokens on a tile's side up to 4). Returns the uint8 tile (S, S, 3) and the text class under each image token (row-major, as
     ``image_token_targets``); with ``extra`` (a function (sample, px, py) -> int array of the points'
     shape) also its values on an ``extra_per_side`` x ``extra_per_side`` grid of points inside each
@@ -531,20 +556,25 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
             w, h = sm.size
             boxes = [e.box for e in sm.elements] + [t.box for t in sm.texts]
             x0, y0, x1, y1 = rng.choice(boxes) if boxes else (0, 0, w, h)
-            side = min(cell / rng.uniform(*scale), w, h)          # screen px the cell shows
-            cx = rng.uniform(x0, x1) + rng.uniform(-0.25, 0.25) * side
-            cy = rng.uniform(y0, y1) + rng.uniform(-0.25, 0.25) * side
-            left = min(max(cx - side / 2, 0.0), w - side)         # the crop stays on the screen
-            top = min(max(cy - side / 2, 0.0), h - side)
+            if scale == "fit":
+                fx, fy = tiling_scale((w, h), cfg)
+                sw, sh = cell / (fx * rng.uniform(*FIT_JITTER)), cell / (fy * rng.uniform(*FIT_JITTER))
+            else:
+                sw = sh = cell / rng.uniform(*scale)
+            sw, sh = min(sw, w), min(sh, h)                       # screen px the cell shows, each axis
+            cx = rng.uniform(x0, x1) + rng.uniform(-0.25, 0.25) * sw
+            cy = rng.uniform(y0, y1) + rng.uniform(-0.25, 0.25) * sh
+            left = min(max(cx - sw / 2, 0.0), w - sw)             # the crop stays on the screen
+            top = min(max(cy - sh / 2, 0.0), h - sh)
             crop = sm.image.resize((cell, cell), Image.Resampling.BICUBIC,
-                                   box=(left, top, left + side, top + side))
+                                   box=(left, top, left + sw, top + sh))
             tile[r * cell:(r + 1) * cell, c * cell:(c + 1) * cell] = np.asarray(crop, dtype=np.uint8)
-            px = left + centre * side / cell
-            py = top + centre * side / cell
+            px = left + centre * sw / cell
+            py = top + centre * sh / cell
             gx, gy = np.meshgrid(px, py)
             cls[r * cell_tokens:(r + 1) * cell_tokens, c * cell_tokens:(c + 1) * cell_tokens] = text_classes_at(sm, gx, gy, n_classes, tables[id(sm)])
             if more is not None:
-                sx, sy = np.meshgrid(left + sub * side / cell, top + sub * side / cell)
+                sx, sy = np.meshgrid(left + sub * sw / cell, top + sub * sh / cell)
                 vals = np.asarray(extra(sm, sx, sy)).reshape(cell_tokens, k, cell_tokens, k)
                 more[r * cell_tokens:(r + 1) * cell_tokens, :, c * cell_tokens:(c + 1) * cell_tokens, :] = vals
     if more is not None:
@@ -575,7 +605,7 @@ class ReadingBatches(torch.utils.data.Dataset):
         def chars_at(sm, px, py):
             return char_classes_at(sm, px, py, char_tables[id(sm)])
 
-        tiles, classes, chars = zip(*(reading_tile(samples, self.vision, rng, extra=chars_at, tables=tables,
+        tiles, classes, chars = zip(*(reading_tile(samples, self.vision, rng, scale="fit", extra=chars_at, tables=tables,
                                                    extra_per_side=self.vision.merge) for _ in range(self.batch_size)))
         x = torch.from_numpy(np.stack(tiles)).permute(0, 3, 1, 2).contiguous()
         return {"pixel_values": x, "image_classes": torch.from_numpy(np.concatenate(classes)),
@@ -976,7 +1006,8 @@ def train(args) -> dict:
     log(f"model {args.config}: {n_params / 1e6:.2f} M parameters (vision {sum(p.numel() for p in model.vision_model.parameters()) / 1e6:.2f} M, "
         f"mlp1 {sum(p.numel() for p in model.mlp1.parameters()) / 1e6:.2f} M, language model "
         f"{model.language_model.num_parameters() / 1e6:.2f} M); tiles {vcfg.image_size} px, up to {vcfg.max_num_tiles} "
-        f"+ thumbnail, {vcfg.tokens_per_tile} tokens each; device {device}")
+        f"{'+ thumbnail' if vcfg.use_thumbnail and vcfg.max_num_tiles > 1 else '(no thumbnail)'}, "
+        f"{vcfg.tokens_per_tile} tokens each; device {device}")
 
     if reading:
         data = ReadingBatches(vcfg, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split)
@@ -1347,6 +1378,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")
+    if args.grid_aug:
+        try:
+            vision = make_config(args.config, 256, args.set).vision
+        except ValueError:
+            vision = None  # train() reports a bad --config / --set
+        if vision is not None and vision.max_num_tiles < 2:
+            raise SystemExit(f"holotron.train: error: --grid-aug draws tiling grids, and --config {args.config} shows a "
+                             "screen as one tile: use a tiled preset (tiny-ui-tiles) or leave --grid-aug out")
     if args.pointer_weight < 0:
         raise SystemExit(f"holotron.train: error: --pointer-weight must be >= 0, got {args.pointer_weight}")
     if args.char_weight < 0:
