@@ -518,13 +518,14 @@ FIT_JITTER = (0.85, 1.15)  # reading_tile(scale="fit"): each axis' tiling scale 
 
 def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: int | None = None,
                  scale: tuple[float, float] | str = (0.65, 1.05), n_classes: int = AUX_CLASSES,
-                 extra=None, extra_per_side: int = 2, tables: dict | None = None):
+                 extra=None, extra_per_side: int = 2, tables: dict | None = None, fit: VisionConfig | None = None):
     """One tile-sized mosaic for the reading stage: a grid of cells, each a crop of one of ``samples``'
     screens centred near a random element or text (a square of side ``cell / s`` px resized to the cell,
     s drawn from ``scale``: the range of scales at which tiling shows screens to the vision tower), so
     most tokens show text. ``scale="fit"``: each cell shows its screen at the scales the tiling would
     (``tiling_scale``, each axis jittered by ``FIT_JITTER``): a rectangle of screen squeezed or stretched
-    to the cell, as a one-tile configuration shows a wide screen's text narrowed. Cells are ``cell_tokens`` image tokens on a side, so no token straddles two
+    to the cell, as a one-tile configuration shows a wide screen's text narrowed; ``fit``: the configuration
+    whose tiling sets those scales, when the mosaics are not its tiles (default ``cfg``). Cells are ``cell_tokens`` image tokens on a side, so no token straddles two
     crops (default: the largest divisor of the tokens on a tile's side up to 4). Returns the uint8 tile (S, S, 3) and the text class under each image token (row-major, as
     ``image_token_targets``); with ``extra`` (a function (sample, px, py) -> int array of the points'
     shape) also its values on an ``extra_per_side`` x ``extra_per_side`` grid of points inside each
@@ -557,7 +558,7 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
             boxes = [e.box for e in sm.elements] + [t.box for t in sm.texts]
             x0, y0, x1, y1 = rng.choice(boxes) if boxes else (0, 0, w, h)
             if scale == "fit":
-                fx, fy = tiling_scale((w, h), cfg)
+                fx, fy = tiling_scale((w, h), fit or cfg)
                 sw, sh = cell / (fx * rng.uniform(*FIT_JITTER)), cell / (fy * rng.uniform(*FIT_JITTER))
             else:
                 sw = sh = cell / rng.uniform(*scale)
@@ -586,10 +587,13 @@ class ReadingBatches(torch.utils.data.Dataset):
     """The reading stage's stream: item ``step`` is ``batch_size`` mosaic tiles (``reading_tile``) cut from
     ``screens`` fresh screens of ``split`` (seeds as ``ScreenBatches``): {"pixel_values": uint8 (B, 3, S, S),
     "image_classes": (B * tokens_per_tile,), "image_chars": (B * tokens_per_tile, merge^2) (the character
-    under each patch, ``char_classes_at``)}."""
+    under each patch, ``char_classes_at``)}. ``tile``: the mosaics' side in px (default the configuration's
+    tile); they show text at the scales ``vision``'s own tiling shows screens either way."""
 
-    def __init__(self, vision: VisionConfig, batch_size: int, seed: int = 0, screens: int = 8, split: str = "train"):
+    def __init__(self, vision: VisionConfig, batch_size: int, seed: int = 0, screens: int = 8, split: str = "train",
+                 tile: int | None = None):
         self.vision, self.batch_size, self.seed, self.screens, self.split = vision, batch_size, seed, screens, split
+        self.mosaic = dataclasses.replace(vision, image_size=tile) if tile else vision
 
     def __len__(self) -> int:
         return 2**62
@@ -605,12 +609,13 @@ class ReadingBatches(torch.utils.data.Dataset):
         def chars_at(sm, px, py):
             return char_classes_at(sm, px, py, char_tables[id(sm)])
 
-        tiles, classes, chars = zip(*(reading_tile(samples, self.vision, rng, scale="fit", extra=chars_at, tables=tables,
-                                                   extra_per_side=self.vision.merge) for _ in range(self.batch_size)))
+        tiles, classes, chars = zip(*(reading_tile(samples, self.mosaic, rng, scale="fit", extra=chars_at, tables=tables,
+                                                   extra_per_side=self.vision.merge, fit=self.vision)
+                                      for _ in range(self.batch_size)))
         x = torch.from_numpy(np.stack(tiles)).permute(0, 3, 1, 2).contiguous()
         return {"pixel_values": x, "image_classes": torch.from_numpy(np.concatenate(classes)),
                 "image_chars": torch.from_numpy(np.concatenate(chars)),
-                "tokens": x.shape[0] * self.vision.tokens_per_tile}
+                "tokens": x.shape[0] * self.mosaic.tokens_per_tile}
 
 
 def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None,
@@ -1010,7 +1015,7 @@ def train(args) -> dict:
         f"{vcfg.tokens_per_tile} tokens each; device {device}")
 
     if reading:
-        data = ReadingBatches(vcfg, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split)
+        data = ReadingBatches(vcfg, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split, args.read_tile)
     else:
         data = ScreenBatches(tok_dir, vcfg, args.batch_size, args.seed, args.queries, args.split,
                              chars=aux is not None and args.char_weight > 0,
@@ -1028,7 +1033,7 @@ def train(args) -> dict:
 
     eval_examples = eval_reading = None
     if reading and args.eval_every:  # fixed tiles from screens of the eval split
-        eval_reading = ReadingBatches(vcfg, max(8, args.eval_n), seed=10**6, split=args.eval_split)[0]
+        eval_reading = ReadingBatches(vcfg, max(8, args.eval_n), seed=10**6, split=args.eval_split, tile=args.read_tile)[0]
     elif args.eval_every and args.eval_n:
         from .eval import synthetic_examples
         eval_examples = list(synthetic_examples(args.eval_n, split=args.eval_split))
@@ -1281,6 +1286,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=32, help="screens per step")
     p.add_argument("--queries", type=int, default=1, help="questions per screen (turns of one conversation)")
+    p.add_argument("--read-tile", type=int, default=None, metavar="PX",
+                   help="--stage read: the side of the reading mosaics in px (default the config's tile); the text in "
+                        "them keeps the scales the config's tiling shows screens at (e.g. 384 for tiny-ui: the cells "
+                        "of a 1024 px mosaic attend to each other's unrelated text)")
     p.add_argument("--grid-aug", type=float, default=0.0, metavar="P",
                    help="grounding: the share of screens tiled on a random grid near their ratio instead of the "
                         "closest one (augmented_grid), so the tile count does not give the grid away (default 0)")
@@ -1378,6 +1387,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")
+    if args.read_tile is not None:
+        if args.stage != "read":
+            raise SystemExit("holotron.train: error: --read-tile sizes the reading stage's mosaics: use it with --stage read")
+        try:
+            dataclasses.replace(make_config(args.config, 256, args.set).vision, image_size=args.read_tile)
+        except ValueError as e:
+            raise SystemExit(f"holotron.train: error: --read-tile {args.read_tile}: {e}") from None
     if args.grid_aug:
         try:
             vision = make_config(args.config, 256, args.set).vision

@@ -8,7 +8,7 @@
 #   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 7 and 6.5 (the shipped run, one H200)
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto),
-# EVAL_N (default 1000), READ_BATCH (default 36 mosaics of 1024 px: the tokens of 256 tiles of 384), READ_LR (default 1e-3), READ_REUSE (steps per rendered
+# EVAL_N (default 1000), READ_TILE (the reading mosaics' side in px; default 384 for tiny-ui, else the config's tile), READ_BATCH (default 256), READ_LR (default 1e-3), READ_REUSE (steps per rendered
 # batch, default 3: in the third run 15 workers rendered about 2,000 mosaic tiles/s and the H200 waited for
 # them 50-70% of the time; it trains on about 5,000 tiles/s),
 # GROUND_BATCH (default 32), POINTER_WEIGHT (default 1; the pointer loss),
@@ -29,6 +29,7 @@ OUT=$1
 READ_MIN=${2:-7}
 GROUND_MIN=${3:-6.5}
 CONFIG=${CONFIG:-tiny-ui}
+if [ -z "${READ_TILE+set}" ] && [ "$CONFIG" = tiny-ui ]; then READ_TILE=384; fi
 WORKERS=${WORKERS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 0 ))}
 DEVICE=${DEVICE:-auto}
 EVAL_N=${EVAL_N:-1000}
@@ -55,7 +56,7 @@ fi
 common=(--config "$CONFIG" --tokenizer "$TOK" --device "$DEVICE" --workers "$WORKERS" --steps 1000000
         --lr 2e-3 --log-every 10 --log-seconds 20 --max-shard-size 8MB "${EXTRA_ARGS[@]}")
 
-want read && $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" --batch-size "${READ_BATCH:-36}" \
+want read && $PY -m holotron.train --stage read "${common[@]}" --out "$OUT/read" ${READ_TILE:+--read-tile "$READ_TILE"} --batch-size "${READ_BATCH:-256}" \
     --time-budget "$READ_MIN" --eval-every 200 --lr "${READ_LR:-1e-3}" --reuse "${READ_REUSE:-3}"
 want ground && $PY -m holotron.train "${common[@]}" --init-from "$OUT/read" --out "$OUT/ground" \
     --batch-size "${GROUND_BATCH:-32}" --queries 8 --aux-weight 0.5 --pointer-weight "${POINTER_WEIGHT:-1}" \
