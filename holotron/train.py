@@ -799,14 +799,16 @@ def _collate_targets(targets: list[dict]) -> dict:
 
 def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
             aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0,
-            pointer_weight: float = 0.0, augment: torch.Generator | bool | None = None) -> tuple[torch.Tensor, int]:
+            pointer_weight: float = 0.0, augment: torch.Generator | bool | None = None,
+            pointer_heads: int = 0) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
 
     With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
     ``aux_weight`` x (text-class cross-entropy on the projector output + the same and an L1 position loss
     (x 10) on the residual stream entering the last attention layer), averaged over image tokens, and,
     when the batch has "image_chars", ``char_weight`` x the character cross-entropy per patch on the
-    projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss``.
+    projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss`` (with
+    ``pointer_heads`` > 0: ``attention_pointer_loss`` on that many heads of the last attention layer instead).
     ``augment``: ``colour_aug`` each screen (all its tiles alike; True, or a torch.Generator for it).
     ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
@@ -850,8 +852,13 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
             if parts is not None:
                 parts["char"] = float(l_char.detach())
         if "pointer_queries" in batch and pointer_weight > 0:
-            l_ptr, acc = pointer_loss(aux, mid["h"], is_img, batch["pointer_queries"].to(device),
-                                      batch["pointer_targets"].to(device))
+            if pointer_heads > 0:
+                block = model.language_model.backbone.layers[aux.layer + 1]
+                l_ptr, acc = attention_pointer_loss(block, mid["h"], is_img, batch["pointer_queries"].to(device),
+                                                    batch["pointer_targets"].to(device), keep, pointer_heads)
+            else:
+                l_ptr, acc = pointer_loss(aux, mid["h"], is_img, batch["pointer_queries"].to(device),
+                                          batch["pointer_targets"].to(device))
             loss = loss + aux_weight * pointer_weight * l_ptr
             if parts is not None:
                 parts.update(pointer=float(l_ptr.detach()), pointer_acc=acc)
@@ -1081,7 +1088,7 @@ def train(args) -> dict:
                                                          char_weight=args.char_weight, augment=aug_gen)
                     else:
                         loss, n_labels = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
-                                                 args.pointer_weight, augment=aug_gen)
+                                                 args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -1221,6 +1228,62 @@ def pointer_loss(aux: AuxHeads, h: torch.Tensor, is_img: torch.Tensor, queries: 
     return loss, hits / max(1, queries.shape[0])
 
 
+def answer_spans(keep: torch.Tensor, queries: torch.Tensor) -> tuple[list[int], list[int], list[int]]:
+    """Per question (row, position that predicts its answer's first token), the positions that predict its
+    answer's tokens: the run of ``keep`` (B, T - 1; position t predicts a labelled token) from that position.
+    Returns flat lists (question, row, position)."""
+    k = keep.detach().cpu().numpy()
+    qs, rows, pos = [], [], []
+    for j, (b, t) in enumerate(queries.tolist()):
+        run = k[b, t:]
+        n = int(run.argmin()) if not run.all() else len(run)
+        qs += [j] * max(n, 1)
+        rows += [b] * max(n, 1)
+        pos += list(range(t, t + max(n, 1)))
+    return qs, rows, pos
+
+
+def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tensor, queries: torch.Tensor,
+                           targets: torch.Tensor, keep: torch.Tensor, heads: int) -> tuple[torch.Tensor, float]:
+    """The pointer on the model's own attention: for the first ``heads`` query heads of the attention
+    layer ``block`` (whose input residual stream is ``h``, (B, T, D)), at every position that predicts a
+    token of a question's answer (``answer_spans``), the softmax of that head's scores over the tokens the
+    position sees (as the layer computes them: ``norm``, ``q_proj`` . ``k_proj`` / sqrt(head_dim), causal),
+    and minus the log of the probability it puts on the image tokens of the question's element; mean over
+    heads and positions. So the layer that feeds the answer attends to the element and its values carry
+    the element's position (which one tile's ViT position code states) into the digits. Also the share of
+    (head, position) pairs whose most-attended token is on the element."""
+    attn = block.mixer
+    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
+    heads = min(heads, attn.n_heads)
+    qs, rows, pos = answer_spans(keep, queries)
+    dev = h.device
+    qs_t, rows_t, pos_t = (torch.tensor(v, device=dev) for v in (qs, rows, pos))
+    losses, hits, total = [], 0, 0
+    for b in torch.unique(rows_t).tolist():
+        sel = (rows_t == b).nonzero().squeeze(1)
+        p, qj = pos_t[sel], qs_t[sel]
+        t_max = int(p.max()) + 1
+        u = block.norm(h[b, :t_max].to(block.norm.weight.dtype))                  # (t, D)
+        q = attn.q_proj(u[p]).view(len(p), attn.n_heads, hd)[:, :heads].float()   # (P, heads, hd)
+        k = attn.k_proj(u).view(t_max, attn.n_kv_heads, hd).float()               # (t, Hkv, hd)
+        kv = torch.arange(heads, device=dev) // r
+        scores = torch.einsum("phd,thd->hpt", q, k[:, kv]) / math.sqrt(hd)        # (heads, P, t)
+        visible = torch.arange(t_max, device=dev)[None, :] <= p[:, None]          # (P, t) causal
+        img_pos = is_img[b, :t_max].nonzero().squeeze(1)                          # image token -> position
+        on = torch.zeros(len(p), t_max, dtype=torch.bool, device=dev)
+        tq = targets[torch.isin(targets[:, 0], qj)]                                # (question, image token)
+        match = (qj[:, None] == tq[None, :, 0])                                    # (P, pairs)
+        pi, ti = match.nonzero(as_tuple=True)
+        on[pi, img_pos[tq[ti, 1]]] = True
+        on &= visible
+        scores = scores.masked_fill(~visible, float("-inf"))
+        losses.append((torch.logsumexp(scores, -1) - torch.logsumexp(scores.masked_fill(~on, float("-inf")), -1)).reshape(-1))
+        hits += int(on[None].expand_as(scores).gather(2, scores.argmax(-1, keepdim=True)).sum())
+        total += scores.shape[0] * scores.shape[1]
+    return torch.cat(losses).mean(), hits / max(1, total)
+
+
 def _repeat(batches, times: int, skip: int = 0):
     """Each batch ``times`` times in a row (``--reuse``), the first one ``skip`` times fewer (a resumed run
     picks up in the middle of a batch's repeats)."""
@@ -1313,6 +1376,10 @@ def parser() -> argparse.ArgumentParser:
                    help="weight of the pointer loss (scaled by --aux-weight): from the position that answers a "
                         "question, score the image tokens and put the probability on the question's element "
                         "(the lookup the last attention layer must learn); 0 (default): off")
+    p.add_argument("--pointer-heads", type=int, default=0, metavar="N",
+                   help="put the pointer loss on the first N heads of the last attention layer itself, at every "
+                        "position that writes an answer token, instead of on a training-only head: the "
+                        "layer that feeds the digits then looks at the element (default 0: the training-only head)")
     p.add_argument("--labels-after", type=float, default=None, metavar="FRACTION",
                    help="reading stage: train characters alone for this fraction of the run, then the label classes "
                         "beside them (default 0.5; 0 when --char-weight is 0)")
@@ -1402,6 +1469,11 @@ def main(argv: list[str] | None = None) -> int:
         if vision is not None and vision.max_num_tiles < 2:
             raise SystemExit(f"holotron.train: error: --grid-aug draws tiling grids, and --config {args.config} shows a "
                              "screen as one tile: use a tiled preset (tiny-ui-tiles) or leave --grid-aug out")
+    if args.pointer_heads < 0:
+        raise SystemExit(f"holotron.train: error: --pointer-heads must be >= 0, got {args.pointer_heads}")
+    if args.pointer_heads and not args.pointer_weight:
+        raise SystemExit("holotron.train: error: --pointer-heads moves the pointer loss onto attention heads: "
+                         "give it a --pointer-weight > 0 (and an --aux-weight > 0) too")
     if args.pointer_weight < 0:
         raise SystemExit(f"holotron.train: error: --pointer-weight must be >= 0, got {args.pointer_weight}")
     if args.char_weight < 0:

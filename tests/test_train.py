@@ -286,6 +286,64 @@ def test_pointer_targets_name_the_answering_position_and_the_tokens_on_each_ques
     assert [x[:2] for x in b] == a and all(len(x) == 3 for x in b)
 
 
+def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_every_answer_position(tok_dir, micro_vision):
+    from holotron.train import attention_pointer_loss
+
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    cfg = make_config("micro", vocab)
+    model = init_weights(Holotron(cfg), seed=0)
+    aux = AuxHeads(cfg)
+    batch = ScreenBatches(tok_dir, micro_vision, batch_size=2, seed=5, queries=2)[0]
+    ids, labels = batch["input_ids"], batch["labels"]
+    emb = model.embed_inputs(ids, normalize_tiles(batch["pixel_values"], cfg.vision, None, batch["num_tiles"]))
+    block = model.language_model.backbone.layers[aux.layer + 1]
+    assert block.kind == "attention"
+    seen = {}
+    h_in = model.language_model.backbone.layers[aux.layer].register_forward_hook(lambda m, a, o: seen.__setitem__("h", o))
+    out = block.mixer.register_forward_hook(lambda m, a, o: seen.__setitem__("y", o))
+    with torch.no_grad():
+        model.language_model.hidden_states(inputs_embeds=emb)
+    h_in.remove(), out.remove()
+    h, is_img, keep = seen["h"], ids == 18, labels[:, 1:] != IGNORE
+    q, t = batch["pointer_queries"], batch["pointer_targets"]
+    att = block.mixer
+    n_h, n_kv, hd = att.n_heads, att.n_kv_heads, att.head_dim
+    loss, acc = attention_pointer_loss(block, h, is_img, q, t, keep, heads=n_h)
+    # brute force: each question, each position writing its answer, each head; the probabilities must be
+    # the layer's: with them and its values, o_proj gives the layer's own output at that position
+    want, hits, n = [], 0, 0
+    for j, (b, p0) in enumerate(q.tolist()):
+        img = is_img[b].nonzero().squeeze(1)
+        elem = set(img[t[t[:, 0] == j, 1]].tolist())
+        p = p0
+        while p < keep.shape[1] and keep[b, p]:
+            u = block.norm(h[b, :p + 1])
+            qq = att.q_proj(u[p]).view(n_h, hd)
+            kk = att.k_proj(u).view(p + 1, n_kv, hd)
+            vv = att.v_proj(u).view(p + 1, n_kv, hd)
+            mixed = []
+            for head in range(n_h):
+                probs = torch.softmax(kk[:, head // (n_h // n_kv)] @ qq[head] / math.sqrt(hd), 0)
+                mixed.append(probs @ vv[:, head // (n_h // n_kv)])
+                want.append(-torch.log(probs[sorted(elem)].sum()))
+                hits += int(int(probs.argmax()) in elem)
+                n += 1
+            y = att.o_proj(torch.cat(mixed))
+            torch.testing.assert_close(y, seen["y"][b, p], rtol=1e-4, atol=1e-5)
+            p += 1
+    assert n > 4 * n_h * q.shape[0]  # every answer is several tokens long
+    assert float(loss.detach()) == pytest.approx(float(torch.stack(want).mean()), rel=1e-4)
+    assert acc == pytest.approx(hits / n)
+    # in the training loss it trains the layer's queries and keys (the training-only pointer head not at all)
+    parts = {}
+    total, _ = loss_fn(model, batch, torch.device("cpu"), aux, 0.5, parts, pointer_weight=1.0, pointer_heads=2)
+    total.backward()
+    assert block.mixer.q_proj.weight.grad.abs().sum() > 0 and block.mixer.k_proj.weight.grad.abs().sum() > 0
+    assert aux.ptr_q.weight.grad is None and 0.0 <= parts["pointer_acc"] <= 1.0
+    with pytest.raises(SystemExit, match="--pointer-heads"):
+        main(["--config", "micro", "--pointer-heads", "2", "--out", "unused"])
+
+
 def test_the_pointer_loss_puts_probability_on_the_questions_tokens_and_joins_the_aux_terms(tok_dir, micro_vision):
     from holotron.train import pointer_loss
 
