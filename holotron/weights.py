@@ -14,6 +14,7 @@ then stream the tensors shard by shard into the model (``load_into``). Every fai
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -271,6 +272,25 @@ def _assign(model: nn.Module, name: str, t: torch.Tensor) -> None:
         mod._buffers[leaf] = t
 
 
+@contextlib.contextmanager
+def _no_init():
+    """Module initialisers as no-ops, for a model built on the meta device whose weights are read next:
+    on meta tensors they compute nothing, but ``nn.init.normal_`` goes through ``torch._refs``, whose first
+    call imports ``torch._dynamo`` (about 2 s of a CPU's start-up)."""
+    from torch.nn import init
+
+    names = ("normal_", "uniform_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+             "xavier_normal_", "zeros_", "ones_", "constant_")
+    saved = {n: getattr(init, n) for n in names if hasattr(init, n)}
+    try:
+        for n in saved:
+            setattr(init, n, lambda tensor, *a, **k: tensor)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(init, n, f)
+
+
 def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.dtype | None = None,
               device=None, progress: bool | None = None, where: str | None = None) -> nn.Module:
     """Strictly fill ``model`` (typically built on the meta device) from safetensors ``files``.
@@ -381,7 +401,7 @@ def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *
         except ValueError as e:
             raise CheckpointError(f"{folder / 'preprocessor_config.json'}: not valid JSON ({e})") from None
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _no_init():
             model = builder(cfg, preprocessor)
     except ConfigError as e:
         raise ConfigError(f"{cfg_path}: {e}") from None
