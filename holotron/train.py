@@ -84,26 +84,19 @@ GENERATION_CONFIG = {"bos_token_id": 1, "eos_token_id": [2, 12], "pad_token_id":
 # architectures
 # ----------------------------------------------------------------------------------------------
 
+# the tiny model's sizes; its presets differ only in how a screen is cut into tiles
+_TINY_VISION = dict(hidden_size=192, num_hidden_layers=8, num_attention_heads=3, patch_size=16, mlp_ratio=4.0,
+                    max_img_size=384, num_prefix_tokens=4, projector_hidden_size=1280)
+_TINY_TEXT = dict(hidden_size=320, hybrid_override_pattern="M-M*-M-M*-", num_attention_heads=8, num_key_value_heads=2,
+                  head_dim=40, intermediate_size=1280, mamba_num_heads=10, mamba_head_dim=64, ssm_state_size=32,
+                  n_groups=2, conv_kernel=4, chunk_size=128)
+
 # name -> (VisionConfig fields, TextConfig fields); vocab_size comes from the tokenizer
 PRESETS: dict[str, tuple[dict, dict]] = {
-    # the shipped model (holotron/models/holotron-tiny-ui/README.md says why these sizes)
-    "tiny-ui": (
-        dict(hidden_size=192, num_hidden_layers=8, num_attention_heads=3, patch_size=16, mlp_ratio=4.0,
-             max_img_size=384, num_prefix_tokens=4, image_size=1024, max_num_tiles=1, use_thumbnail=False,
-             projector_hidden_size=1280),
-        dict(hidden_size=320, hybrid_override_pattern="M-M*-M-M*-", num_attention_heads=8, num_key_value_heads=2,
-             head_dim=40, intermediate_size=1280, mamba_num_heads=10, mamba_head_dim=64, ssm_state_size=32,
-             n_groups=2, conv_kernel=4, chunk_size=128),
-    ),
+    # the shipped model (holotron/models/holotron-tiny-ui/README.md says why these sizes): one 1024 px tile
+    "tiny-ui": (dict(_TINY_VISION, image_size=1024, max_num_tiles=1, use_thumbnail=False), _TINY_TEXT),
     # the 12B model's tiling at the tiny size: 384 px tiles, up to 12 and a thumbnail (shipped until 2026-12-03)
-    "tiny-ui-tiles": (
-        dict(hidden_size=192, num_hidden_layers=8, num_attention_heads=3, patch_size=16, mlp_ratio=4.0,
-             max_img_size=384, num_prefix_tokens=4, image_size=384, max_num_tiles=12, use_thumbnail=True,
-             projector_hidden_size=1280),
-        dict(hidden_size=320, hybrid_override_pattern="M-M*-M-M*-", num_attention_heads=8, num_key_value_heads=2,
-             head_dim=40, intermediate_size=1280, mamba_num_heads=10, mamba_head_dim=64, ssm_state_size=32,
-             n_groups=2, conv_kernel=4, chunk_size=128),
-    ),
+    "tiny-ui-tiles": (dict(_TINY_VISION, image_size=384, max_num_tiles=12, use_thumbnail=True), _TINY_TEXT),
     # a few-second CPU configuration for tests and smoke runs: same layer kinds, toy sizes
     "micro": (
         dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=16, mlp_ratio=2.0,

@@ -5,7 +5,7 @@
 #   2. grounding: the whole model from stage 1's weights, answer loss + auxiliary image-token losses + the
 #      pointer loss (from each question's answering position to the image tokens on its element).
 #
-#   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 7 and 6.5 (the shipped run, one H200)
+#   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES]      # defaults 3 and 5 (the shipped run, one H200)
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto),
 # EVAL_N (default 1000), READ_TILE (the reading mosaics' side in px; default 384 for tiny-ui, else the config's tile), READ_BATCH (default 256), READ_LR (default 1e-3), READ_REUSE (steps per rendered
@@ -26,8 +26,8 @@ if [ $# -lt 1 ]; then
     exit 2
 fi
 OUT=$1
-READ_MIN=${2:-7}
-GROUND_MIN=${3:-6.5}
+READ_MIN=${2:-3}
+GROUND_MIN=${3:-5}
 CONFIG=${CONFIG:-tiny-ui}
 if [ -z "${READ_TILE+set}" ] && [ "$CONFIG" = tiny-ui ]; then READ_TILE=384; fi
 WORKERS=${WORKERS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 0 ))}
