@@ -4,7 +4,9 @@ On new screens of a split (held-out by default), one question each, the exact in
 answer teacher-forced, it measures with the training code's own loss (``holotron.train.loss_fn``):
 
 - the pointer: whether the image token the pointer head scores highest from the answering position lies
-  on the asked element (needs the run's ``aux_heads.pt``; the heads are training-only);
+  on the asked element (needs the run's ``aux_heads.pt``; the heads are training-only); with
+  ``--pointer-heads N``, whether the token each of the last attention layer's first N heads attends to
+  most, at every answer position, lies on it (the target of ``holotron.train --pointer-heads``);
 - the answer's digits, teacher-forced: the share of screens whose x (and y) is written with every digit
   right, and with its first digit right (the hundreds, for three-digit coordinates);
 - the position head: the mean L1 error (0-1 screen units) of each image token's screen position read
@@ -48,7 +50,8 @@ def _digit_runs(ids: list[int], digit_ids: set[int]) -> list[list[int]]:
 
 
 def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed: int = 7,
-          device: str = "cpu", sizes: list[str] | None = None, layouts: list[str] | None = None) -> dict:
+          device: str = "cpu", sizes: list[str] | None = None, layouts: list[str] | None = None,
+          pointer_heads: int = 0) -> dict:
     folder = Path(folder)
     if not (folder / AUX_FILE).is_file():
         raise SystemExit(f"grounding_probe: {folder} has no {AUX_FILE} (the training-only heads a holotron.train "
@@ -77,7 +80,8 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
             for step in range(math.ceil(n / batch_size)):
                 batch = data[step]
                 parts = {}
-                loss_fn(model, batch, dev, aux, aux_weight=1.0, parts=parts, pointer_weight=1.0)
+                loss_fn(model, batch, dev, aux, aux_weight=1.0, parts=parts, pointer_weight=1.0,
+                        pointer_heads=pointer_heads)
                 rows = batch["input_ids"].shape[0]
                 counts["screens"] += rows
                 counts["pointer"] += parts["pointer_acc"] * rows
@@ -103,7 +107,7 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     finally:
         hook.remove()
     s = counts["screens"]
-    return {"model": str(folder), "split": split, "sizes": list(sizes) if sizes else "the split's",
+    return {"model": str(folder), "split": split, "pointer": f"attention heads 0-{pointer_heads - 1}" if pointer_heads else "head", "sizes": list(sizes) if sizes else "the split's",
             "layouts": list(layouts) if layouts else "the split's", "screens": s,
             "pointer_on_element": counts["pointer"] / s,
             "x_all_digits": counts["x_all"] / s, "y_all_digits": counts["y_all"] / s,
@@ -124,13 +128,16 @@ def main(argv=None) -> int:
     ap.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), metavar="LAYOUT",
                     help="layouts instead of the split's own (holotron.data.layouts.LAYOUTS)")
     ap.add_argument("--seed", type=int, default=7, help="screen seeds start at seed x 10^12 (none a training run's)")
+    ap.add_argument("--pointer-heads", type=int, default=0, metavar="N",
+                    help="score the pointer of the last attention layer's first N heads at every answer position "
+                         "(what holotron.train --pointer-heads N trains) instead of the pointer head")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    if a.n < 1 or a.batch_size < 1:
-        ap.error("--n and --batch-size must be >= 1")
+    if a.n < 1 or a.batch_size < 1 or a.pointer_heads < 0:
+        ap.error("--n and --batch-size must be >= 1, --pointer-heads >= 0")
     try:
-        r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes, a.layouts)
+        r = probe(a.model, a.n, a.batch_size, a.split, a.seed, a.device, a.sizes, a.layouts, a.pointer_heads)
     except CheckpointError as e:  # a missing or broken checkpoint: one line, not a traceback
         raise SystemExit(f"grounding_probe: error: {e}") from None
     if a.json:
@@ -139,7 +146,8 @@ def main(argv=None) -> int:
     sizes = ("" if not a.sizes else f" at sizes {', '.join(a.sizes)}") + \
         ("" if not a.layouts else f" with layouts {', '.join(a.layouts)}")
     print(f"{r['model']}, {r['screens']} {r['split']} screens{sizes}, one question each, answers teacher-forced:")
-    print(f"  pointer's best token on the element   {100 * r['pointer_on_element']:5.1f}%")
+    who = "pointer's" if not a.pointer_heads else f"{a.pointer_heads} heads'"
+    print(f"  {who + ' best token on the element':37s} {100 * r['pointer_on_element']:5.1f}%")
     print(f"  x written right (every digit / first) {100 * r['x_all_digits']:5.1f}% / {100 * r['x_first_digit']:5.1f}%")
     print(f"  y written right (every digit / first) {100 * r['y_all_digits']:5.1f}% / {100 * r['y_first_digit']:5.1f}%")
     print(f"  x and y both exact                    {100 * r['both_exact']:5.1f}%")

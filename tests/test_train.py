@@ -822,7 +822,7 @@ def test_the_shipped_model_is_the_tiny_ui_preset_under_30_mb_and_answers_with_a_
     assert "point-in-box" in card and "Wilson" in card
 
 
-def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_path):
+def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_path):
     env = {**os.environ, "CONFIG": "micro", "WORKERS": "0", "DEVICE": "cpu", "EVAL_N": "2", "READ_BATCH": "2",
            "GROUND_BATCH": "1", "PYTHON": sys.executable, "EXTRA": "--steps 2 --log-every 1", "GROUND_LAYOUTS": "app mosaic"}
 
@@ -832,6 +832,8 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
 
     early = recipe("ground,eval")
     assert early.returncode == 2 and "run STAGES=read first" in early.stderr, early.stderr
+    early = recipe("point,eval")
+    assert early.returncode == 2 and "run STAGES=ground first" in early.stderr, early.stderr
     assert recipe("read,grounding").returncode == 2
     r = recipe("read")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -839,13 +841,28 @@ def test_the_two_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_pat
     r = recipe("ground,eval")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "initialised from" in r.stderr and "held-out point-in-box: " in r.stdout
+    assert json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "ground")
+    r = recipe("point,eval")
+    assert r.returncode == 0, r.stderr[-2000:]
     read = json.loads((tmp_path / "run" / "read" / "trainer_state.json").read_text())
     ground = json.loads((tmp_path / "run" / "ground" / "trainer_state.json").read_text())
-    assert read["step"] == 2 and read["args"]["stage"] == "read" and ground["step"] == 2
+    point = json.loads((tmp_path / "run" / "point" / "trainer_state.json").read_text())
+    assert read["step"] == 2 and read["args"]["stage"] == "read" and ground["step"] == 2 and point["step"] == 2
     assert ground["args"]["init_from"] == str(tmp_path / "run" / "read") and ground["args"]["aux_weight"] == 0.5
     assert ground["args"]["layouts"] == ["app", "mosaic"] and read["args"]["layouts"] is None
-    assert json.loads((tmp_path / "run" / "eval.json").read_text())["n"] == 2
-    assert isinstance(holotron.load(tmp_path / "run" / "ground"), Holotron)
+    assert ground["args"]["pointer_heads"] == 0 and ground["args"]["lr"] == 2e-3
+    assert point["args"]["init_from"] == str(tmp_path / "run" / "ground") and point["args"]["pointer_heads"] == 2
+    assert point["args"]["lr"] == 1e-3 and point["args"]["layouts"] == ["app", "mosaic"]
+    scored = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert scored["n"] == 2 and scored["model"] == str(tmp_path / "run" / "point")
+    assert isinstance(holotron.load(tmp_path / "run" / "point"), Holotron)
+    # the attention pointer of the heads stage 3 trains
+    heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "point"),
+                            "--n", "2", "--batch-size", "1", "--pointer-heads", "2", "--json"],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert heads.returncode == 0, heads.stderr[-2000:]
+    r = json.loads(heads.stdout)
+    assert r["pointer"] == "attention heads 0-1" and r["screens"] == 2 and 0 <= r["pointer_on_element"] <= 1
     # the grounding probe reads the run's checkpoint and its training-only heads
     probe = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "ground"),
                             "--n", "2", "--batch-size", "1", "--sizes", "square", "--json"],
