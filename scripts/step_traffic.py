@@ -8,15 +8,18 @@ proxy for where its time goes that a CPU can measure. Backward calls are attribu
 forward made their autograd node (each module's forward hook claims the nodes behind its outputs that no
 inner module claimed).
 
-    python scripts/step_traffic.py [--model holotron-tiny-ui] [--batch 4] [--queries 8] [--grouped]
+    python scripts/step_traffic.py [--model holotron-tiny-ui] [--batch 4] [--queries 8] [--grouped] [--image-size PX]
 
 ``--grouped`` gives the chunked scan the chunk grouping it has on CUDA (the CPU default scans chunk by chunk).
+``--image-size`` tiles the screens at another side than the checkpoint's (a cheaper, smaller step: the shares
+shift towards the language model).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import re
 import sys
@@ -92,11 +95,12 @@ def _leaf_or_block(name: str, module: torch.nn.Module) -> bool:
 
 
 def measure(model_name: str = "holotron-tiny-ui", batch: int = 4, queries: int = 8, grouped: bool = False,
-            seed: int = 5) -> dict:
+            seed: int = 5, image_size: int | None = None) -> dict:
     model = holotron.load(model_name, dtype=torch.float32, device="cpu").train()
     aux = AuxHeads(model.config)
     folder = bundled_path(model_name) or model_name
-    b = ScreenBatches(folder, model.config.vision, batch, seed=seed, queries=queries, chars=True)[0]
+    vision = model.config.vision if image_size is None else dataclasses.replace(model.config.vision, image_size=image_size)
+    b = ScreenBatches(folder, vision, batch, seed=seed, queries=queries, chars=True)[0]
     stack, owner, phase = [], {}, ["forward"]
     hooks = []
     for name, m in model.named_modules():
@@ -130,7 +134,7 @@ def measure(model_name: str = "holotron-tiny-ui", batch: int = 4, queries: int =
         by_module[mod] += v
         by_op[(ph, op)] += v
     return {"screens": batch, "token_slots": int(b["input_ids"].numel()), "tokens": int(b["tokens"]),
-            "tiles": int(b["pixel_values"].shape[0]), "total_bytes": sum(count.bytes.values()),
+            "tiles": int(b["pixel_values"].shape[0]), "tile_px": int(b["pixel_values"].shape[-1]), "total_bytes": sum(count.bytes.values()),
             "by_module": by_module, "by_op": by_op}
 
 
@@ -140,16 +144,20 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="screens")
     ap.add_argument("--queries", type=int, default=8, help="questions per screen")
     ap.add_argument("--grouped", action="store_true", help="the chunked scan's CUDA chunk grouping")
+    ap.add_argument("--image-size", type=int, default=None, metavar="PX",
+                    help="tile side in px instead of the checkpoint's (a multiple of 32)")
     ap.add_argument("--top", type=int, default=12)
     a = ap.parse_args(argv)
     if a.batch < 1 or a.queries < 1:
         ap.error("--batch and --queries must be >= 1")
+    if a.image_size is not None and (a.image_size < 32 or a.image_size % 32):
+        ap.error(f"--image-size must be a positive multiple of 32 (patch 16, pixel shuffle 2), got {a.image_size}")
     try:
-        r = measure(a.model, a.batch, a.queries, a.grouped)
+        r = measure(a.model, a.batch, a.queries, a.grouped, image_size=a.image_size)
     except CheckpointError as e:  # a missing or broken checkpoint: one line, not a traceback
         raise SystemExit(f"step_traffic: error: {e}") from None
     tot = r["total_bytes"]
-    print(f"{r['screens']} screens, {r['token_slots']:,} token slots ({r['tokens']:,} not padding), {r['tiles']} tiles: "
+    print(f"{r['screens']} screens, {r['token_slots']:,} token slots ({r['tokens']:,} not padding), {r['tiles']} tiles of {r['tile_px']} px: "
           f"{tot / 1e9:.2f} GB read + written by one forward + backward")
     print("by module, forward + backward (all layers of a kind together):")
     for mod, v in r["by_module"].most_common(a.top):

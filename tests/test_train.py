@@ -910,7 +910,7 @@ def test_the_step_traffic_tool_attributes_a_grounding_steps_bytes_to_the_modules
     spec = importlib.util.spec_from_file_location("step_traffic", ROOT / "scripts" / "step_traffic.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    r = tool.measure("holotron-tiny-ui", batch=1, queries=1, grouped=True)
+    r = tool.measure("holotron-tiny-ui", batch=1, queries=1, grouped=True, image_size=384)   # 576 patches, not 4,096
     total = r["total_bytes"]
     assert sum(r["by_module"].values()) == total == sum(r["by_op"].values()) > 0
     share = {m: v / total for m, v in r["by_module"].items()}
@@ -918,7 +918,8 @@ def test_the_step_traffic_tool_attributes_a_grounding_steps_bytes_to_the_modules
     assert mamba > 0.2 and share.get("(loss, heads, inputs)", 0) < 0.25   # the backward is attributed, not dumped
     bwd = sum(v for (ph, _), v in r["by_op"].items() if ph == "backward")
     assert bwd > total - bwd                                              # a backward moves more than its forward
-    # one screen of 13 tiles: the ViT's patch embedding reads the tiles, so at least their float32 bytes count
+    # the ViT's patch embedding reads the tiles (one of 384 px here), so at least their float32 bytes count
+    assert r["tiles"] == 1 and r["tile_px"] == 384
     assert r["tiles"] * 3 * 384 * 384 * 4 < sum(v for m, v in r["by_module"].items() if "patch_generator" in m)
     # the CUDA grouping is put back afterwards
     from holotron.kernels.ssd_chunked import CHUNKED_CONFIG
