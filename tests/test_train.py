@@ -863,6 +863,16 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
     assert heads.returncode == 0, heads.stderr[-2000:]
     r = json.loads(heads.stdout)
     assert r["pointer"] == "attention heads 0-1" and r["screens"] == 2 and 0 <= r["pointer_on_element"] <= 1
+    # where that attention looks, and how far its best token lies from the element when it misses
+    at = subprocess.run([sys.executable, str(ROOT / "scripts" / "pointer_where.py"), str(tmp_path / "run" / "point"),
+                         "--n", "2", "--heads", "2", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert at.returncode == 0, at.stderr[-2000:]
+    w = json.loads(at.stdout)
+    assert w["screens"] == 2 and w["heads"] == 2 and 0 <= w["mass_on_element"] <= 1 and 0 <= w["top_on_element"] <= 1
+    assert all(0 <= e <= 1 for e in w["mean_position_error_median"])
+    no_heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "pointer_where.py"), str(BUNDLED)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert no_heads.returncode == 1 and "has no aux_heads.pt" in no_heads.stderr and "Traceback" not in no_heads.stderr
     # the grounding probe reads the run's checkpoint and its training-only heads
     probe = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "ground"),
                             "--n", "2", "--batch-size", "1", "--sizes", "square", "--json"],
