@@ -1236,6 +1236,24 @@ def answer_spans(keep: torch.Tensor, queries: torch.Tensor) -> tuple[list[int], 
     return qs, rows, pos
 
 
+def attention_scores(block: nn.Module, h: torch.Tensor, positions: torch.Tensor, heads: int) -> torch.Tensor:
+    """The pre-softmax scores of the first ``heads`` query heads of the attention layer ``block`` (whose input
+    residual stream for one row is ``h``, (t, D)), from each of ``positions`` (P,) over the tokens ``h[:t]``,
+    as the layer computes them (``norm``, ``q_proj`` . ``k_proj`` / sqrt(head_dim), grouped KV heads), the
+    tokens after each position masked to -inf (causal). Returns (heads, P, t), float32."""
+    attn = block.mixer
+    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
+    heads = min(heads, attn.n_heads)
+    t = h.shape[0]
+    u = block.norm(h.to(block.norm.weight.dtype))                                          # (t, D)
+    q = attn.q_proj(u[positions]).view(len(positions), attn.n_heads, hd)[:, :heads].float()  # (P, heads, hd)
+    k = attn.k_proj(u).view(t, attn.n_kv_heads, hd).float()                                 # (t, Hkv, hd)
+    kv = torch.arange(heads, device=h.device) // r
+    scores = torch.einsum("phd,thd->hpt", q, k[:, kv]) / math.sqrt(hd)                      # (heads, P, t)
+    visible = torch.arange(t, device=h.device)[None, :] <= positions[:, None]               # (P, t)
+    return scores.masked_fill(~visible, float("-inf"))
+
+
 def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tensor, queries: torch.Tensor,
                            targets: torch.Tensor, keep: torch.Tensor, heads: int) -> tuple[torch.Tensor, float]:
     """The pointer on the model's own attention: for the first ``heads`` query heads of the attention
@@ -1246,9 +1264,6 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
     heads and positions. So the layer that feeds the answer attends to the element and its values carry
     the element's position (which one tile's ViT position code states) into the digits. Also the share of
     (head, position) pairs whose most-attended token is on the element."""
-    attn = block.mixer
-    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
-    heads = min(heads, attn.n_heads)
     qs, rows, pos = answer_spans(keep, queries)
     dev = h.device
     qs_t, rows_t, pos_t = (torch.tensor(v, device=dev) for v in (qs, rows, pos))
@@ -1257,12 +1272,8 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
         sel = (rows_t == b).nonzero().squeeze(1)
         p, qj = pos_t[sel], qs_t[sel]
         t_max = int(p.max()) + 1
-        u = block.norm(h[b, :t_max].to(block.norm.weight.dtype))                  # (t, D)
-        q = attn.q_proj(u[p]).view(len(p), attn.n_heads, hd)[:, :heads].float()   # (P, heads, hd)
-        k = attn.k_proj(u).view(t_max, attn.n_kv_heads, hd).float()               # (t, Hkv, hd)
-        kv = torch.arange(heads, device=dev) // r
-        scores = torch.einsum("phd,thd->hpt", q, k[:, kv]) / math.sqrt(hd)        # (heads, P, t)
-        visible = torch.arange(t_max, device=dev)[None, :] <= p[:, None]          # (P, t) causal
+        scores = attention_scores(block, h[b, :t_max], p, heads)                  # (heads, P, t), causal
+        visible = torch.isfinite(scores[0])                                        # (P, t)
         img_pos = is_img[b, :t_max].nonzero().squeeze(1)                          # image token -> position
         on = torch.zeros(len(p), t_max, dtype=torch.bool, device=dev)
         tq = targets[torch.isin(targets[:, 0], qj)]                                # (question, image token)
@@ -1270,7 +1281,6 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
         pi, ti = match.nonzero(as_tuple=True)
         on[pi, img_pos[tq[ti, 1]]] = True
         on &= visible
-        scores = scores.masked_fill(~visible, float("-inf"))
         losses.append((torch.logsumexp(scores, -1) - torch.logsumexp(scores.masked_fill(~on, float("-inf")), -1)).reshape(-1))
         hits += int(on[None].expand_as(scores).gather(2, scores.argmax(-1, keepdim=True)).sum())
         total += scores.shape[0] * scores.shape[1]

@@ -107,7 +107,9 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     finally:
         hook.remove()
     s = counts["screens"]
-    return {"model": str(folder), "split": split, "pointer": f"attention heads 0-{pointer_heads - 1}" if pointer_heads else "head", "sizes": list(sizes) if sizes else "the split's",
+    return {"model": str(folder), "split": split,
+            "pointer": f"attention heads 0-{pointer_heads - 1}" if pointer_heads else "head",
+            "sizes": list(sizes) if sizes else "the split's",
             "layouts": list(layouts) if layouts else "the split's", "screens": s,
             "pointer_on_element": counts["pointer"] / s,
             "x_all_digits": counts["x_all"] / s, "y_all_digits": counts["y_all"] / s,

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import holotron
-from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, normalize_tiles
+from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, attention_scores, normalize_tiles
 from holotron.weights import CheckpointError
 
 
@@ -41,8 +41,7 @@ def where(folder, n: int = 48, heads: int = 2, offset: int = 4, split: str = "he
                          f"({str(e).splitlines()[0][:200]})") from None
     layers = model.language_model.backbone.layers
     block = layers[aux.layer + 1]
-    attn = block.mixer
-    heads = min(heads, attn.n_heads)
+    heads = min(heads, block.mixer.n_heads)
     batch_size = min(batch_size, n)
     data = ScreenBatches(folder, model.config.vision, batch_size, seed=seed, queries=1, split=split)
     seen = {}
@@ -63,11 +62,8 @@ def where(folder, n: int = 48, heads: int = 2, offset: int = 4, split: str = "he
                     if step * batch_size + b >= n:
                         break
                     t += offset
-                    u = block.norm(seen["h"][b, : t + 1])
-                    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
-                    q = attn.q_proj(u[-1:]).view(1, attn.n_heads, hd)[0, :heads]                 # (heads, hd)
-                    k = attn.k_proj(u).view(t + 1, attn.n_kv_heads, hd)[:, torch.arange(heads) // r]
-                    p = torch.softmax(torch.einsum("hd,thd->ht", q, k) / math.sqrt(hd), -1)      # (heads, t + 1)
+                    scores = attention_scores(block, seen["h"][b, : t + 1], torch.tensor([t]), heads)
+                    p = torch.softmax(scores[:, 0], -1)                                          # (heads, t + 1)
                     img = is_img[b, : t + 1].nonzero().squeeze(1)
                     xy = pos[starts[b]: starts[b] + counts[b]][: len(img)]
                     el = targets[targets[:, 0] == j, 1]

@@ -134,7 +134,8 @@ def measure(model_name: str = "holotron-tiny-ui", batch: int = 4, queries: int =
         by_module[mod] += v
         by_op[(ph, op)] += v
     return {"screens": batch, "token_slots": int(b["input_ids"].numel()), "tokens": int(b["tokens"]),
-            "tiles": int(b["pixel_values"].shape[0]), "tile_px": int(b["pixel_values"].shape[-1]), "total_bytes": sum(count.bytes.values()),
+            "tiles": int(b["pixel_values"].shape[0]), "tile_px": int(b["pixel_values"].shape[-1]),
+            "total_bytes": sum(count.bytes.values()),
             "by_module": by_module, "by_op": by_op}
 
 

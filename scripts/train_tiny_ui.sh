@@ -25,8 +25,8 @@
 # four: e.g. STAGES=read in one job, STAGES=ground in a later one, which reads OUT/read, and STAGES=point,eval
 # in a third, which reads OUT/ground).
 # Writes OUT/read, OUT/ground, OUT/point (the model: bf16 shards of at most 8 MB, tokenizer, configs,
-# trainer_state.json, train_log.csv) and OUT/eval.json (of OUT/point, or of OUT/ground when there is no
-# OUT/point). Stops at the first failing stage.
+# trainer_state.json, train_log.csv) and OUT/eval.json (of the last stage this call trained; with
+# STAGES=eval alone, of OUT/point if it holds a model, else OUT/ground). Stops at the first failing stage.
 set -euo pipefail
 if [ $# -lt 1 ]; then
     echo "usage: bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES] [POINT_MINUTES]" >&2
@@ -78,8 +78,9 @@ want ground && $PY -m holotron.train "${common[@]}" "${grounding[@]}" --init-fro
 want point && $PY -m holotron.train "${common[@]}" "${grounding[@]}" --init-from "$OUT/ground" --out "$OUT/point" \
     --pointer-heads "${POINTER_HEADS:-2}" --lr "${POINT_LR:-1e-3}" --time-budget "$POINT_MIN"
 want eval || exit 0
+# the last stage this call trained; with eval alone, the last one OUT holds
 FINAL=$OUT/ground
-if [ -f "$OUT/point/config.json" ]; then FINAL=$OUT/point; fi
+if want point || { ! want ground && [ -f "$OUT/point/config.json" ]; }; then FINAL=$OUT/point; fi
 $PY -m holotron.eval --model "$FINAL" --n "$EVAL_N" --device "$DEVICE" --json --no-progress > "$OUT/eval.json"
 $PY - "$OUT/eval.json" <<'PYEOF'
 import json, sys

@@ -856,6 +856,11 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
     scored = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert scored["n"] == 2 and scored["model"] == str(tmp_path / "run" / "point")
     assert isinstance(holotron.load(tmp_path / "run" / "point"), Holotron)
+    # eval scores the stage the call trained, not a stage-3 model left by an earlier call; eval alone the last
+    r = recipe("ground,eval")
+    assert r.returncode == 0 and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "ground")
+    r = recipe("eval")
+    assert r.returncode == 0 and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "point")
     # the attention pointer of the heads stage 3 trains
     heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "point"),
                             "--n", "2", "--batch-size", "1", "--pointer-heads", "2", "--json"],
