@@ -110,8 +110,9 @@ def hf_config_dict(cfg: TextConfig) -> dict:
 def hf_model(cfg: TextConfig, seed: int = 0, clamp_dt: bool = False):
     """transformers' NemotronHForCausalLM for ``cfg`` (fp32, eval), randomized like ``tiny_lm``.
 
-    transformers' pure-torch Mamba prefill clamps dt >= time_step_min (its decode does not); the real
-    kernels and holotron do not clamp. Unless ``clamp_dt``, the clamp is removed so the comparison is fair.
+    transformers <= 5.24's pure-torch Mamba prefill clamps dt >= time_step_min (its decode does not); the
+    real kernels, holotron and transformers >= 5.25 clamp to ``time_step_limit`` (0, inf) only. Unless
+    ``clamp_dt``, the mixers' limit is set to (0, inf) so the comparison is fair on either version.
     """
     from transformers import NemotronHConfig, NemotronHForCausalLM
 
