@@ -20,7 +20,7 @@ import json
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 import holotron
 from holotron.generate import generate
@@ -111,15 +111,10 @@ def test_greedy_generation_matches_transformers_cached_decode(pair):
     except AttributeError as e:
         if "DummyLayer" not in str(e) or not hf.config.layers_block_type[0].startswith("mlp"):
             raise
-        pytest.skip(f"transformers {_tf_version()} bug: its DynamicCache asks layer 0 (an MLP layer, a "
+        pytest.skip(f"transformers {transformers.__version__} bug: its DynamicCache asks layer 0 (an MLP layer, a "
                     f"DummyLayer) for the cached length ({e}); the recompute test covers this pattern")
     ours = generate(model, ids, max_new_tokens=12, eos_token_id=[])
     assert torch.equal(ours, theirs), (ours, theirs)
-
-
-def _tf_version():
-    import transformers
-    return transformers.__version__
 
 
 @torch.no_grad()
