@@ -167,16 +167,3 @@ class HybridLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-    def save_pretrained(self, folder, **kwargs) -> None:
-        """Write config.json + safetensors (sharded above ``max_shard_bytes``); see ``holotron.weights.save_pretrained``."""
-        from .weights import save_pretrained
-        save_pretrained(self, folder, **kwargs)
-
-    @classmethod
-    def from_pretrained(cls, path_or_repo_id, dtype=None, device=None, **kwargs) -> "HybridLM":
-        from .weights import load
-        model = load(path_or_repo_id, dtype=dtype, device=device, **kwargs)
-        if not isinstance(model, cls):
-            raise TypeError(f"{path_or_repo_id} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model

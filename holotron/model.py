@@ -207,18 +207,6 @@ class Holotron(nn.Module):
         """JSON files written beside config.json by ``save_pretrained``."""
         return {"preprocessor_config.json": self.config.vision.to_preprocessor_config()}
 
-    def save_pretrained(self, folder, **kwargs) -> None:
-        from .weights import save_pretrained
-        save_pretrained(self, folder, **kwargs)
-
-    @classmethod
-    def from_pretrained(cls, path_or_repo_id, dtype=None, device=None, **kwargs) -> "Holotron":
-        from .weights import load
-        model = load(path_or_repo_id, dtype=dtype, device=device, **kwargs)
-        if not isinstance(model, cls):
-            raise TypeError(f"{path_or_repo_id} holds a {type(model).__name__}, not a {cls.__name__}")
-        return model
-
 
 def _check_images(is_img: torch.Tensor, num_tiles: list[int], n_feats: int, per_tile: int) -> None:
     """Each image's tiles fill exactly one run of <image> positions, in order (row-major)."""

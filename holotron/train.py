@@ -73,6 +73,7 @@ from .processor import END_OF_TURN, Processor
 from .progress import Progress, format_seconds
 from .vision.config import VisionConfig
 from .vision.preprocess import tile_image, to_rgb
+from .weights import save_pretrained
 
 __all__ = ["PRESETS", "make_config", "init_weights", "make_optimizer", "lr_at", "ScreenBatches", "collate", "normalize_tiles",
            "uint8_tiles", "answer_ids", "extra_targets", "train", "main"]
@@ -873,7 +874,7 @@ def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtyp
     folder = Path(folder)
     cpu = copy.deepcopy(model).to("cpu").to(dtype)
     cpu.generation_config = dict(GENERATION_CONFIG)
-    cpu.save_pretrained(folder, max_shard_size=max_shard_size)
+    save_pretrained(cpu, folder, max_shard_size=max_shard_size)
     for name in TOKENIZER_FILES:
         src = Path(tokenizer_dir) / name
         if src.is_file() and src.resolve() != (folder / name).resolve():

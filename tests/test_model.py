@@ -231,7 +231,7 @@ def test_holotron_save_reads_back_in_transformers(hf_pair, tmp_path):
     hf_cfg = json.loads((folder / "config.json").read_text())
     parsed = HolotronConfig.from_hf(hf_cfg)
     assert HolotronConfig.from_hf(json.loads(json.dumps(parsed.to_hf()))) == parsed
-    ours.save_pretrained(tmp_path / "out")
+    holotron.save_pretrained(ours, tmp_path / "out")
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert {"llm_config", "img_context_token_id", "vit_hidden_size"} <= set(written)
     back = NemotronH_Omni_Reasoning_V3.from_pretrained(tmp_path / "out").float().eval()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import holotron
 from torch import nn
 
 from holotron import kernels
@@ -95,7 +97,7 @@ def write_checkpoint(model: nn.Module, folder, max_shard_size="5GB", generation_
     """Save ``model`` with holotron's own writer (sharded below ``max_shard_size``)."""
     if generation_config is not None:
         model.generation_config = generation_config
-    model.save_pretrained(folder, max_shard_size=max_shard_size)
+    holotron.save_pretrained(model, folder, max_shard_size=max_shard_size)
     return Path(folder)
 
 

@@ -11,7 +11,7 @@ most ``MAX_NUM_TILES`` = 4 tiles (plus a thumbnail). The language model is ``tin
 
 ``write_tiny_vl_checkpoint`` writes what the published checkpoint holds, in its spelling:
 config.json (``NemotronH_Nano_VL_V2``, ``llm_config``, ``img_context_token_id``, ``vit_hidden_size``,
-...) and model.safetensors through ``Holotron.save_pretrained``, preprocessor_config.json,
+...) and model.safetensors through ``holotron.save_pretrained``, preprocessor_config.json,
 generation_config.json (eos ids: ``</s>`` and the chat end-of-turn ``<SPECIAL_12>``), tokenizer.json
 and tokenizer_config.json (``tiny_tokenizer``: ``<image>`` = 18, ``<img>`` = 19, ``</img>`` = 20).
 It is used by the model tests, the command-line tests and the tiny shipped model.
@@ -23,6 +23,8 @@ import math
 from pathlib import Path
 
 import torch
+
+import holotron
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -99,7 +101,7 @@ def write_tiny_vl_checkpoint(folder, seed: int = 0, model: Holotron | None = Non
     """
     model = model if model is not None else tiny_vl(seed)
     model.generation_config = dict(GENERATION_CONFIG if generation_config is None else generation_config)
-    model.save_pretrained(folder)  # config.json, model.safetensors, generation_config.json, preprocessor_config.json
+    holotron.save_pretrained(model, folder)  # config.json, model.safetensors, generation_config.json, preprocessor_config.json
     folder = write_tiny_tokenizer(folder, **tokenizer_kwargs)
     vocab = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size()
     if model.config.text.vocab_size < vocab:
