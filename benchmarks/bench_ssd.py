@@ -113,6 +113,7 @@ def fla_args(kw):
 def capture(f):
     """``f`` run once on a side stream (warm-up, as CUDA graph capture wants), then captured in a CUDA
     graph: returns (the graph, what the captured call returned)."""
+    import torch
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -168,7 +169,8 @@ def run(args):
     import torch
     import triton
     from triton.testing import do_bench
-    from holotron.kernels import ssd_scan, ssd_step, ssd_triton as T
+    from holotron.kernels import ssd_scan, ssd_step
+    from holotron.kernels import ssd_triton_scan as T, ssd_triton_step as TS
 
     if args.unfused:
         T.SCAN_CONFIG["fused"] = False
@@ -307,7 +309,7 @@ def run(args):
     # state in fp32 and in bf16 (fp32 math, stored rounded: half the bytes)
     step_variants = [dict(BLOCK_P=16, num_warps=4), dict(BLOCK_P=8, num_warps=2)]
     if args.quick:
-        step_variants = [dict(T.STEP_CONFIG)]
+        step_variants = [dict(TS.STEP_CONFIG)]
     for b in STEP_B:
         if late(0.85):
             break
@@ -318,7 +320,7 @@ def run(args):
             layers = max(2, min(32, math.ceil(400e6 / sbytes)))
             states = [torch.randn(b, H, P, N, device=dev).to(sdt) for _ in range(layers)]
             for v in step_variants:
-                T.STEP_CONFIG.update(v)
+                TS.STEP_CONFIG.update(v)
                 fn = lambda st: ssd_step(st, x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)  # noqa: E731
                 g, _ = capture(lambda: [fn(st) for st in states])
                 us = bench(g.replay) * 1e3 / layers

@@ -239,21 +239,24 @@ def test_large_decay_is_finite_and_right(backend):
 def nan_buffers(monkeypatch):
     """Every buffer the Triton wrappers allocate starts as NaN: an element left unwritten fails."""
     try:
-        from holotron.kernels import ssd_triton
+        from holotron.kernels import ssd_triton_common
     except ImportError:  # no triton: only the PyTorch backends run
         return
 
     def nan_empty(*shape, dtype=None, device=None):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
-    monkeypatch.setattr(ssd_triton, "_empty", nan_empty)
+    monkeypatch.setattr(ssd_triton_common, "_empty", nan_empty)
 
 
 def test_nan_fill_is_in_force():
-    """The fixture above reaches the wrappers (else the NaN checks would prove nothing)."""
-    from holotron.kernels import ssd_triton
+    """The fixture above reaches the wrappers (else the NaN checks would prove nothing): the scans and the
+    step allocate through ``ssd_triton_common.empty`` only."""
+    from holotron.kernels import ssd_triton_chunks, ssd_triton_common, ssd_triton_scan, ssd_triton_step
 
-    assert torch.isnan(ssd_triton._empty(3, dtype=torch.float32, device="cpu")).all()
+    assert torch.isnan(ssd_triton_common.empty(3, dtype=torch.float32, device="cpu")).all()
+    for mod in (ssd_triton_chunks, ssd_triton_scan, ssd_triton_step):
+        assert mod.empty is ssd_triton_common.empty and "_empty" not in vars(mod), mod.__name__
 
 
 @pytest.mark.parametrize("backend", FAST)
@@ -609,9 +612,9 @@ def test_triton_scan_configs(monkeypatch, cfg):
     """The fused scan's other launch settings (P in tiles, smaller row blocks, C B^T once per group
     through a buffer) and the four-kernel version compute the same function (P=80: P0=64 + P1=16,
     a packed boundary, Q=100: several row blocks)."""
-    from holotron.kernels import ssd_triton
+    from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, **cfg})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
     kw = make_inputs(1, 130, 2, 80, 1, 16, chunk_size=100, seed=26, cu_seqlens=[0, 110, 130],
                      D="channel", z=True, dt_softplus=True, initial_state=True)
     check(kw, "triton", str(cfg))
@@ -625,24 +628,24 @@ def test_triton_scan_cb_buffer_packed_groups(monkeypatch, cb, dtype):
     """SCAN_CONFIG["cb"]: C B^T from _chunk_cb's per-group buffer, with packed sequences (a full chunk,
     a 1-token sequence, a sequence of a full and a partial chunk, one padding chunk at the table's end),
     2 groups of 3 heads, P=40 (P0=32 + P1=16), several row and source blocks (Q=40, BLOCK_M=BLOCK_K=16)."""
-    from holotron.kernels import ssd_triton
+    from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": cb, "BLOCK_M": 16, "BLOCK_K": 16})
-    assert ssd_triton._p_split(40) == (32, 16)
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": cb, "BLOCK_M": 16, "BLOCK_K": 16})
+    assert ssd_triton_scan._p_split(40) == (32, 16)
     kw = make_inputs(1, 90, 6, 40, 2, 8, dtype=dtype, chunk_size=40, seed=28, cu_seqlens=[0, 40, 41, 90],
                      D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True)
     y, s = check(kw, "triton", f"cb={cb} {dtype}")
     if cb is True and dtype == torch.float32 and DEV == "cpu":
         # an fp32 buffer holds exactly the values the per-head path computes (interpreter: same dots)
-        monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": False})
+        monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": False})
         y0, s0 = scan(kw, "triton")
         assert torch.equal(y, y0) and torch.equal(s, s0)
 
 
 def test_triton_scan_cb_bad_value(monkeypatch):
-    from holotron.kernels import ssd_triton
+    from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": "fp8"})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": "fp8"})
     with pytest.raises(ValueError, match="cb"):
         scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
 
@@ -652,9 +655,9 @@ def test_triton_scan_cb_bad_value(monkeypatch):
 def test_gpu_cb_real_size_packed_and_graph(monkeypatch, cb):
     """SCAN_CONFIG["cb"] at the real size: packed (boundaries inside chunks) against float64, and captured
     in a CUDA graph (no host sync) whose replay equals the eager call."""
-    from holotron.kernels import ssd_triton
+    from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton, "SCAN_CONFIG", {**ssd_triton.SCAN_CONFIG, "cb": cb})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": cb})
     r = REAL
     kw = make_inputs(1, r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=29,
                      D="channel", z=True, dt_bias=True, dt_softplus=True, initial_state=True,

@@ -225,7 +225,7 @@ def ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
     elif name == "chunked":
         from .ssd_chunked import ssd_scan_chunked as fn
     else:
-        from .ssd_triton import ssd_scan_triton as fn
+        from .ssd_triton_scan import ssd_scan_triton as fn
     return fn(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit,
               initial_state=initial_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size)
 
@@ -238,5 +238,5 @@ def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     if name in ("naive", "chunked"):  # one token: the chunked algorithm is the recurrence itself
         from .ssd_naive import ssd_step_naive as fn
     else:
-        from .ssd_triton import ssd_step_triton as fn
+        from .ssd_triton_step import ssd_step_triton as fn
     return fn(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit)
