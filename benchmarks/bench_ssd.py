@@ -10,7 +10,7 @@
     python benchmarks/bench_ssd.py --plot JSON --png FILE     the chart of time vs seqlen (CPU is fine)
 
 Shape: the Nemotron-Nano-12B / Holotron-12B Mamba layer, H=128, P=80, N=128, G=8, chunk 128, bf16,
-with D per head, dt_bias and softplus (issue 7's shapes). Times are medians of
+with D per head, dt_bias and softplus, at four (batch, seqlen) shapes (SHAPES). Times are medians of
 triton.testing.do_bench (CUDA events). Ceilings measured in the same run: device copy bandwidth and
 a bf16 8192^3 matmul. Floors: the fewest bytes (x, dt, B, C read once, y written once, the fp32 final
 state written once; the step reads and writes its state, fp32 or bf16) at the copy bandwidth, and the
@@ -18,8 +18,8 @@ chunked algorithm's matmul FLOPs at the matmul rate.
 
 Peer: flash-linear-attention's chunk_simple_gla (fla-core, pure Python + Triton), when importable:
 the same recurrence with B, C expanded to every head, k = B dt, g = dt A, inputs prepared outside the
-timing (its time has no D term). mamba_ssm is not on the GPU image; its figures are issue 7's,
-quoted and labelled as such, never measured here. Baselines are benchmark-only: never a dependency.
+timing (its time has no D term). mamba_ssm is not on the GPU image; its figures (MAMBA_SSM_MS,
+measured elsewhere) are quoted and labelled as such, never measured here. Baselines are benchmark-only: never a dependency.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import sys
 import time
 
 H, P, N, G, Q = 128, 80, 128, 8, 128
-SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # issue 7's (batch, seqlen)
+SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # the four benchmark shapes (batch, seqlen)
 SWEEP_L = [1024, 2048, 4096, 8192, 16384, 32768]  # batch 1
 SWEEP_B = [1, 2, 4, 8, 16]  # seqlen 4096
 STEP_B = [1, 8, 64, 128]
 DEVICE = "cuda"  # (a CPU dry run of the code paths may set it to "cpu")
-# issue 7's figures for mamba_ssm 2.3.2 (H200, torch 2.11, triton 3.6), not measured here
+# quoted figures for mamba_ssm 2.3.2 (measured elsewhere: H200, torch 2.11, triton 3.6), not measured here
 MAMBA_SSM_MS = {(1, 4096): 0.58, (1, 16384): 1.56, (4, 8192): 3.28, (8, 16384): 13.6}  # 1x4096: 0.50-0.66
 MAMBA_SSM_STEP_US = {1: 5.2, 8: 25.5, 64: 190.0, 128: 412.0}  # selective_state_update in a CUDA graph
 
@@ -274,7 +274,7 @@ def run(args):
         print("# scan config:", T.SCAN_CONFIG, flush=True)
         save()
 
-        # ---- the scan at issue 7's shapes and the sweeps, next to the peer and the floor
+        # ---- the scan at the four benchmark shapes and the sweeps, next to the peer and the floor
         shapes = list(SHAPES)
         if not args.quick:
             shapes += [(1, l) for l in SWEEP_L if (1, l) not in shapes] + [(b, 4096) for b in SWEEP_B if (b, 4096) not in shapes]
@@ -378,7 +378,7 @@ CB_MODES = [("per head", dict(cb=False)), ("cb fp32", dict(cb=True)), ("cb half"
 
 
 def cb_compare(out, args, T, ours, bench, late, dev, save):
-    """The fused scan at the issue shapes with C B^T recomputed per head (today's default) and computed
+    """The fused scan at the four benchmark shapes with C B^T recomputed per head (today's default) and computed
     once per (chunk, group) by _chunk_cb (SCAN_CONFIG["cb"]: True = fp32 buffer, "half" = bf16 buffer):
     median ms of each, eager and (1 x 4096) in a CUDA graph, and the relative RMS error of y and of
     the final state vs the chunked scan in float64 (computed one batch row at a time)."""

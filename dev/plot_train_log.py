@@ -1,6 +1,6 @@
 """Loss curves (and held-out evals) of holotron.train runs as one PNG, one panel per run, with matplotlib.
 
-    python docs/plot_train_log.py RUN/trainer_state.json [MORE/trainer_state.json ...] OUT.png
+    python dev/plot_train_log.py RUN/trainer_state.json [MORE/trainer_state.json ...] OUT.png
 
 A reading-stage run (``--stage read``) shows its character and text-class losses and the share of characters
 and label classes its evals read right; a grounding run the answer loss, the auxiliary losses it logged and
@@ -61,7 +61,7 @@ def panel(ax, state):
 
 if __name__ == "__main__":
     if len(sys.argv) < 3:
-        sys.exit("usage: python docs/plot_train_log.py STATE.json [STATE.json ...] OUT.png")
+        sys.exit("usage: python dev/plot_train_log.py STATE.json [STATE.json ...] OUT.png")
     states = [json.load(open(p)) for p in sys.argv[1:-1]]
     fig, axes = plt.subplots(1, len(states), figsize=(7 * len(states), 4.5), dpi=100, squeeze=False)
     for ax, state in zip(axes[0], states):
