@@ -1,4 +1,4 @@
-"""Synthetic GUI screens for training and evaluating grounding (issue 6).
+"""Synthetic GUI screens for training and evaluating grounding.
 
     from holotron.data import generate_sample, stream, to_messages, corpus
     s = generate_sample(0)                  # Sample(image, elements, instruction, target, answer, ...)
@@ -7,18 +7,19 @@
 
 Files: labels.txt (the vocabulary), labels.py (loading it, unique labels per screen), styles.py
 (themes, sizes, fonts, the train / heldout split), canvas.py (recording drawing + boxes), widgets.py
-(one control each), blocks.py (groups of controls), bars.py (title, menu, tool, tab, status bars and
-sidebars), layouts.py (whole screens), instructions.py
-(instruction, answer, messages, corpus), screens.py (generate_sample, stream), example.py (the bundled
+(one control each), context.py (what layouts and blocks draw with), inputs.py and blocks.py (groups of
+controls), bars.py (title, menu, tool, tab, status bars and sidebars), columns.py (content columns),
+layouts.py (whole screens: layouts_train.py, layouts_heldout.py, layouts_mosaic.py), instructions.py
+(instruction, answer, messages), screens.py (generate_sample, stream, corpus), example.py (the bundled
 example_screen.png, EXAMPLE_INSTRUCTION and its EXAMPLE_TARGET).
 """
 
 from .canvas import Element, Text
 from .example import EXAMPLE_ANSWER, EXAMPLE_INSTRUCTION, EXAMPLE_TARGET, example_path, example_sample
-from .instructions import corpus, to_messages
+from .instructions import to_messages
 from .labels import all_labels, load_labels
 from .layouts import LAYOUTS
-from .screens import ROLES, Sample, check_sample, generate_sample, stream
+from .screens import ROLES, Sample, check_sample, corpus, generate_sample, stream
 from .styles import SIZES, SPLITS, THEMES
 
 __all__ = [

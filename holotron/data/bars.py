@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from . import blocks as B
 from . import widgets as W
-from .blocks import Ctx
 from .canvas import text_height, text_width
+from .context import Ctx
 from .styles import mix
 
 SHORTCUTS = ("Ctrl+N", "Ctrl+O", "Ctrl+S", "Ctrl+Shift+S", "Ctrl+P", "Ctrl+Z", "Ctrl+Y", "Ctrl+F", "Ctrl+H",

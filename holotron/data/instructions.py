@@ -1,12 +1,12 @@
-"""What the model reads and writes for a screen: the instruction naming the target, the click answer,
-the chat messages for ``holotron.Processor``, and a text corpus for training a tokenizer."""
+"""What the model reads and writes for a screen: the instruction naming the target, the click answer and
+the chat messages for ``holotron.Processor`` (the tokenizer corpus, which renders screens, is in screens.py)."""
 
 from __future__ import annotations
 
 import json
 import random
 
-from ..grounding import Point, localization_messages, localization_prompt
+from ..grounding import Point, localization_messages
 from .canvas import BoxT
 
 # role -> how instructions call it
@@ -78,14 +78,3 @@ def to_messages(sample, *, thinking: bool = False, image: bool = True) -> list[d
     messages.append({"role": "assistant", "content": sample.answer})
     return messages
 
-
-def corpus(n: int, seed0: int = 0, split: str = "train", **options) -> list[str]:
-    """Texts for training a byte-level BPE tokenizer: for each of ``n`` screens (seeds seed0 ..), the
-    localisation prompt for its instruction, a newline and its answer. No pixels are rendered."""
-    from .screens import generate_sample
-
-    out = []
-    for seed in range(seed0, seed0 + n):
-        s = generate_sample(seed, split=split, render=False, **options)
-        out.append(localization_prompt(s.instruction) + "\n" + s.answer)
-    return out

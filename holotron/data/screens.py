@@ -1,4 +1,5 @@
-"""Synthetic GUI screenshots for grounding: ``generate_sample(seed) -> Sample`` and ``stream(seed0, n)``.
+"""Synthetic GUI screenshots for grounding: ``generate_sample(seed) -> Sample``, ``stream(seed0, n)`` and
+``corpus(n)`` (the screens' prompt and answer texts, for training a tokenizer).
 
     s = generate_sample(7)                       # a training-distribution screen
     s.image                                      # PIL RGB image
@@ -24,9 +25,9 @@ from typing import Iterator, Sequence
 
 from PIL import Image
 
-from ..grounding import Box, Point, parse_click
-from .blocks import Ctx
+from ..grounding import Box, Point, localization_prompt, parse_click
 from .canvas import Canvas, Element, Text, inside, overlaps
+from .context import Ctx
 from .instructions import ROLE_NAMES, answer_text, click_point, instruction_for
 from .labels import LabelPicker
 from .layouts import LAYOUTS
@@ -234,3 +235,13 @@ def stream(seed0: int = 0, n: int | None = None, **options) -> Iterator[Sample]:
     while n is None or seed < seed0 + n:
         yield generate_sample(seed, **options)
         seed += 1
+
+
+def corpus(n: int, seed0: int = 0, split: str = "train", **options) -> list[str]:
+    """Texts for training a byte-level BPE tokenizer: for each of ``n`` screens (seeds seed0 ..), the
+    localisation prompt for its instruction, a newline and its answer. No pixels are rendered."""
+    out = []
+    for seed in range(seed0, seed0 + n):
+        s = generate_sample(seed, split=split, render=False, **options)
+        out.append(localization_prompt(s.instruction) + "\n" + s.answer)
+    return out

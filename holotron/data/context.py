@@ -1,0 +1,35 @@
+"""The context every layout and block draws with: the canvas, the style, the random source and the label
+picker of one screen, with the small random helpers they share."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from . import widgets as W
+from .canvas import Canvas, text_width
+from .labels import LabelPicker
+from .styles import Style
+
+
+@dataclass
+class Ctx:
+    """What every layout and block needs: the canvas, the style, the random source, the label picker."""
+
+    c: Canvas
+    st: Style
+    rng: random.Random
+    labels: LabelPicker
+
+    def chance(self, p: float) -> bool:
+        return self.rng.random() < p
+
+    def take(self, group: str, size: int, width: int) -> str | None:
+        """An unused label of ``group`` whose text is at most ``width`` px wide at ``size``."""
+        if width <= 0:
+            return None
+        return self.labels.take(group, lambda s: text_width(s, size) <= width)
+
+    def claim_icon(self, name: str) -> str:
+        """The icon's label when it is still free on this screen, else "" (drawn as decoration)."""
+        return W.ICONS[name] if self.labels.claim(W.ICONS[name]) else ""
