@@ -19,7 +19,8 @@ chunked algorithm's matmul FLOPs at the matmul rate.
 Peer: flash-linear-attention's chunk_simple_gla (fla-core, pure Python + Triton), when importable:
 the same recurrence with B, C expanded to every head, k = B dt, g = dt A, inputs prepared outside the
 timing (its time has no D term). mamba_ssm is not on the GPU image; its figures (MAMBA_SSM_MS,
-measured elsewhere) are quoted and labelled as such, never measured here. Baselines are benchmark-only: never a dependency.
+measured elsewhere) are quoted and labelled as such, never measured here. Baselines are benchmark-only:
+never a dependency.
 """
 
 from __future__ import annotations

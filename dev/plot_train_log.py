@@ -9,6 +9,7 @@ import json
 import sys
 
 import matplotlib
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
@@ -24,7 +25,8 @@ def panel(ax, state):
         ax.plot(minutes, [e["read"] for e in log], lw=1.2, label="text-class loss (trained from --labels-after)")
         ax.set_ylabel("loss (nats)")
         ax2.plot(at, [100 * e["char_acc"] for e in evals], "o-", ms=2, color="C2", label="held-out characters read %")
-        ax2.plot(at, [100 * e["read_acc"] for e in evals], "o-", ms=2, color="C3", label="held-out label classes read %")
+        ax2.plot(at, [100 * e["read_acc"] for e in evals], "o-", ms=2, color="C3",
+                 label="held-out label classes read %")
         ax2.set_ylabel("held-out share read right (%)")
     elif "answer" in log[0]:  # grounding with auxiliary image-token losses
         ax.plot(minutes, [e["answer"] for e in log], lw=1.5, label="answer tokens")
@@ -35,7 +37,8 @@ def panel(ax, state):
         ax.set_ylabel("loss (nats; position: 10 x L1)")
         if ax2 is not None:
             if "pointer_acc" in log[0]:
-                ax2.plot(minutes, [100 * e["pointer_acc"] for e in log], lw=0.8, color="C9", label="pointer on the element %")
+                ax2.plot(minutes, [100 * e["pointer_acc"] for e in log], lw=0.8, color="C9",
+                         label="pointer on the element %")
             if evals:
                 ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label="held-out point-in-box %")
             ax2.set_ylabel("%")

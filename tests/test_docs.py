@@ -1,5 +1,7 @@
-"""The Python examples in docs/usage.md run against a tiny checkpoint, and what they print is what the
-doc quotes (the `# ...` comment under each print), so they cannot drift."""
+"""The docs cannot drift from the code: the Python examples in docs/usage.md run against a tiny checkpoint
+and print what the doc quotes (the `# ...` comment under each print); every link and repository path named
+in docs/*.md, README.md, CONTRIBUTING.md and dev/LOG.md exists. (The example in docs/architecture.md is run
+by tests/test_generate.py.)"""
 
 import contextlib
 import io
@@ -7,7 +9,6 @@ import re
 from pathlib import Path
 
 from PIL import Image
-
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
 from tiny_vl import write_tiny_vl_checkpoint
 
@@ -39,3 +40,55 @@ def test_usage_examples_run_and_print_what_the_doc_says(tmp_path):
             exec(compile(code, f"docs/usage.md block {i}", "exec"), env)
         printed = [line.rstrip() for line in buf.getvalue().splitlines()]
         assert printed == _quoted_outputs(code), f"docs/usage.md block {i}"
+
+
+ROOT = DOCS.parent
+# the documents whose references are checked: the user docs, the top-level guides and the lab notebook
+CHECKED = ["docs/*.md", "README.md", "CONTRIBUTING.md", "dev/LOG.md"]
+# a repository path written in the text (prose, backticks or code blocks): a top-level folder, then a path
+_REPO_PATH = re.compile(r"(?<![\w./$~-])((?:holotron|docs|dev|scripts|tests|benchmarks|notebooks)/[\w./{},*-]*)")
+# a markdown link or image: [text](target) / ![alt](target "title")
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def _checked_docs() -> list[Path]:
+    return sorted({p for pattern in CHECKED for p in ROOT.glob(pattern)})
+
+
+def _broken_references(doc: Path) -> list[str]:
+    text = doc.read_text(encoding="utf-8")
+    broken = []
+    for m in _LINK.finditer(text):
+        target = m.group(1).split("#")[0]
+        if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):  # an anchor, or http:, mailto:, ...
+            continue
+        if not (doc.parent / target).exists():
+            broken.append(f"link ({target})")
+    for m in _REPO_PATH.finditer(text):
+        path = m.group(1).rstrip(".,:;")
+        if any(c in path for c in "{},*"):  # a pattern (tiny-model-{read,ground}.csv, *.py), not one file
+            continue
+        if not (ROOT / path).exists():
+            broken.append(path)
+    return broken
+
+
+def test_the_checked_documents_exist():
+    names = {str(p.relative_to(ROOT)) for p in _checked_docs()}
+    assert {"README.md", "CONTRIBUTING.md", "dev/LOG.md", "docs/usage.md", "docs/architecture.md"} <= names
+
+
+def test_every_link_and_repository_path_in_the_docs_exists():
+    """A markdown link (relative to the document) or a repository path named in the text (relative to the
+    repository root: holotron/..., docs/..., dev/..., scripts/..., tests/..., benchmarks/..., notebooks/...)
+    that does not exist fails, so a moved or deleted file cannot leave a dangling reference behind."""
+    broken = {str(doc.relative_to(ROOT)): refs for doc in _checked_docs() if (refs := _broken_references(doc))}
+    assert not broken, f"references to files that do not exist: {broken}"
+
+
+def test_the_reference_check_catches_a_missing_file(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("See `holotron/no_such_module.py`, [the log](missing.md), ![a curve](runs/none.png),\n"
+                   "and [fine](x.md), [web](https://example.com), [anchor](#top), `holotron/__init__.py`,\n"
+                   "`dev/runs/tiny-model-{read,ground}-log.csv` (a pattern), /tmp/holotron/elsewhere.\n")
+    assert _broken_references(doc) == ["link (missing.md)", "link (runs/none.png)", "holotron/no_such_module.py"]
