@@ -9,7 +9,10 @@ config.json and pick a builder from the registry (``architectures`` / ``model_ty
 read every safetensors header and check names and shapes against the model built on the meta device
 (missing shards and mismatches are reported, grouped on one screen, before any tensor is read);
 then stream the tensors shard by shard into the model (``load_into``). Every failure is a
-``CheckpointError`` (a ValueError) whose message names the file, the tensor and the shape.
+``CheckpointError`` (a ValueError) whose message names the file, the tensor and the shape; a device or
+dtype that cannot be used here is a ``DeviceError`` (a ValueError), raised before any file is read.
+Reading and checking the index and headers is ``holotron/weights_check.py``'s; writing the folder all at
+once is ``holotron/atomic_folder.py``'s; devices and dtypes are ``holotron/devices.py``'s.
 """
 
 from __future__ import annotations
@@ -18,31 +21,25 @@ import contextlib
 import importlib
 import json
 import math
-import os
 import re
-import shutil
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .atomic_folder import atomic_folder
 from .config import ConfigError
+from .devices import DTYPE_NAMES, DeviceError, resolve_device, resolve_dtype
+from .weights_check import INDEX, SINGLE, CheckpointError, check_tensors, dtype_size, read_header, weight_files
 
-__all__ = ["CheckpointError", "load", "load_into", "save_pretrained", "register_model", "resolve",
+__all__ = ["CheckpointError", "DeviceError", "load", "load_into", "save_pretrained", "register_model", "resolve",
            "weight_files", "read_header"]
 
 CONFIG = "config.json"
-SINGLE = "model.safetensors"
-INDEX = "model.safetensors.index.json"
 HUB_ALLOW = ["*.json", "*.safetensors", "tokenizer*", "*.jinja"]
 HUB_IGNORE = ["*.py", "*.pyc", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.gguf"]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded as it is; the message names file, tensor and shape."""
 
 
 # ----------------------------------------------------------------------------- registry
@@ -103,156 +100,18 @@ def resolve(path_or_repo_id, revision: str | None = None, cache_dir=None) -> Pat
                        error=CheckpointError)
 
 
-def weight_files(folder: Path) -> dict[str, Path] | Path:
-    """Sharded: {tensor name: shard path} from the index (every shard checked to exist). Single: the file."""
-    single, index = folder / SINGLE, folder / INDEX
-    if single.is_file():
-        return single
-    if index.is_file():
-        try:
-            wm = json.loads(index.read_text())["weight_map"]
-            if not isinstance(wm, dict):
-                raise TypeError("weight_map is not an object")
-        except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
-        by_file = defaultdict(list)
-        for name, fn in wm.items():
-            by_file[fn].append(name)
-        missing = [fn for fn in sorted(by_file) if not (folder / fn).is_file()]
-        if missing:
-            lines = [f"  {fn}  ({len(by_file[fn])} tensors, e.g. {by_file[fn][0]})" for fn in missing[:10]]
-            more = [f"  ... and {len(missing) - 10} more"] if len(missing) > 10 else []
-            raise CheckpointError("\n".join([f"{folder}: {len(missing)} of {len(by_file)} shards listed in {INDEX} "
-                                             "are missing (nothing was loaded):", *lines, *more]))
-        return {name: folder / fn for name, fn in wm.items()}
-    others = sorted(x.name for x in folder.glob("*.safetensors"))
-    hint = f" (found {', '.join(others[:5])}: expected {SINGLE} or {INDEX})" if others else ""
-    raise CheckpointError(f"{folder}: no {SINGLE} and no {INDEX}{hint}")
-
-
-_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-              "BOOL": torch.bool, "F8_E4M3": getattr(torch, "float8_e4m3fn", None),
-              "F8_E5M2": getattr(torch, "float8_e5m2", None)}
-
-
-def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{tensor name: (safetensors dtype, shape)} from the file's header, checking it against the file size."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise CheckpointError(f"{path}: not a safetensors file ({size} bytes, shorter than the 8-byte header size)")
-            n = int.from_bytes(head, "little")
-            if n > size - 8 or n > 100 * 2**20:
-                raise CheckpointError(f"{path}: corrupt or truncated safetensors file (header claims {n} bytes, "
-                                      f"file has {size})")
-            raw = f.read(n)
-        hdr = json.loads(raw)
-        if not isinstance(hdr, dict):
-            raise ValueError("header is not a JSON object")
-    except CheckpointError:
-        raise
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: corrupt safetensors file (header is not valid JSON: {e})") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read ({e})") from None
-    out, end = {}, 0
-    for name, info in hdr.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dt, shape, (a, b) = info["dtype"], tuple(int(s) for s in info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path}: corrupt safetensors header entry for {name}: {info!r}") from None
-        out[name] = (dt, shape)
-        end = max(end, int(b))
-    if 8 + n + end > size:
-        raise CheckpointError(f"{path}: truncated safetensors file: its header needs {8 + n + end} bytes, "
-                              f"the file has {size} (re-download or re-save it)")
-    return out
-
-
-# ----------------------------------------------------------------------------- strict checks
-
-
-def _shape(s) -> str:
-    return "[" + ", ".join(str(int(x)) for x in s) + "]"
-
-
-def _ranges(idx: list[str]) -> str:
-    """["0", "1", "2", "5"] -> "{0-2,5}"; one index stays bare."""
-    nums = sorted({int(i) for i in idx})
-    if len(nums) == 1:
-        return str(nums[0])
-    runs, start = [], nums[0]
-    for a, b in zip(nums, nums[1:] + [None]):
-        if b != a + 1:
-            runs.append(str(start) if a == start else f"{start},{a}" if a == start + 1 else f"{start}-{a}")
-            start = b
-    return "{" + ",".join(runs) + "}"
-
-
-def _group(items: list[tuple[str, str]], limit: int = 8) -> list[str]:
-    """[(name, detail)] -> lines with layer indices folded: ``layers.{0,3,5}.mixer.D [8]  (file)``."""
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name, detail in items:
-        m = re.search(r"\.layers\.(\d+)\.", name)
-        key = (re.sub(r"\.layers\.\d+\.", ".layers.{i}.", name, count=1) if m else name, detail)
-        groups[key].append(m.group(1) if m else "")
-    lines = []
-    for (pat, detail), idx in groups.items():
-        shown = pat.replace("{i}", _ranges(idx)) if idx[0] else pat
-        lines.append(f"    {shown}  {detail}".rstrip())
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"    ... and {len(lines) - limit} more"]
-    return lines
-
-
-def _check(model_tensors: dict[str, torch.Tensor], found: dict[str, tuple[Path, str, tuple]], where: str) -> None:
-    expected = {n: t.shape for n, t in model_tensors.items()}
-    missing = [(n, _shape(s)) for n, s in expected.items() if n not in found]
-    unexpected = [(n, f"{_shape(sh)}  ({p.name})") for n, (p, _, sh) in found.items() if n not in expected]
-    wrong = [(n, f"checkpoint {_shape(sh)} in {p.name}, model expects {_shape(expected[n])}")
-             for n, (p, _, sh) in found.items() if n in expected and tuple(sh) != tuple(expected[n])]
-    floats = {"F64", "F32", "F16", "BF16"}
-    wrong_dtype = [(n, f"{dt} in {p.name}, model expects a floating tensor") for n, (p, dt, _) in found.items()
-                   if n in model_tensors and model_tensors[n].is_floating_point() and dt not in floats]
-    if not (missing or unexpected or wrong or wrong_dtype):
-        return
-    lines = [f"{where}: the checkpoint does not match the model built from config.json (nothing was loaded)"]
-    if wrong:
-        lines += [f"  wrong shape ({len(wrong)}):", *_group(wrong)]
-        lines.append("    (config.json contradicts these tensors' shapes, or the weights belong to another model)")
-    if wrong_dtype:
-        lines += [f"  wrong dtype ({len(wrong_dtype)}):", *_group(wrong_dtype)]
-    if missing:
-        lines += [f"  missing from the checkpoint ({len(missing)}):", *_group(missing)]
-    if unexpected:
-        lines += [f"  unexpected, not in the model ({len(unexpected)}):", *_group(unexpected)]
-    raise CheckpointError("\n".join(lines))
-
-
 # ----------------------------------------------------------------------------- loading
 
 
-class _Progress:
-    """A one-line progress bar per shard on a terminal; silent otherwise."""
+def _bar(label: str, nbytes: int, progress: bool | None):
+    """A progress bar of one shard's ``nbytes`` on stderr: always with ``progress=True``, never with False;
+    with None only on a terminal, and only once the shard has taken half a second (small models load
+    without one). One line per shard, kept when it ends."""
+    from tqdm import tqdm
 
-    def __init__(self, label: str, total: int, on: bool):
-        self.label, self.total, self.on, self.done = label, max(total, 1), on, 0
-
-    def update(self, n: int) -> None:
-        if not self.on:
-            return
-        self.done += n
-        frac = min(self.done / self.total, 1.0)
-        bar = "#" * int(30 * frac) + "." * (30 - int(30 * frac))
-        sys.stderr.write(f"\r  {self.label} [{bar}] {self.done / 2**30:.2f}/{self.total / 2**30:.2f} GiB")
-        if self.done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+    on = sys.stderr.isatty() if progress is None else bool(progress)
+    return tqdm(total=max(nbytes, 1), desc=f"  {label}", unit="B", unit_scale=True, unit_divisor=1024,
+                file=sys.stderr, disable=not on, delay=0.5 if progress is None else 0.0, leave=True)
 
 
 def _fp32_names(model: nn.Module) -> tuple[str, ...]:
@@ -298,8 +157,9 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
     ``files``: one file, or {tensor name: file} as in an index. Every header is read and every name and
     shape checked before any tensor is loaded; then each file is read once, its tensors cast to
     ``dtype`` (floating ones; names in a module's ``keep_fp32`` stay fp32 under a 16-bit dtype) and
-    moved to ``device``, and assigned in place of the model's tensors.
+    moved to ``device``, and assigned in place of the model's tensors. ``progress``: see ``_bar``.
     """
+    device, dtype = resolve_device(device), resolve_dtype(dtype)  # (before any file is opened)
     if isinstance(files, (str, Path)):
         path = Path(files)
         hdr = read_header(path)
@@ -319,19 +179,15 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
     found = {n: (p, *headers[p][n]) for p, names in by_file.items() for n in names}
     if callable(getattr(model, "adapt_to_checkpoint", None)):
         model.adapt_to_checkpoint({n: shape for n, (_, _, shape) in found.items()})
-    _check(model.state_dict(keep_vars=True), found, where)
+    check_tensors(model.state_dict(keep_vars=True), found, where)
 
-    device = torch.device(device) if device is not None else torch.device("cpu")
     keep = _fp32_names(model)
-    if progress is None:
-        progress = sys.stderr.isatty()
     from safetensors import safe_open
 
     for p, names in sorted(by_file.items()):
-        nbytes = sum(math.prod(headers[p][n][1]) * _dtype_size(headers[p][n][0]) for n in names)
-        bar = _Progress(p.name, nbytes, progress)
+        nbytes = sum(math.prod(headers[p][n][1]) * dtype_size(headers[p][n][0]) for n in names)
         try:
-            with safe_open(str(p), framework="pt", device=str(device)) as f:
+            with _bar(p.name, nbytes, progress) as bar, safe_open(str(p), framework="pt", device=str(device)) as f:
                 for n in names:
                     t = f.get_tensor(n)
                     if t.is_floating_point():
@@ -340,7 +196,7 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
                             want = torch.float32
                         t = t.to(want)
                     _assign(model, n, t)
-                    bar.update(t.numel() * _dtype_size(headers[p][n][0]))
+                    bar.update(t.numel() * dtype_size(headers[p][n][0]))
         except CheckpointError:
             raise
         except Exception as e:  # noqa: BLE001 - safetensors/IO failures become one line naming the file
@@ -352,19 +208,10 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
     return model
 
 
-def _dtype_size(st_dtype: str) -> int:
-    t = _ST_DTYPES.get(st_dtype)
-    return t.itemsize if t is not None else 1
-
-
 def _checkpoint_dtype(cfg: dict) -> torch.dtype | None:
     """The dtype the checkpoint declares (config ``torch_dtype`` / ``dtype``), else None (keep stored dtypes)."""
     name = cfg.get("torch_dtype") or cfg.get("dtype")
-    if isinstance(name, str):
-        t = getattr(torch, name.replace("torch.", ""), None)
-        if isinstance(t, torch.dtype) and t.is_floating_point:
-            return t
-    return None
+    return DTYPE_NAMES.get(name.strip().lower().removeprefix("torch.")) if isinstance(name, str) else None
 
 
 def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *, revision: str | None = None,
@@ -372,26 +219,25 @@ def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *
     """Build the model that ``config.json`` describes and load its weights strictly.
 
     ``path_or_repo_id``: a local folder (or a file in it) or a Hugging Face repo id. ``dtype``: the
-    floating dtype of the model (default: the checkpoint's ``torch_dtype``, else as stored).
-    ``device``: where tensors are loaded (default CPU). ``revision`` / ``cache_dir``: for a Hub id.
-    A progress bar per shard is shown on a terminal (``progress`` forces it on or off).
-    Returns the model in eval mode.
+    floating dtype of the model, a torch dtype or a name ("bfloat16", "bf16", "float32", ...; "auto":
+    bfloat16 on CUDA, float32 elsewhere); default the checkpoint's ``torch_dtype``, else as stored.
+    ``device``: where tensors are loaded (default CPU; "cpu", "cuda", "cuda:N", "auto"). Both are checked
+    before any file is read (``DeviceError``, e.g. CUDA asked for where torch sees no GPU).
+    ``revision`` / ``cache_dir``: for a Hub id. A progress bar per shard is shown on a terminal when
+    loading is slow (``progress`` forces it on or off). Returns the model in eval mode.
     """
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
     folder = resolve(path_or_repo_id, revision, cache_dir)
     cfg_path = folder / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{folder}: no {CONFIG}")
     try:
         cfg = json.loads(cfg_path.read_text())
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object")
-    if isinstance(dtype, str):
-        t = getattr(torch, dtype, None)
-        if not isinstance(t, torch.dtype):
-            raise ValueError(f"dtype: unknown torch dtype {dtype!r}")
-        dtype = t
     builder = _builder_for(cfg, str(cfg_path))
     files = weight_files(folder)  # a missing shard is named here, before anything is built or read
     preprocessor = None
@@ -434,8 +280,10 @@ def save_pretrained(model: nn.Module, folder, max_shard_size: int | str = "5GB")
     """Write ``config.json`` (+ ``generation_config.json``) and the weights in the Hugging Face layout.
 
     One ``model.safetensors`` up to ``max_shard_size``, else ``model-0000i-of-0000n.safetensors`` and
-    ``model.safetensors.index.json``. Everything is written to a temporary folder next to ``folder``
-    and moved into place at the end, so a failure never leaves a half-written checkpoint.
+    ``model.safetensors.index.json``. Through ``atomic_folder``: ``folder`` (or the parents it needs) is
+    checked before anything is written (an OSError of one line naming it otherwise), everything is written
+    to a temporary folder and moved into place at the end, so a failure never leaves a half-written
+    checkpoint; weights an earlier save left there are removed; modes follow the process umask.
     """
     from safetensors.torch import save_file
 
@@ -455,9 +303,8 @@ def save_pretrained(model: nn.Module, folder, max_shard_size: int | str = "5GB")
     cfg = model.config.to_hf()
     cfg["torch_dtype"] = str(getattr(model, "dtype", next(iter(sd.values())).dtype)).replace("torch.", "")
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
+    stale = lambda name: name.endswith(".safetensors") or name == INDEX  # noqa: E731 - an earlier save's weights
+    with atomic_folder(folder, who="save_pretrained", stale=stale) as tmp:
         (tmp / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
         if getattr(model, "generation_config", None):
             (tmp / "generation_config.json").write_text(json.dumps(model.generation_config, indent=2) + "\n")
@@ -480,17 +327,3 @@ def save_pretrained(model: nn.Module, folder, max_shard_size: int | str = "5GB")
             index = {"metadata": {"total_size": sum(t.nbytes for t in sd.values())},
                      "weight_map": {n: fn for fn, shard in zip(names, shards) for n in shard}}
             (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
-        if not folder.exists():
-            os.replace(tmp, folder)
-            return
-        if not folder.is_dir():
-            raise ValueError(f"save_pretrained: {folder} exists and is not a folder")
-        written = {p.name for p in tmp.iterdir()}
-        for p in tmp.iterdir():
-            os.replace(p, folder / p.name)
-        for old in folder.iterdir():  # weights of an earlier save that this one did not overwrite
-            if old.name not in written and (old.name.endswith(".safetensors") or old.name == INDEX):
-                old.unlink()
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
