@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from .state import KVCache
@@ -59,9 +60,9 @@ class Attention(nn.Module):
 
         ``mask``: from ``causal_mask`` (None = plain causal)."""
         b, t, _ = u.shape
-        q = self.q_proj(u).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)     # (B, Hq, T, hd)
-        k = self.k_proj(u).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.v_proj(u).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = rearrange(self.q_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hq, T, hd)
+        k = rearrange(self.k_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hkv, T, hd)
+        v = rearrange(self.v_proj(u), "b t (h d) -> b h t d", d=self.head_dim)
         if cache is not None:
             cache.k[:, :, pos:pos + t] = k
             cache.v[:, :, pos:pos + t] = v
@@ -71,7 +72,7 @@ class Attention(nn.Module):
         causal = mask is None and t > 1
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            enable_gqa=self.n_heads != self.n_kv_heads)  # (B, Hq, T, hd)
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
     def step(self, u: torch.Tensor, cache: KVCache, lengths: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         """One token per row, every shape static (CUDA-graph safe, no host sync).

@@ -1,4 +1,4 @@
-"""Image preprocessing: any image -> normalised tiles for the vision encoder (ARCHITECTURE.md section 5).
+"""Image preprocessing: any image -> normalised tiles for the vision encoder (docs/architecture.md, section 5).
 
     pixel_values, num_tokens = preprocess_image("screenshot.png", cfg)   # (tiles, 3, S, S) float32
 
@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from einops import rearrange
 from PIL import Image, UnidentifiedImageError
 
 from .config import VisionConfig
@@ -170,7 +171,7 @@ def tile_image(im: Image.Image, tile: int, max_tiles: int, use_thumbnail: bool =
 
 def normalize(tiles: list[Image.Image], mean, std) -> torch.Tensor:
     """RGB tiles -> (T, 3, S, S) float32: x / 255, then (x - mean) / std per channel."""
-    x = torch.from_numpy(np.stack([np.asarray(t, dtype=np.uint8) for t in tiles])).permute(0, 3, 1, 2)
+    x = rearrange(torch.from_numpy(np.stack([np.asarray(t, dtype=np.uint8) for t in tiles])), "t h w c -> t c h w")
     x = x.to(torch.float32) / 255.0
     mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
     std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)

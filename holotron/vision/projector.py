@@ -1,4 +1,5 @@
-"""Pixel shuffle ("v2", InternVL) and the ``mlp1`` projector into the language model (ARCHITECTURE.md section 4).
+"""Pixel shuffle ("v2", InternVL) and the ``mlp1`` projector into the language model (docs/architecture.md,
+section 4).
 
 For downsample ratio 1/k (k = 2 here) a tile's gh x gw grid of D-wide patch features becomes a
 (gh/k) x (gw/k) grid of k*k*D-wide tokens. Output token (i, j), row-major i * (gw/k) + j, carries
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from holotron.layers import RMSNorm
@@ -29,9 +31,8 @@ def pixel_shuffle(x: torch.Tensor, gh: int, gw: int, k: int = 2) -> torch.Tensor
         raise ValueError(f"pixel_shuffle: {N} features do not form a {gh}x{gw} grid")
     if gh % k or gw % k:
         raise ValueError(f"pixel_shuffle: a {gh}x{gw} patch grid is not divisible into {k}x{k} blocks")
-    x = x.reshape(T, gh // k, k, gw // k, k, D)  # (T, i, dy, j, dx, D)
-    x = x.permute(0, 1, 3, 2, 4, 5)              # (T, i, j, dy, dx, D): block read row by row
-    return x.reshape(T, (gh // k) * (gw // k), k * k * D)
+    # patch (k i + dy, k j + dx) goes to token (i, j), channel block dy k + dx: the k x k block read row by row
+    return rearrange(x, "t (i dy j dx) d -> t (i j) (dy dx d)", i=gh // k, dy=k, dx=k)
 
 
 class ReLU2(nn.Module):
