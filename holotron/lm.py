@@ -12,6 +12,8 @@ Module and parameter names are the checkpoint's. ``model(input_ids)`` returns fp
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -146,6 +148,39 @@ class HybridLM(nn.Module):
         if state is not None:
             state.seqlen += t  # the one place the position counter advances
         return self.backbone.norm_f(x.to(self.backbone.norm_f.weight.dtype))
+
+    # ------------------------------------------------------------------ initialisation
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator) -> "HybridLM":
+        """A from-scratch initialisation (the constructors leave placeholders: A = -1, dt_bias = 0), drawn
+        from ``generator`` parameter by parameter in ``named_parameters`` order. Linear and embedding
+        weights N(0, 0.02), the residual output projections (o_proj, out_proj, down_proj) scaled by
+        1 / sqrt(2 * layers); norms 1, biases 0; Mamba A in [-16, -1] (A_log = log(1 + 15 u)) and
+        softplus(dt_bias) log-uniform in [1e-3, 1e-1] (the Mamba2 recipe), D = 1; conv1d keeps torch's
+        default (drawn from the global RNG when the module was built)."""
+        n_layers = self.config.num_hidden_layers
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "A_log":
+                p.copy_(torch.log(1 + 15 * torch.rand(p.shape, generator=generator)))
+            elif leaf == "dt_bias":
+                u = torch.rand(p.shape, generator=generator)
+                dt = torch.exp(math.log(1e-3) + (math.log(1e-1) - math.log(1e-3)) * u)
+                p.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+            elif leaf == "D":
+                p.fill_(1.0)
+            elif "conv1d" in name:
+                continue
+            elif leaf == "bias":
+                p.zero_()
+            elif p.dim() == 1:  # RMSNorm weights
+                p.fill_(1.0)
+            else:
+                std = 0.02
+                if name.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
+                    std /= math.sqrt(2 * n_layers)
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+        return self
 
     # ------------------------------------------------------------------ misc
     def _apply(self, fn, recurse=True):

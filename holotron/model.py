@@ -113,6 +113,19 @@ class Holotron(nn.Module):
         self.language_model = HybridLM(config.text)
         self.generation_config: dict = {}
 
+    # ------------------------------------------------------------------ initialisation
+    def init_weights(self, seed: int = 0) -> "Holotron":
+        """A from-scratch initialisation of every part (``RadioVisionModel.init_weights``,
+        ``Projector.init_weights``, ``HybridLM.init_weights``) from one generator seeded with ``seed``,
+        the parts in their registration order (that of ``named_parameters``), so a seed always gives the
+        same weights. The LM's conv1d keeps torch's default: seed the global RNG before building the model
+        for those. Returns the model."""
+        generator = torch.Generator().manual_seed(seed)
+        self.vision_model.init_weights(generator)
+        self.mlp1.init_weights(generator)
+        self.language_model.init_weights(generator)
+        return self
+
     # ------------------------------------------------------------------ images
     def embed_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Normalised tiles (tiles, 3, S, S) -> language-model embeddings (tiles, tokens_per_tile, hidden)."""

@@ -32,6 +32,7 @@ from holotron.vision.preprocess import preprocess_image
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 ROOT = Path(__file__).resolve().parents[1]
+PROBES = ROOT / "dev" / "probes"  # the research probes the tests below run against the training code
 EOT = SPECIAL_IDS["<SPECIAL_12>"]
 
 
@@ -168,6 +169,30 @@ def test_batches_depend_only_on_seed_and_step(tok_dir, micro_vision):
         assert torch.equal(a[k], b[k])
     assert not torch.equal(a["input_ids"][0, :c["input_ids"].shape[1]], c["input_ids"][0, :a["input_ids"].shape[1]])
     assert a["input_ids"].shape != d["input_ids"].shape or not torch.equal(a["input_ids"], d["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------- initialisation
+
+# (sum of w_k x_k with w_k = cos(k), sum of |x_k|) over every parameter of the micro preset (vocab 600), taken
+# with the initialisation as it was in the training code before it moved next to the modules
+# (Holotron.init_weights, holotron/model.py): the same seed must keep giving the same weights
+INIT_FINGERPRINTS = {0: (2.2561373790488126, 3302.2700388413896), 3: (9.456214450211323, 3284.4224392922324)}
+
+
+@pytest.mark.parametrize("seed", sorted(INIT_FINGERPRINTS))
+def test_a_seed_gives_the_same_initial_weights_as_before_the_initialisation_moved(seed):
+    torch.manual_seed(seed)  # conv1d keeps torch's default initialisation, drawn when the model is built
+    model = init_weights(Holotron(make_config("micro", 600)), seed)
+    flat = torch.cat([p.detach().double().reshape(-1) for p in model.parameters()])
+    w = torch.cos(torch.arange(flat.numel(), dtype=torch.float64))
+    assert flat.numel() == 175532
+    assert (float((flat * w).sum()), float(flat.abs().sum())) == pytest.approx(INIT_FINGERPRINTS[seed], rel=1e-9)
+    torch.manual_seed(seed)
+    again = Holotron(make_config("micro", 600)).init_weights(seed)  # the model's own method, what init_weights calls
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
+    lm = model.language_model.backbone.layers[0].mixer
+    assert bool((lm.D == 1).all()) and bool((-torch.exp(lm.A_log) <= -1).all())  # the Mamba constants, set
+    assert float(model.vision_model.radio_model.model.patch_generator.pos_embed.detach().abs().sum()) > 0
 
 
 # ---------------------------------------------------------------------------------------- loss, schedule
@@ -657,7 +682,7 @@ def test_the_training_command_writes_a_checkpoint_that_load_processor_and_eval_a
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["step"] == 3 and summary["status"] == "steps" and summary["eval"]["n"] == 2
-    assert "train | 3/3" in r.stderr and "tok/s" in r.stderr
+    assert "train: 100%" in r.stderr and "3/3" in r.stderr and "tok/s" in r.stderr  # the progress bar (tqdm)
     model = holotron.load(out)
     proc = Processor.from_pretrained(out)
     assert isinstance(model, Holotron) and model.config.text.vocab_size == proc.vocab_size
@@ -674,6 +699,54 @@ def test_the_training_command_writes_a_checkpoint_that_load_processor_and_eval_a
 
 def _train(*argv):
     assert main([str(a) for a in argv]) == 0
+
+
+def _unwritable_out(case: str, tmp_path: Path) -> tuple[Path, Path]:
+    """(--out, the location that refuses it) for ``case``."""
+    if case == "an existing file":
+        (tmp_path / "notes.txt").write_text("mine")
+        return tmp_path / "notes.txt", tmp_path / "notes.txt"
+    if case == "a parent that is a file":
+        (tmp_path / "notes.txt").write_text("mine")
+        return tmp_path / "notes.txt" / "runs" / "a", tmp_path / "notes.txt"
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.access(ro, os.W_OK):  # root writes through the mode bits: take a location the kernel refuses
+        ro.chmod(0o755)
+        ro = Path("/sys")
+        try:
+            os.close(os.open(ro / ".holotron-test", os.O_CREAT | os.O_WRONLY))
+            os.unlink(ro / ".holotron-test")
+            pytest.skip("no read-only location to test with here")
+        except OSError:
+            pass
+    return (ro / "run" if case == "a read-only parent" else ro), ro
+
+
+@pytest.mark.parametrize("case", ["an existing file", "a parent that is a file", "a read-only parent",
+                                  "a read-only folder"])
+def test_an_out_that_cannot_be_written_stops_the_run_before_any_work(case, tmp_path, tok_dir, monkeypatch):
+    out, refuses = _unwritable_out(case, tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before --out was checked")
+
+    monkeypatch.setattr(Holotron, "__init__", no_model)
+    try:
+        with pytest.raises(SystemExit) as e:
+            main(["--config", "micro", "--steps", "1", "--batch-size", "1", "--device", "cpu", "--workers", "0",
+                  "--out", str(out)])  # no --tokenizer: one would be trained into OUT/tokenizer
+    finally:
+        if case.startswith("a read-only") and refuses.is_relative_to(tmp_path):
+            refuses.chmod(0o755)
+    message = str(e.value)
+    assert message.startswith(f"holotron.train: error: --out {out}: ") and "\n" not in message, message
+    assert str(refuses) in message or out == refuses
+    assert sorted(tmp_path.rglob("*")) == before  # nothing left behind
+    if case.endswith("file"):
+        assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_resuming_from_a_checkpoint_gives_the_weights_of_an_uninterrupted_run(tmp_path, tok_dir, capsys):
@@ -747,7 +820,7 @@ def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_
 
 
 def test_reuse_repeats_each_batch_and_a_resume_picks_up_inside_the_repeats(tmp_path, tok_dir):
-    from holotron.train import _repeat
+    from holotron.train.loop import _repeat
 
     assert list(_repeat(iter("abc"), 2)) == list("aabbcc")
     assert list(_repeat(iter("bc"), 3, skip=1)) == list("bbccc")
@@ -862,24 +935,24 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
     r = recipe("eval")
     assert r.returncode == 0 and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "point")
     # the attention pointer of the heads stage 3 trains
-    heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "point"),
+    heads = subprocess.run([sys.executable, str(PROBES / "grounding_probe.py"), str(tmp_path / "run" / "point"),
                             "--n", "2", "--batch-size", "1", "--pointer-heads", "2", "--json"],
                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert heads.returncode == 0, heads.stderr[-2000:]
     r = json.loads(heads.stdout)
     assert r["pointer"] == "attention heads 0-1" and r["screens"] == 2 and 0 <= r["pointer_on_element"] <= 1
     # where that attention looks, and how far its best token lies from the element when it misses
-    at = subprocess.run([sys.executable, str(ROOT / "scripts" / "pointer_where.py"), str(tmp_path / "run" / "point"),
+    at = subprocess.run([sys.executable, str(PROBES / "pointer_where.py"), str(tmp_path / "run" / "point"),
                          "--n", "2", "--heads", "2", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert at.returncode == 0, at.stderr[-2000:]
     w = json.loads(at.stdout)
     assert w["screens"] == 2 and w["heads"] == 2 and 0 <= w["mass_on_element"] <= 1 and 0 <= w["top_on_element"] <= 1
     assert all(0 <= e <= 1 for e in w["mean_position_error_median"])
-    no_heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "pointer_where.py"), str(BUNDLED)],
+    no_heads = subprocess.run([sys.executable, str(PROBES / "pointer_where.py"), str(BUNDLED)],
                               capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert no_heads.returncode == 1 and "has no aux_heads.pt" in no_heads.stderr and "Traceback" not in no_heads.stderr
     # the grounding probe reads the run's checkpoint and its training-only heads
-    probe = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "run" / "ground"),
+    probe = subprocess.run([sys.executable, str(PROBES / "grounding_probe.py"), str(tmp_path / "run" / "ground"),
                             "--n", "2", "--batch-size", "1", "--sizes", "square", "--json"],
                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert probe.returncode == 0, probe.stderr[-2000:]
@@ -887,12 +960,12 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
     assert r["screens"] == 2 and r["sizes"] == ["square"] and 0 <= r["pointer_on_element"] <= 1 and 0 <= r["x_first_digit"] <= 1
     assert r["x_all_digits"] <= r["x_first_digit"] and r["both_exact"] <= min(r["x_all_digits"], r["y_all_digits"])
     assert r["position_l1"] > 0 and r["answer_loss"] > 0
-    no_heads = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(BUNDLED)],
+    no_heads = subprocess.run([sys.executable, str(PROBES / "grounding_probe.py"), str(BUNDLED)],
                               capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert no_heads.returncode == 1 and "has no aux_heads.pt" in no_heads.stderr and "Traceback" not in no_heads.stderr
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "aux_heads.pt").write_text("not a checkpoint")
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "grounding_probe.py"), str(tmp_path / "bad")],
+    bad = subprocess.run([sys.executable, str(PROBES / "grounding_probe.py"), str(tmp_path / "bad")],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert bad.returncode == 1 and "no config.json" in bad.stderr and "Traceback" not in bad.stderr
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh")], capture_output=True, text=True)
@@ -900,11 +973,11 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
 
 
 def test_the_reading_probe_runs_its_variants_on_the_micro_preset(tmp_path):
-    """scripts/reading_probe.py (the research tool behind the reading curriculum) still runs against
+    """dev/probes/reading_probe.py (the research tool behind the reading curriculum) still runs against
     holotron.train's targets and heads: labels, characters, words, a curriculum, a wider ViT."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     only = ["lr2e-3", "chars-then-labels+lr1e-3+aug", "chars-then-words+lr1e-3+aug", "vit384+lr1e-3+aug"]
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "reading_probe.py"), "--config", "micro",
+    r = subprocess.run([sys.executable, str(PROBES / "reading_probe.py"), "--config", "micro",
                         "--tiles", "16", "--eval-tiles", "8", "--seconds", "0.5", "--batch", "4", "--workers", "1",
                         "--device", "cpu", "--only", *only, "--out", str(tmp_path)],
                        env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -918,11 +991,11 @@ def test_the_reading_probe_runs_its_variants_on_the_micro_preset(tmp_path):
 
 @pytest.mark.skipif(not (BUNDLED / "config.json").is_file(), reason="this build has no bundled model")
 def test_the_step_traffic_tool_attributes_a_grounding_steps_bytes_to_the_modules_that_move_them():
-    """scripts/step_traffic.py (behind docs/tiny-model.md's account of the grounding step): every byte is
+    """dev/probes/step_traffic.py (behind docs/tiny-model.md's account of the grounding step): every byte is
     attributed once, the backward to the module whose forward made it, and the counts follow the tensors."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("step_traffic", ROOT / "scripts" / "step_traffic.py")
+    spec = importlib.util.spec_from_file_location("step_traffic", PROBES / "step_traffic.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     r = tool.measure("holotron-tiny-ui", batch=1, queries=1, grouped=True, image_size=384)   # 576 patches, not 4,096

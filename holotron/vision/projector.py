@@ -55,6 +55,19 @@ class Projector(nn.Sequential):
     def from_config(cls, cfg: VisionConfig) -> "Projector":
         return cls(cfg.projector_input_size, cfg.projector_hidden_size, cfg.projector_output_size, cfg.projector_norm_eps)
 
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator) -> "Projector":
+        """A from-scratch initialisation drawn from ``generator`` in ``named_parameters`` order: the
+        linear weights N(0, 0.02), the norm's weight 1, biases (none by default) 0."""
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+            elif p.dim() == 1:  # the RMSNorm weight
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+        return self
+
 
 def embed_tiles(vision_model: nn.Module, mlp1: nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """Normalised tiles (T, 3, H, W) -> language-model embeddings (T, (H/P/k) * (W/P/k), LM width),

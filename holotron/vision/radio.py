@@ -232,6 +232,25 @@ class RadioVisionModel(nn.Module):
             created.append("radio_model.summary_idxs")
         return created
 
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator) -> "RadioVisionModel":
+        """A from-scratch initialisation (the constructor leaves zero position embeddings), drawn from
+        ``generator`` parameter by parameter in ``named_parameters`` order: weights (patch embedder,
+        position embeddings, CLS/register tokens, linear layers) N(0, 0.02), the residual output projections
+        (attn.proj, mlp.fc2) scaled by 1 / sqrt(2 * layers); norms and layer scales 1, biases 0."""
+        n_layers = self.config.num_hidden_layers
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                p.zero_()
+            elif p.dim() == 1:  # LayerNorm weights, layer scales
+                p.fill_(1.0)
+            else:
+                std = 0.02
+                if name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
+                    std /= math.sqrt(2 * n_layers)
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+        return self
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         self.adapt_to_checkpoint(state_dict, prefix)  # before the children load (torch loads parents first)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

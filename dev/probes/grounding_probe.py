@@ -1,7 +1,7 @@
 """Where does a grounding checkpoint lose the click: in finding the element, or in writing where it is?
 
 On new screens of a split (held-out by default), one question each, the exact inference prompt with the
-answer teacher-forced, it measures with the training code's own loss (``holotron.train.loss_fn``):
+answer teacher-forced, it measures with the training code's own loss (``holotron.train.losses.loss_fn``):
 
 - the pointer: whether the image token the pointer head scores highest from the answering position lies
   on the asked element (needs the run's ``aux_heads.pt``; the heads are training-only); with
@@ -15,7 +15,7 @@ answer teacher-forced, it measures with the training code's own loss (``holotron
 A model that points well and writes badly needs its answer tied to the pointer; one that points badly
 needs more reading or more grounding. ``holotron.eval`` gives the generated answers' point-in-box.
 
-    python scripts/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...] [--layouts LAYOUT ...] [--device cpu] [--json]
+    python dev/probes/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...] [--layouts LAYOUT ...] [--device cpu] [--json]
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ import torch
 import holotron
 from holotron.weights import CheckpointError
 from holotron.data import LAYOUTS, SIZES
-from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, loss_fn
+from holotron.train.batches import ScreenBatches
+from holotron.train.checkpoint import AUX_FILE
+from holotron.train.heads import AuxHeads
+from holotron.train.losses import loss_fn
 
 
 def _digit_runs(ids: list[int], digit_ids: set[int]) -> list[list[int]]:
@@ -60,7 +63,7 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     model = holotron.load(folder, dtype=torch.float32, device=dev).eval()
     aux = AuxHeads(model.config)
     try:
-        aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu"))
+        aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as e:  # unreadable, or heads of another --config
         raise SystemExit(f"grounding_probe: error: {folder / AUX_FILE} cannot be read as this model's training-only heads "
                          f"({str(e).splitlines()[0][:200]})") from None

@@ -1,14 +1,14 @@
 """How fast does a vision tower learn to read the synthetic screens? A side-by-side probe for the
-reading stage of ``holotron.train`` (issue 6's open question), run on one GPU in a few minutes.
+reading stage of ``holotron.train``, run on one GPU in a few minutes.
 
-It renders a fixed set of reading mosaics once (``holotron.train.reading_tile``, in worker processes),
+It renders a fixed set of reading mosaics once (``holotron.train.reading.reading_tile``, in worker processes),
 at the scale tiling shows screens (0.65-1.05) and, to ask whether resolution is what stops reading,
 at 1.3-2.0; then trains each variant (learning rate, colour augmentation, text scale) for the same
 number of seconds from fresh weights on those tensors, so data generation does not set the pace, and
 reports the share of text tokens whose class is read right, on the training tiles and on held-out
 tiles (held-out split: other themes, font sizes and hues).
 
-    PYTHONPATH=. python3 scripts/reading_probe.py --tiles 40000 --seconds 60 --out $OUT
+    PYTHONPATH=. python3 dev/probes/reading_probe.py --tiles 40000 --seconds 60 --out $OUT
 
 The variants are in ``VARIANTS``; ``--only`` picks some by name. Writes reading_probe.json to --out.
 """
@@ -34,7 +34,9 @@ from torch import nn
 NORMAL, LARGE = (0.65, 1.05), (1.3, 2.0)
 config_name = "tiny-ui"
 
-from holotron.train import N_CHAR, normalize_tiles  # noqa: E402  (the training stage's own definitions)
+# the training stage's own definitions
+from holotron.train.targets import N_CHAR  # noqa: E402
+from holotron.train.tiles import normalize_tiles  # noqa: E402
 
 # name -> settings; "scale" selects the tile set, "aug" the colour augmentation
 VARIANTS = {
@@ -60,7 +62,7 @@ VARIANTS = {
 @functools.lru_cache(maxsize=8192)
 def _word_codes(text: str) -> np.ndarray:
     """Per character of ``text``: the class (``label_class``) of the word it belongs to; 0 off words."""
-    from holotron.train import label_class
+    from holotron.train.targets import label_class
 
     out = np.zeros(len(text), dtype=np.int64)
     for m in re.finditer(r"[A-Za-z0-9]+", text):
@@ -70,12 +72,12 @@ def _word_codes(text: str) -> np.ndarray:
 
 def _chars_and_words(sample, px, py):
     """Both per-patch targets in one integer (reading_tile takes one extra target): word * 64 + character."""
-    from holotron.train import char_classes_at
+    from holotron.train.targets import char_classes_at
 
     return char_classes_at(sample, px, py, codes=_word_codes) * 64 + char_classes_at(sample, px, py)
 
 def _render(job):
-    from holotron.train import reading_tile
+    from holotron.train.reading import reading_tile
     from holotron.data import generate_sample
 
     split, seed, n, scale, vcfg = job
@@ -141,12 +143,14 @@ def accuracy(model, heads, x, y, ch, vcfg, dev, bs=256) -> dict:
 
 def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=()):
     from holotron.model import Holotron
-    from holotron.train import AuxHeads, init_weights, lr_at, make_config, make_optimizer
+    from holotron.train.heads import AuxHeads
+    from holotron.train.optim import lr_at, make_optimizer
+    from holotron.train.presets import make_config
 
     if v.get("set"):
         config = make_config(config_name, 2048, list(base_set) + list(v["set"]))
     torch.manual_seed(seed)
-    model = init_weights(Holotron(config), seed).to(dev)
+    model = Holotron(config).init_weights(seed).to(dev)
     aux = AuxHeads(config)
     heads = nn.ModuleDict({"label": aux.label_in, **({"char": aux.char_in} if v.get("char") else {})})
     heads = heads.to(dev)
@@ -213,7 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
 
-    from holotron.train import make_config
+    from holotron.train.presets import make_config
 
     global config_name
     config_name = args.config

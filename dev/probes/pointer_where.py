@@ -7,7 +7,7 @@ the element when it is not (another element far away: a reading / matching miss;
 error of the attention-weighted mean of the image tokens' screen positions (what the layer can pass on to the
 digits), each per axis in screen units (0-1).
 
-    python scripts/pointer_where.py runs/next/point --n 48 [--heads 2] [--offset 4] [--split heldout] [--json]
+    python dev/probes/pointer_where.py runs/next/point --n 48 [--heads 2] [--offset 4] [--split heldout] [--json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from pathlib import Path
 import torch
 
 import holotron
-from holotron.train import AUX_FILE, AuxHeads, ScreenBatches, attention_scores, normalize_tiles
+from holotron.train.batches import ScreenBatches
+from holotron.train.checkpoint import AUX_FILE
+from holotron.train.heads import AuxHeads
+from holotron.train.pointer import attention_scores
+from holotron.train.tiles import normalize_tiles
 from holotron.weights import CheckpointError
 
 
@@ -35,7 +39,7 @@ def where(folder, n: int = 48, heads: int = 2, offset: int = 4, split: str = "he
     model = holotron.load(folder, dtype=torch.float32, device="cpu").eval()
     aux = AuxHeads(model.config)  # only for the index of the layer before the last attention layer
     try:
-        aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu"))
+        aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as e:
         raise SystemExit(f"pointer_where: error: {folder / AUX_FILE} is not this model's training-only heads "
                          f"({str(e).splitlines()[0][:200]})") from None

@@ -1,5 +1,5 @@
 """Where a grounding step moves its bytes: every aten call of one forward + backward of the training loss
-(``holotron.train.loss_fn``, the recipe's options), counted on the CPU by the bytes of the tensors it reads
+(``holotron.train.losses.loss_fn``, the recipe's options), counted on the CPU by the bytes of the tensors it reads
 and writes (views left out), under bf16 autocast as on the GPU, and attributed to the module that ran it.
 
 The training step on the H200 is bound by memory traffic of elementwise work (``--profile``: about a quarter
@@ -8,7 +8,7 @@ proxy for where its time goes that a CPU can measure. Backward calls are attribu
 forward made their autograd node (each module's forward hook claims the nodes behind its outputs that no
 inner module claimed).
 
-    python scripts/step_traffic.py [--model holotron-tiny-ui] [--batch 4] [--queries 8] [--grouped] [--image-size PX]
+    python dev/probes/step_traffic.py [--model holotron-tiny-ui] [--batch 4] [--queries 8] [--grouped] [--image-size PX]
 
 ``--grouped`` gives the chunked scan the chunk grouping it has on CUDA (the CPU default scans chunk by chunk).
 ``--image-size`` tiles the screens at another side than the checkpoint's (a cheaper, smaller step: the shares
@@ -32,7 +32,9 @@ import holotron
 from holotron.weights import CheckpointError
 from holotron.bundled import bundled_path
 from holotron.kernels.ssd_chunked import CHUNKED_CONFIG
-from holotron.train import AuxHeads, ScreenBatches, loss_fn
+from holotron.train.batches import ScreenBatches
+from holotron.train.heads import AuxHeads
+from holotron.train.losses import loss_fn
 
 VIEWS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "select", "slice", "unsqueeze",
          "squeeze", "as_strided", "alias", "detach", "split", "split_with_sizes", "unbind", "chunk", "narrow",

@@ -1,0 +1,135 @@
+"""The grounding stream: ``ScreenBatches[step]`` is the whole batch of a step (a batch depends only on
+(seed, step), so runs and resumed runs see the same data), rows put together by ``collate``."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ..processor import Processor
+from ..vision.config import VisionConfig
+from .questions import answer_ids, extra_targets, followup_text
+from .targets import IGNORE, image_token_targets, pointer_tokens
+from .tiles import augmented_grid, uint8_tiles
+
+__all__ = ["ScreenBatches", "collate"]
+
+
+class ScreenBatches(torch.utils.data.Dataset):
+    """Map-style dataset whose item ``step`` is the whole training batch of that step (see holotron/train/__init__.py's
+    docstring): a dict with input_ids and labels (B, T) right-padded, pixel_values (tiles, 3, S, S) uint8,
+    num_tiles (images,), and counts. Workers build their own Processor from ``tokenizer_dir``.
+    ``chars``: also the character under each patch of each image token ("image_chars");
+    ``short_followups``: the later questions of a screen as the target alone, not the whole prompt;
+    ``grid_aug``: the share of screens tiled on a grid drawn by ``augmented_grid`` instead of the closest one."""
+
+    def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
+                 split: str = "train", options: dict | None = None, *, chars: bool = False,
+                 short_followups: bool = False, grid_aug: float = 0.0):
+        if not 0.0 <= grid_aug <= 1.0:
+            raise ValueError(f"grid_aug must be in [0, 1], got {grid_aug}")
+        self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
+        self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
+        self.chars, self.short_followups, self.grid_aug = chars, short_followups, grid_aug
+        self._processor, self._grid = None, None
+
+    def __len__(self) -> int:
+        return 2**62
+
+    def __getstate__(self):  # workers (spawned or forked) build their own Processor
+        return {**self.__dict__, "_processor": None}
+
+    @property
+    def processor(self) -> Processor:
+        if self._processor is None:
+            vis = self.vision
+            self._processor = Processor.from_pretrained(self.tokenizer_dir,
+                                                        image_processor=lambda im: uint8_tiles(im, vis, self._grid))
+        return self._processor
+
+    def sample_seed(self, step: int, i: int) -> int:
+        return self.seed * 10**12 + step * self.batch_size + i
+
+    def row(self, sample, rng: random.Random) -> tuple:
+        """One screen -> (ids, labels, uint8 tiles, tiles per image, targets): targets holds the image-token
+        classes and positions (``image_token_targets``; with ``chars`` the characters too) and, per
+        question, the sequence position that predicts its answer's first token ("pointer_pos") and the
+        image tokens on its element ("pointer_tokens", ``pointer_tokens``)."""
+        from ..data import to_messages
+
+        p = self.processor
+        messages = to_messages(sample)
+        grid = None
+        if self.grid_aug and rng.random() < self.grid_aug:
+            grid = augmented_grid(sample.size, self.vision, rng)
+        self._grid = grid  # read by the processor's image_processor
+        try:
+            prompt = p(messages[:-1], add_generation_prompt=True)  # the inference prompt, image expanded
+        finally:
+            self._grid = None
+        ids = prompt["input_ids"][0].tolist()
+        labels = [IGNORE] * len(ids)
+        q_pos, boxes = [len(ids) - 1], [sample.target.box]
+        ans = answer_ids(p, messages[-1]["content"])
+        ids, labels = ids + ans, labels + ans
+        for instruction, answer, box in extra_targets(sample, self.queries - 1, rng, boxes=True):
+            follow = p.encode(followup_text(instruction, short=self.short_followups))
+            ans = answer_ids(p, answer)
+            q_pos.append(len(ids) + len(follow) - 1)
+            boxes.append(box)
+            ids += follow + ans
+            labels += [IGNORE] * len(follow) + ans
+        cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars, grid=grid)
+        targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
+                   "pointer_tokens": [pointer_tokens(b, sample.size, pos, cls) for b in boxes]}
+        if chars:
+            targets["image_chars"] = chars[0]
+        return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), targets
+
+    def __getitem__(self, step: int) -> dict:
+        from ..data import generate_sample
+
+        rows = []
+        for i in range(self.batch_size):
+            seed = self.sample_seed(step, i)
+            sample = generate_sample(seed, split=self.split, **self.options)
+            rows.append(self.row(sample, random.Random(seed)))
+        return collate(rows, self.processor.pad_token_id)
+
+
+def collate(rows, pad_id: int) -> dict:
+    """Right-pad rows of (ids, labels, tiles, num_tiles[, targets]) into one batch (targets as
+    ``ScreenBatches.row``'s; the pointer's become "pointer_queries" (Q, 2): (row, sequence position) per
+    question, and "pointer_targets" (M, 2): (question, image token of its row) per token on its element)."""
+    T = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
+    for b, (i, l, *_) in enumerate(rows):
+        ids[b, :len(i)] = torch.tensor(i)
+        labels[b, :len(l)] = torch.tensor(l)
+    return {
+        "input_ids": ids, "labels": labels,
+        "pixel_values": torch.cat([r[2] for r in rows]),
+        "num_tiles": torch.tensor([n for r in rows for n in r[3]], dtype=torch.long),
+        "tokens": int(sum(len(r[0]) for r in rows)),
+        **_collate_targets([r[4] for r in rows] if all(len(r) > 4 for r in rows) else []),
+    }
+
+
+def _collate_targets(targets: list[dict]) -> dict:
+    out = {}
+    if not targets:
+        return out
+    for key in ("image_classes", "image_positions", "image_chars"):
+        if all(key in t for t in targets):
+            out[key] = torch.cat([t[key] for t in targets])
+    if all("pointer_pos" in t for t in targets):
+        queries, pairs = [], []
+        for b, t in enumerate(targets):
+            for pos, toks in zip(t["pointer_pos"], t["pointer_tokens"]):
+                pairs += [(len(queries), int(i)) for i in toks]
+                queries.append((b, pos))
+        out["pointer_queries"] = torch.tensor(queries, dtype=torch.long).reshape(-1, 2)
+        out["pointer_targets"] = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+    return out

@@ -1,0 +1,102 @@
+"""What the command line points the run at, checked before any work starts: the output folder (``check_out``),
+the tokenizer and the ``--init-from`` checkpoint (``check_inputs``), the device (``pick_device``); and the
+tokenizer folder the run uses (``prepare_tokenizer``: the one given, a checkpoint's own, else one trained
+into OUT/tokenizer)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..bundled import bundled_path
+from ..processor import Processor, ProcessorError
+from ..weights import CheckpointError, load
+
+__all__ = ["check_out", "pick_device", "given_tokenizer", "check_inputs", "prepare_tokenizer"]
+
+
+def check_out(out) -> Path:
+    """``--out``: a folder this run can write into, or one it can create. Checked by writing (and removing) a
+    probe file in the folder, or, where it does not exist yet, in its nearest existing parent; nothing is
+    created or left behind. Exits with one line naming ``out`` otherwise (an existing file, a parent that is
+    a file, a location this process may not write to)."""
+    path = Path(out)
+
+    def fail(why: str):
+        raise SystemExit(f"holotron.train: error: --out {out}: {why}")
+
+    if path.exists() and not path.is_dir():
+        fail("is a file, not a folder")
+    base = path
+    while not os.path.lexists(base):
+        base = base.parent
+    if not base.is_dir():
+        fail(f"cannot create it: {base} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".holotron-write-check-", dir=base)
+    except OSError as e:
+        why = e.strerror or str(e)
+        fail(f"cannot write into it ({why})" if base == path else f"cannot create it: cannot write in {base} ({why})")
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
+def pick_device(name: str) -> torch.device:
+    """``--device``: auto (cuda if available, else cpu) or a torch device name; a CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"holotron.train: error: --device {name}: no CUDA GPU here")
+    return dev
+
+
+def given_tokenizer(args) -> Path | None:
+    """The tokenizer folder the command line names: --tokenizer, else the --resume or --init-from checkpoint's
+    own (every checkpoint holds its tokenizer files), else None (train one into OUT/tokenizer)."""
+    if args.tokenizer:
+        return Path(args.tokenizer)
+    for folder in (args.resume, args.init_from):
+        path = folder and (Path(folder) if Path(folder).is_dir() else bundled_path(str(folder)))
+        if path and (path / "tokenizer.json").is_file():
+            return path
+    return None
+
+
+def check_inputs(args):
+    """Fail on a bad tokenizer or --init-from checkpoint before anything is written (OUT, a tokenizer).
+    Returns the --init-from model, loaded on the CPU in float32, or None."""
+    tok = given_tokenizer(args)
+    if tok is not None:
+        try:
+            Processor.from_pretrained(tok)
+        except (ProcessorError, OSError) as e:
+            what = "--tokenizer" if args.tokenizer else "the tokenizer of --resume / --init-from"
+            raise SystemExit(f"holotron.train: error: {what} {tok}: {e}") from None
+    if not args.init_from:
+        return None
+    try:
+        return load(args.init_from, dtype=torch.float32, device="cpu")
+    except (CheckpointError, OSError) as e:
+        raise SystemExit(f"holotron.train: error: --init-from {args.init_from}: {e}") from None
+
+
+def prepare_tokenizer(args, out: Path, log) -> Path:
+    """The tokenizer folder of the run: ``given_tokenizer``'s, else one trained into OUT/tokenizer (once:
+    a later run into the same OUT reuses it)."""
+    if (given := given_tokenizer(args)) is not None:
+        return given
+    from ..tokenizer import build_task_tokenizer
+
+    folder = out / "tokenizer"
+    if not (folder / "tokenizer.json").is_file():
+        t = time.perf_counter()
+        build_task_tokenizer(folder, args.vocab_size, args.tokenizer_corpus)
+        log(f"trained the tokenizer ({args.vocab_size} tokens) on {args.tokenizer_corpus} screens in "
+            f"{time.perf_counter() - t:.1f} s -> {folder}")
+    return folder

@@ -1,0 +1,307 @@
+"""``train(args)``: the training run the command line describes (holotron/train/cli.py), top to bottom: check
+the inputs, build the model and optimiser (or resume), stream the data, step, log, eval, save."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .. import kernels
+from ..model import Holotron
+from ..processor import Processor
+from .batches import ScreenBatches
+from .checkpoint import init_from, load_training_state, save_checkpoint, trainer_state, write_log_csv
+from .evals import make_evaluator
+from .heads import AuxHeads
+from .inputs import check_inputs, check_out, pick_device, prepare_tokenizer
+from .losses import loss_fn
+from .optim import lr_at, make_optimizer
+from .presets import init_weights, make_config
+from .profiling import PROFILE_SKIP, start_profiler, write_profile
+from .reading import ReadingBatches, reading_loss_fn
+
+__all__ = ["train"]
+
+
+def log(message: str) -> None:
+    """A line on stderr that does not get mixed into the progress bar."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def format_seconds(s: float) -> str:
+    """``MM:SS``, or ``H:MM:SS`` from an hour on."""
+    return tqdm.format_interval(max(0, round(s)))
+
+
+def train(args) -> dict:
+    """Run training as ``args`` (the parsed command line) says; returns the final trainer state."""
+    t_start = time.perf_counter()
+    out = check_out(args.out)  # made once the setup below has passed its checks (a tokenizer trained into it makes it)
+    init_src = check_inputs(args)
+    device = pick_device(args.device)
+    torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    tok_dir = prepare_tokenizer(args, out, log)
+    config = make_config(args.config, Processor.from_pretrained(tok_dir).vocab_size, args.set)
+    model, aux, trainable = _build_model(args, config, device, init_src)
+    n_params = model.num_parameters()
+    opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
+    step, history, evals, elapsed_before = 0, [], [], 0.0
+    if args.resume:
+        step, history, evals, elapsed_before = load_training_state(args.resume, args.stage, model, aux, opt)
+        log(f"resumed from {args.resume} at step {step}")
+
+    out.mkdir(parents=True, exist_ok=True)
+    log(_describe(args, model, device))
+    reading = args.stage == "read"
+    loader = _loader(args, _dataset(args, config.vision, tok_dir, aux), step, device)
+    # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
+    labels_after = 0.0
+    if reading and args.char_weight > 0:
+        labels_after = 0.5 if args.labels_after is None else args.labels_after
+    aug_gen = None
+    if args.colour_aug == "on" or (args.colour_aug == "auto" and reading):
+        aug_gen = torch.Generator(device=device).manual_seed(args.seed)
+    if device.type == "cuda":
+        amp = torch.autocast("cuda", dtype=torch.bfloat16)
+    else:
+        amp = torch.autocast("cpu", enabled=False)
+    evaluator = make_evaluator(args, model, aux, tok_dir, device, amp, log)
+
+    def save(folder: Path, status: str, seconds: float) -> dict:
+        state = trainer_state(args, step, history, evals, n_params, seconds, status)
+        save_checkpoint(model, folder, tok_dir, dtype=getattr(torch, args.save_dtype),
+                        max_shard_size=args.max_shard_size, state=state,
+                        optimizer=opt if args.save_optimizer else None, aux=aux)
+        return state
+
+    budget_s = args.time_budget * 60 if args.time_budget else None
+    stop_reason, save_s, eval_s = "steps", 0.0, 0.0
+    meter = _Meter(history, elapsed_before, args.batch_size)
+    bar = _progress_bar(args, step)
+    prof, prof_end = start_profiler(args.profile, device), step + PROFILE_SKIP + 1 + args.profile
+    model.train()
+    try:
+        # Triton's scan has no backward: train every Mamba layer through the chunked PyTorch scan
+        with _sigterm_flag() as stop, kernels.use_backend("chunked"):
+            t_ready = time.perf_counter()
+            for batch in _repeat(loader, args.reuse, skip=step % args.reuse):
+                meter.waited(time.perf_counter() - t_ready)  # time the GPU / CPU sat waiting for data
+                progress = step / args.steps
+                if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes
+                    progress = max(progress, (time.perf_counter() - t_start) / budget_s)
+                lr = lr_at(progress, args.lr, args.warmup, args.min_lr_ratio)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
+                with amp:
+                    if reading:
+                        loss, _ = reading_loss_fn(model, aux, batch, device, parts,
+                                                  label_weight=float(progress >= labels_after),
+                                                  char_weight=args.char_weight, augment=aug_gen)
+                    else:
+                        loss, _ = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
+                                          args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
+                opt.step()
+                step += 1
+                if prof is not None:
+                    prof.step()
+                    if step == prof_end:
+                        write_profile(prof, out / "profile.txt", device, args.profile, log)
+                        prof = None
+                meter.add(step, float(loss.detach()), lr, gnorm, batch["tokens"], parts,
+                          logged=step % args.log_every == 0 or step == args.steps)
+                _show(bar, step, meter, lr, "tiles/s" if reading else "screens/s",
+                      t_start + budget_s if budget_s else None)
+                if evaluator is not None and step % args.eval_every == 0:
+                    t = time.perf_counter()
+                    evals.append(evaluator(step))
+                    eval_s = time.perf_counter() - t
+                if args.save_every and step % args.save_every == 0 and step < args.steps:
+                    t = time.perf_counter()
+                    folder = out / f"checkpoint-{step}"
+                    save(folder, "running", meter.seconds(meter.now))
+                    for old in out.glob("checkpoint-*"):  # keep the latest only
+                        if old != folder and old.is_dir():
+                            shutil.rmtree(old)
+                    save_s = time.perf_counter() - t
+                if step >= args.steps:  # (with --reuse the last batch's repeats may run past it)
+                    break
+                if stop["flag"]:
+                    stop_reason = "signal"
+                    break
+                # leave room for the final save (and the final eval) within this run's budget
+                reserve = 2 * save_s + 5 + (eval_s if args.final_eval else 0.0)
+                if budget_s and time.perf_counter() - t_start + reserve >= budget_s:
+                    stop_reason = "time budget"
+                    break
+                t_ready = time.perf_counter()
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"
+    finally:
+        if prof is not None:  # the run ended before the profiled steps did: nothing is written
+            prof.stop()
+        bar.close()
+    train_s = meter.seconds()
+    if evaluator is not None and (not evals or evals[-1]["step"] != step) and stop_reason != "interrupted" \
+            and args.final_eval:
+        evals.append(evaluator(step))
+    state = save(out, stop_reason, train_s)
+    write_log_csv(out / "train_log.csv", history)
+    log(f"stopped after step {step} ({stop_reason}); {format_seconds(train_s)} training, {meter.tokens_seen:,} tokens; "
+        f"checkpoint in {out}")
+    return state
+
+
+# ----------------------------------------------------------------------------------------------
+# setup
+# ----------------------------------------------------------------------------------------------
+
+def _build_model(args, config, device: torch.device, init_src) -> tuple[Holotron, AuxHeads | None, nn.Module]:
+    """The model (seeded initialisation, or --init-from's weights), the auxiliary heads when a loss needs them,
+    and the part that trains: everything, or in the reading stage the vision tower, the projector and the
+    heads that read (the language model waits)."""
+    model = init_weights(Holotron(config), args.seed).to(device)
+    reading = args.stage == "read"
+    aux = AuxHeads(config).to(device) if (args.aux_weight > 0 or reading) else None
+    if args.init_from:
+        init_from(model, aux, init_src, args.init_from, log)
+    if reading:
+        trainable = nn.ModuleList([model.vision_model, model.mlp1, aux.label_in, aux.char_in])
+    else:
+        trainable = model if aux is None else nn.ModuleList([model, aux])
+    return model, aux, trainable
+
+
+def _describe(args, model: Holotron, device: torch.device) -> str:
+    vcfg = model.config.vision
+    vision = sum(p.numel() for p in model.vision_model.parameters())
+    mlp1 = sum(p.numel() for p in model.mlp1.parameters())
+    thumb = "+ thumbnail" if vcfg.use_thumbnail and vcfg.max_num_tiles > 1 else "(no thumbnail)"
+    return (f"model {args.config}: {model.num_parameters() / 1e6:.2f} M parameters (vision {vision / 1e6:.2f} M, "
+            f"mlp1 {mlp1 / 1e6:.2f} M, language model {model.language_model.num_parameters() / 1e6:.2f} M); "
+            f"tiles {vcfg.image_size} px, up to {vcfg.max_num_tiles} {thumb}, {vcfg.tokens_per_tile} tokens each; "
+            f"device {device}")
+
+
+def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
+    """The stream: reading mosaics (--stage read) or grounding screens, item ``step`` the batch of that step."""
+    if args.stage == "read":
+        return ReadingBatches(vision, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split,
+                              args.read_tile)
+    return ScreenBatches(tok_dir, vision, args.batch_size, args.seed, args.queries, args.split,
+                         chars=aux is not None and args.char_weight > 0,
+                         options={"layout": tuple(args.layouts)} if args.layouts else None,
+                         short_followups=args.followups == "short", grid_aug=args.grid_aug)
+
+
+def _loader(args, data, step: int, device: torch.device) -> torch.utils.data.DataLoader:
+    """The batches from ``step`` on (each used --reuse times), rendered in --workers processes."""
+    return torch.utils.data.DataLoader(
+        data, batch_size=None, sampler=range(step // args.reuse, -(-args.steps // args.reuse)),
+        num_workers=args.workers, pin_memory=device.type == "cuda",
+        prefetch_factor=args.prefetch if args.workers else None, persistent_workers=False)
+
+
+def _repeat(batches, times: int, skip: int = 0):
+    """Each batch ``times`` times in a row (``--reuse``), the first one ``skip`` times fewer (a resumed run
+    picks up in the middle of a batch's repeats)."""
+    for i, batch in enumerate(batches):
+        for _ in range(times - (skip if i == 0 else 0)):
+            yield batch
+
+
+@contextlib.contextmanager
+def _sigterm_flag():
+    """A dict whose "flag" turns True on SIGTERM (a job scheduler's stop: the loop finishes the step, saves and
+    exits); the previous handler comes back afterwards. Off the main thread no handler can be set: Ctrl-C and
+    the time budget still stop cleanly."""
+    stop = {"flag": False}
+
+    def on_term(signum, frame):
+        stop["flag"] = True
+
+    try:
+        old = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        old = None
+    try:
+        yield stop
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+# ----------------------------------------------------------------------------------------------
+# the loss log and the progress bar
+# ----------------------------------------------------------------------------------------------
+
+class _Meter:
+    """The loss log: a bias-corrected moving average of the loss, and per log entry the throughput and the
+    share of the time spent waiting for data since the previous entry. Appends to ``history``."""
+
+    def __init__(self, history: list[dict], elapsed_before: float, batch_size: int):
+        self.history, self.elapsed_before, self.batch_size = history, elapsed_before, batch_size
+        self.ema, self.ema_sum, self.n = 0.0, 0.0, 0
+        self.t_loop = self.t_prev = self.now = time.perf_counter()
+        self.tokens_seen = 0
+        self.w_tokens, self.w_samples, self.w_wait = 0, 0, 0.0
+
+    def seconds(self, now: float | None = None) -> float:
+        """Training seconds so far, resumed runs' included."""
+        return (time.perf_counter() if now is None else now) - self.t_loop + self.elapsed_before
+
+    def waited(self, seconds: float) -> None:
+        self.w_wait += seconds
+
+    def add(self, step: int, loss: float, lr: float, gnorm, tokens: int, parts: dict | None, logged: bool) -> None:
+        self.ema_sum = 0.95 * self.ema_sum + 0.05 * loss
+        self.n += 1
+        self.ema = self.ema_sum / (1 - 0.95**self.n)
+        self.tokens_seen += tokens
+        self.w_tokens += tokens
+        self.w_samples += self.batch_size
+        self.now = now = time.perf_counter()
+        if not logged:
+            return
+        dt = now - self.t_prev
+        self.history.append({"step": step, "loss": round(loss, 5), "loss_ema": round(self.ema, 5), "lr": lr,
+                             "grad_norm": round(float(gnorm), 4), "tokens_per_s": round(self.w_tokens / dt),
+                             "screens_per_s": round(self.w_samples / dt, 2), "data_wait": round(self.w_wait / dt, 3),
+                             **{k: round(v, 5) for k, v in (parts or {}).items()},
+                             "seconds": round(self.seconds(now), 2)})
+        self.t_prev, self.w_tokens, self.w_samples, self.w_wait = now, 0, 0, 0.0
+
+
+def _progress_bar(args, step: int) -> tqdm:
+    """The progress bar on stderr: redrawn at most every 0.1 s on a terminal, every --log-seconds elsewhere
+    (a log file, a notebook's captured output)."""
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return tqdm(total=args.steps, initial=step, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.1 if tty else args.log_seconds)
+
+
+def _show(bar: tqdm, step: int, meter: _Meter, lr: float, rate: str, deadline: float | None) -> None:
+    """Move the bar to ``step`` with the latest log entry's numbers (the batch's items per second: screens, or
+    mosaic tiles in the reading stage); with a time budget also the minutes left of it."""
+    last = meter.history[-1] if meter.history else {}
+    fields = {"loss": f"{meter.ema:.4f}", "lr": f"{lr:.2e}", "tok/s": f"{last.get('tokens_per_s', 0):,}",
+              rate: f"{last.get('screens_per_s', 0)}", "data wait": f"{last.get('data_wait', 0):.0%}"}
+    if deadline is not None:
+        fields["budget left"] = format_seconds(deadline - time.perf_counter())
+    bar.set_postfix(fields, refresh=False)
+    bar.update(step - bar.n)

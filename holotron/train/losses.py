@@ -1,0 +1,83 @@
+"""The grounding loss (``loss_fn``): cross-entropy on the answer tokens, plus, with the auxiliary heads, the
+image-token terms and the pointer (holotron/train/pointer.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..model import Holotron
+from .heads import AuxHeads
+from .pointer import attention_pointer_loss, pointer_loss
+from .targets import IGNORE
+from .tiles import normalize_tiles
+
+__all__ = ["loss_fn"]
+
+
+def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
+            aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0,
+            pointer_weight: float = 0.0, augment: torch.Generator | bool | None = None,
+            pointer_heads: int = 0) -> tuple[torch.Tensor, int]:
+    """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
+
+    With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
+    ``aux_weight`` x (text-class cross-entropy on the projector output + the same and an L1 position loss
+    (x 10) on the residual stream entering the last attention layer), averaged over image tokens, and,
+    when the batch has "image_chars", ``char_weight`` x the character cross-entropy per patch on the
+    projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss`` (with
+    ``pointer_heads`` > 0: ``attention_pointer_loss`` on that many heads of the last attention layer instead).
+    ``augment``: ``colour_aug`` each screen (all its tiles alike; True, or a torch.Generator for it).
+    ``parts`` (a dict) receives each term as a float."""
+    ids = batch["input_ids"].to(device, non_blocking=True)
+    labels = batch["labels"].to(device, non_blocking=True)
+    pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision,
+                                   augment, batch["num_tiles"])
+    emb = model.embed_inputs(ids, pixel_values)                  # (B, T, D)
+    use_aux = aux is not None and aux_weight > 0 and "image_classes" in batch
+    mid, hook = {}, None
+    if use_aux:
+        blk = model.language_model.backbone.layers[aux.layer]
+        hook = blk.register_forward_hook(lambda mod, args, out: mid.__setitem__("h", out))
+    try:
+        h = model.language_model.hidden_states(inputs_embeds=emb)    # (B, T, D), plain causal
+    finally:
+        if hook is not None:
+            hook.remove()
+    target = labels[:, 1:]                                       # position t predicts token t + 1
+    keep = target != IGNORE
+    logits = model.language_model.lm_head(h[:, :-1][keep])       # (n, V): only where there is a label
+    loss = F.cross_entropy(logits.float(), target[keep])
+    if parts is not None:
+        parts["answer"] = float(loss.detach())
+    if use_aux:
+        is_img = ids == model.config.image_token_id
+        cls = batch["image_classes"].to(device, non_blocking=True)
+        pos = batch["image_positions"].to(device, non_blocking=True)
+        if int(is_img.sum()) != cls.numel():
+            raise ValueError(f"{int(is_img.sum())} image tokens but {cls.numel()} image-token targets")
+        l_in = F.cross_entropy(aux.label_in(emb[is_img].to(aux.label_in.weight.dtype)).float(), cls, ignore_index=IGNORE)
+        hm = mid["h"][is_img].to(aux.label_mid.weight.dtype)
+        l_mid = F.cross_entropy(aux.label_mid(hm).float(), cls, ignore_index=IGNORE)
+        l_pos = 10 * F.l1_loss(aux.pos_mid(hm).float(), pos)
+        loss = loss + aux_weight * (l_in + l_mid + l_pos)
+        if parts is not None:
+            parts.update(label_in=float(l_in.detach()), label_mid=float(l_mid.detach()), position=float(l_pos.detach()))
+        if "image_chars" in batch and char_weight > 0:
+            chars = batch["image_chars"].to(device, non_blocking=True).reshape(-1)
+            l_char = F.cross_entropy(aux.chars(emb[is_img]), chars, ignore_index=IGNORE)
+            loss = loss + aux_weight * char_weight * l_char
+            if parts is not None:
+                parts["char"] = float(l_char.detach())
+        if "pointer_queries" in batch and pointer_weight > 0:
+            if pointer_heads > 0:
+                block = model.language_model.backbone.layers[aux.layer + 1]
+                l_ptr, acc = attention_pointer_loss(block, mid["h"], is_img, batch["pointer_queries"].to(device),
+                                                    batch["pointer_targets"].to(device), keep, pointer_heads)
+            else:
+                l_ptr, acc = pointer_loss(aux, mid["h"], is_img, batch["pointer_queries"].to(device),
+                                          batch["pointer_targets"].to(device))
+            loss = loss + aux_weight * pointer_weight * l_ptr
+            if parts is not None:
+                parts.update(pointer=float(l_ptr.detach()), pointer_acc=acc)
+    return loss, int(keep.sum())
