@@ -128,7 +128,7 @@ def read_header(path) -> dict[str, tuple[str, tuple[int, ...]]]:
     path = Path(path)
     raw, size = _read_raw(path)
     try:
-        hdr = json.loads(raw)
+        hdr = json.loads(raw.decode("utf-8"))  # UTF-8 only, as safetensors reads it (json.loads(bytes) guesses)
     except (ValueError, RecursionError) as e:  # (UnicodeDecodeError is a ValueError)
         raise CheckpointError(f"{path}: corrupt safetensors file (header is not valid JSON: "
                               f"{_short(str(e), 200)})") from None

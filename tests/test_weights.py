@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -357,3 +359,147 @@ def test_models_do_not_offer_the_loader():
     from holotron.model import Holotron
     for cls in (HybridLM, Holotron):
         assert not hasattr(cls, "from_pretrained") and not hasattr(cls, "save_pretrained"), cls
+
+
+# ----------------------------------------------------------------------------- device and dtype, up front
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
+def test_cuda_without_a_gpu_is_refused_before_any_file_is_read(ckpt, monkeypatch):
+    from holotron import devices
+
+    read = []
+    monkeypatch.setattr(weights, "read_header", lambda p: read.append(p))
+    for target in (ckpt, ckpt.parent / "absent"):  # an absent folder too: the device is checked first
+        with pytest.raises(weights.DeviceError) as e:
+            holotron.load(target, device="cuda")
+        msg = str(e.value)
+        assert msg.startswith("device='cuda': CUDA was asked for but torch sees no GPU (torch ") and "\n" not in msg
+        assert torch.__version__ in msg and msg.endswith("use device='cpu'")
+        assert "safetensors" not in msg and "pin_memory" not in msg
+    assert read == []
+    with pytest.raises(weights.DeviceError, match=r"device='cuda:1': CUDA was asked for"):
+        weights.load_into(HybridLM(tiny_config()), ckpt / "model.safetensors", device=torch.device("cuda", 1))
+    assert devices.resolve_device("auto") == torch.device("cpu")
+    assert devices.resolve_dtype("auto", "auto") == torch.float32
+
+
+@pytest.mark.parametrize("device", ["nonsense", "cuda:x", "meta", "gpu0", 2.5, ""])
+def test_unknown_device_is_one_clear_line(ckpt, device):
+    with pytest.raises(weights.DeviceError) as e:
+        holotron.load(ckpt, device=device)
+    msg = str(e.value)
+    assert "\n" not in msg and (repr(str(device)) in msg or type(device).__name__ in msg)
+    assert "'cpu', 'cuda', 'cuda:N'" in msg and "RuntimeError" not in msg
+
+
+@pytest.mark.parametrize("dtype", ["float33", "int8", torch.int8, "", 16, torch.complex64])
+def test_unknown_dtype_is_one_clear_line(ckpt, dtype):
+    with pytest.raises(weights.DeviceError) as e:
+        holotron.load(ckpt.parent / "absent", dtype=dtype)  # refused before the folder is looked at
+    msg = str(e.value)
+    assert msg.startswith("dtype") and "\n" not in msg and "'bfloat16'" in msg
+
+
+def test_dtype_names_and_devices_that_work(model, ckpt):
+    from holotron.devices import resolve_device, resolve_dtype
+
+    for name, want in (("bf16", torch.bfloat16), ("torch.float16", torch.float16), ("FP32", torch.float32),
+                       (torch.bfloat16, torch.bfloat16), (None, None)):
+        assert resolve_dtype(name) == want
+    assert resolve_device(None) == resolve_device("cpu") == resolve_device(torch.device("cpu")) == torch.device("cpu")
+    assert holotron.load(ckpt, dtype="bf16", device="cpu").lm_head.weight.dtype == torch.bfloat16
+    _same(model, holotron.load(ckpt, device=torch.device("cpu")))
+
+
+# ----------------------------------------------------------------------------- saving: the target, modes
+
+
+def _modes(folder):
+    return {p.name: oct(p.stat().st_mode & 0o777) for p in [folder, *folder.iterdir()]}
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077], ids=["022", "002", "077"])
+def test_saved_files_and_folders_follow_the_umask(model, tmp_path, mask):
+    old = os.umask(mask)
+    try:
+        new = tmp_path / "deep" / "new"
+        weights.save_pretrained(model, new, max_shard_size=20_000)  # a new folder (and a new parent)
+        existing = tmp_path / "existing"
+        existing.mkdir()
+        weights.save_pretrained(model, existing)  # into an existing folder
+    finally:
+        os.umask(old)
+    for folder in (new, tmp_path / "deep"):
+        assert oct(folder.stat().st_mode & 0o777) == oct(0o777 & ~mask), folder
+    for folder in (new, existing):
+        files = _modes(folder)
+        files.pop(folder.name)
+        assert len(files) > 1 and set(files.values()) == {oct(0o666 & ~mask)}, files
+
+
+def test_save_onto_an_existing_file_is_refused_before_writing(model, tmp_path):
+    target = tmp_path / "ckpt"
+    target.write_text("not a folder")
+    with pytest.raises(OSError) as e:
+        weights.save_pretrained(model, target)
+    msg = str(e.value)
+    assert msg == f"save_pretrained: {target} exists and is not a folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"] and target.read_text() == "not a folder"
+
+
+def test_save_under_a_file_is_refused_naming_the_path(model, tmp_path):
+    (tmp_path / "file").write_text("x")
+    target = tmp_path / "file" / "sub" / "ckpt"
+    with pytest.raises(OSError) as e:
+        weights.save_pretrained(model, target)
+    msg = str(e.value)
+    assert msg == f"save_pretrained: cannot create {target}: {tmp_path / 'file'} is a file, not a folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_save_under_a_read_only_folder_names_the_path(model, tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere: let access() answer as it does for everyone else
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == ro and mode & os.W_OK else real(p, mode))
+    try:
+        for target in (ro / "ckpt", ro / "a" / "b"):
+            with pytest.raises(PermissionError) as e:
+                weights.save_pretrained(model, target)
+            assert str(e.value) == f"save_pretrained: cannot create {target}: {ro} is not writable"
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_os_failures_name_the_users_path_never_a_temporary_one(model, tmp_path, monkeypatch):
+    """The checks pass but the OS refuses (a read-only mount, a quota): the error still names the path
+    given, and the parents made for the save are removed again."""
+    import tempfile
+
+    def refuse(prefix="", dir=None, **kw):
+        raise PermissionError(13, "Permission denied", str(Path(dir) / f"{prefix}x1y2z3"))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    target = tmp_path / "made" / "ckpt"
+    with pytest.raises(PermissionError) as e:
+        weights.save_pretrained(model, target)
+    assert str(e.value) == f"save_pretrained: cannot create {target}: Permission denied"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_save_into_new_parents_removes_them(model, tmp_path, monkeypatch):
+    import safetensors.torch as st
+
+    def broken(tensors, path, metadata=None):
+        raise OSError(28, "No space left on device", path)
+
+    monkeypatch.setattr(st, "save_file", broken)
+    target = tmp_path / "a" / "b" / "ckpt"
+    with pytest.raises(OSError) as e:
+        weights.save_pretrained(model, target)
+    assert ".tmp" not in str(e.value) and str(target) in str(e.value) and "No space left" in str(e.value)
+    assert list(tmp_path.iterdir()) == []
