@@ -17,29 +17,29 @@ greedy or sampled token, written back as the next step's input. Every shape is f
 memory pool) and replayed per token; elsewhere, or with ``cuda_graph=False``, it runs eagerly: the
 same code, which is what the CPU tests compare with ``holotron.generate``.
 
-Rows: a request gets a free row of the ``DecodeState``; its prompt is prefilled through
-``HybridLM.forward`` in chunks of ``prefill_tokens`` tokens (a group of requests together, left-padded)
-and copied into the row, pads dropped. A finished row is freed, refilled from the queue, or filled by
-moving the last live row into it, so the live rows are always rows [0, n) and a step runs on the
-smallest captured batch >= n: finished rows stop costing work. ``generate()`` uses this engine on CUDA
-(``engine=False`` or HOLOTRON_ENGINE=0 opts out).
+Rows: a request gets a free row of the ``DecodeState``, its prompt prefilled in chunks and copied in
+(``holotron/engine_prefill.py``). A finished row is freed, refilled from the queue, or filled by moving
+the last live row into it, so the live rows are always rows [0, n) and a step runs on the smallest
+captured batch >= n: finished rows stop costing work. Requests, prefixes and the per-row token choice
+are ``holotron/engine_requests.py``'s; the ``fuse=True`` step is ``holotron/engine_fused.py``'s.
+``generate()`` uses this engine on CUDA (``engine=False`` or HOLOTRON_ENGINE=0 opts out).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from . import kernels
-from .state import DecodeState, InferenceState, KVCache, MambaState
+from .engine_fused import FusedStep
+from .engine_prefill import Admission
+from .engine_requests import Prefix, Request, choose_tokens, default_batch_sizes
+from .state import DecodeState
 
 __all__ = ["Engine", "Request", "Prefix", "EngineUnsupported", "engine_for", "release"]
 
@@ -52,73 +52,7 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-@dataclass(eq=False)
-class Prefix:
-    """The state after a shared prompt prefix (batch 1, no pads) and the logits at its last position."""
-
-    state: InferenceState
-    logits: torch.Tensor  # (V,) fp32
-    length: int
-
-    def nbytes(self) -> int:
-        return self.state.nbytes()["total"]
-
-
-@dataclass(eq=False)
-class Request:
-    """One sequence: its prompt (ids or embeddings, no padding), sampling settings, and the tokens so far."""
-
-    input_ids: torch.Tensor | None        # (T,)
-    inputs_embeds: torch.Tensor | None    # (T, D)
-    image_kw: dict
-    prefix: Prefix | None
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    eos: frozenset = frozenset()
-    tag: object = None                    # caller's label (generate() puts the batch row here)
-    tokens: list[int] = field(default_factory=list)
-    done: bool = False
-    row: int | None = None
-
-    @property
-    def suffix_len(self) -> int:
-        x = self.inputs_embeds if self.inputs_embeds is not None else self.input_ids
-        return 0 if x is None else x.shape[0]
-
-    @property
-    def prompt_len(self) -> int:
-        return (self.prefix.length if self.prefix is not None else 0) + self.suffix_len
-
-
-def default_batch_sizes(max_batch: int) -> list[int]:
-    """1, 2, 4, 8, then multiples of 16 up to 64, of 32 up to 256, of 64 beyond; max_batch included."""
-    sizes, b = [], 1
-    while b < max_batch:
-        sizes.append(b)
-        b = b * 2 if b < 16 else b + (16 if b < 64 else 32 if b < 256 else 64)
-    return sorted(set(sizes + [max_batch]))
-
-
-def choose_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                  generator: torch.Generator | None) -> torch.Tensor:
-    """Per-row sampling with tensors only (no host sync): logits (B, V) fp32; temperature (B,) (0 =
-    greedy), top_k (B,) int (V = off), top_p (B,) (> 1 = off). The same filters as ``generate.sample``;
-    the draw is argmax(p / E) with E ~ Exp(1) i.i.d., a sample from p."""
-    greedy = logits.argmax(-1)
-    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-    srt, idx = (logits / t[:, None]).sort(-1, descending=True)          # (B, V)
-    p = srt.softmax(-1)
-    rank = torch.arange(srt.shape[-1], device=srt.device)
-    drop = (rank[None, :] >= top_k[:, None]) | (p.cumsum(-1) - p >= top_p[:, None])  # the first always stays
-    p = srt.masked_fill(drop, float("-inf")).softmax(-1)
-    e = torch.empty_like(p).exponential_(generator=generator)
-    tok = idx.gather(1, (p / e).argmax(-1, keepdim=True))[:, 0]
-    return torch.where(temperature > 0, tok, greedy)
-
-
-class Engine:
+class Engine(FusedStep, Admission):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of requests, chunked prefill, prefix snapshots.
 
@@ -128,10 +62,8 @@ class Engine:
     step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised
     (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32;
     bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32 and
-    rounds the stored state once per token). ``fuse``: run the step's element-wise work (norms, the conv
-    window, dt, relu^2, residuals) through ``torch.compile``d per-layer pieces (fewer kernels; the
-    same math in a different order, so logits agree to rounding, not bit for bit); the scan step
-    and attention stay as they are.
+    rounds the stored state once per token). ``fuse``: the step's element-wise work through
+    ``torch.compile``d per-layer pieces (``holotron/engine_fused.py``; logits agree to rounding).
     """
 
     def __init__(self, model, max_batch: int, max_len: int, *, sampling: bool = False,
@@ -238,48 +170,6 @@ class Engine:
             nxt = logits.argmax(-1)
         self.tokens[:b].copy_(nxt)
         self.state.lengths[:b].add_(self.active[:b])
-
-    def _step_fused(self, b: int) -> None:
-        """``_step_body`` with the element-wise work in compiled pieces (see ``fused``)."""
-        fused = _Fused
-        lm = self.lm
-        lengths = self.state.lengths[:b].clamp(max=self.max_len - 1)
-        key_mask = (self._slots[None, :] <= lengths[:, None])[:, None, None]
-        x = lm.backbone.embeddings(self.tokens[:b, None])
-        if lm.config.residual_in_fp32:
-            x = x.float()
-        for blk, st in zip(lm.backbone.layers, self._views[b]):
-            m, nw, eps = blk.mixer, blk.norm.weight, blk.norm.eps
-            if blk.kind == "mamba":
-                z, xc, dt = fused.mamba_in(x, nw, eps, m.in_proj.weight, st.conv, m.conv1d.weight, m.conv1d.bias,
-                                           m.dt_bias, m.d_inner, m.conv_dim, m.n_heads)
-                xs, B, C = xc.split([m.d_inner, m.n_groups * m.d_state, m.n_groups * m.d_state], dim=-1)
-                y = kernels.ssd_step(st.ssm, xs.view(b, m.n_heads, m.head_dim), dt, self._A[id(m)],
-                                     B.view(b, m.n_groups, m.d_state), C.view(b, m.n_groups, m.d_state), D=m.D)
-                x = fused.mamba_out(y.reshape(b, 1, m.d_inner), z, m.norm.weight, m.norm.groups, m.norm.eps,
-                                    m.out_proj.weight, x)
-            elif blk.kind == "attention":
-                q, k, v = fused.attn_in(x, nw, eps, m.q_proj.weight, m.k_proj.weight, m.v_proj.weight)
-                hkv, hd = m.n_kv_heads, m.head_dim
-                slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
-                st.k.scatter_(2, slot, k.view(b, hkv, 1, hd))
-                st.v.scatter_(2, slot, v.view(b, hkv, 1, hd))
-                y = torch.nn.functional.scaled_dot_product_attention(
-                    q.view(b, hkv, m.n_heads // hkv, hd), st.k, st.v, attn_mask=key_mask)
-                x = fused.attn_out(y.reshape(b, 1, m.n_heads * hd), m.o_proj.weight, x)
-            else:
-                x = fused.mlp(x, nw, eps, m.up_proj.weight, m.down_proj.weight)
-        logits = fused.head(x, lm.backbone.norm_f.weight, lm.backbone.norm_f.eps, lm.lm_head.weight)
-        self._finish_step(logits, b)
-
-    @property
-    def _A(self) -> dict:
-        """A = -exp(A_log) per Mamba mixer (fp32), computed once for the fused step."""
-        if not hasattr(self, "_A_cache"):
-            with torch.inference_mode():
-                self._A_cache = {id(blk.mixer): -torch.exp(blk.mixer.A_log.float())
-                                 for blk in self.lm.backbone.layers if blk.kind == "mamba"}
-        return self._A_cache
 
     def _capture_all(self) -> None:
         if self.live:
@@ -429,84 +319,6 @@ class Engine:
             self.lens[dst] = self.lens[src]
         return n
 
-    # ------------------------------------------------------------------ prefill
-    def _embeds(self, req: Request) -> torch.Tensor:
-        """(T, D) prompt embeddings (images merged for a VL model)."""
-        if req.inputs_embeds is not None:
-            return req.inputs_embeds.to(self.device)
-        ids = req.input_ids.to(self.device)
-        if hasattr(self.model, "embed_inputs"):
-            return self.model.embed_inputs(ids[None], **req.image_kw)[0]
-        return self.lm.backbone.embeddings(ids)
-
-    def _prefill(self, x: torch.Tensor, mask: torch.Tensor, prefix: Prefix | None):
-        """Prefill (n, T, D) left-padded embeddings (mask (n, T) False at pads), after ``prefix`` when
-        given, in chunks of about ``prefill_tokens`` tokens. Returns the InferenceState and last logits (n, V)."""
-        n, T, _ = x.shape
-        P = prefix.length if prefix is not None else 0
-        tmp = self.lm.new_state(n, capacity=P + T)
-        if prefix is not None:
-            for d, s in zip(tmp.layers, prefix.state.layers):
-                if isinstance(d, MambaState):
-                    d.conv.copy_(s.conv.expand_as(d.conv))
-                    d.ssm.copy_(s.ssm.expand_as(d.ssm))
-                elif isinstance(d, KVCache):
-                    d.k[:, :, :P].copy_(s.k[:, :, :P].expand(n, -1, -1, -1))
-                    d.v[:, :, :P].copy_(s.v[:, :, :P].expand(n, -1, -1, -1))
-            tmp.seqlen = P
-            mask = torch.cat([torch.ones(n, P, dtype=torch.bool, device=mask.device), mask], 1)
-        cs = self.lm.config.chunk_size
-        chunk = max(cs, (self.prefill_tokens // n) // cs * cs)
-        for c0 in range(0, T, chunk):
-            c1 = min(T, c0 + chunk)
-            logits = self.lm(inputs_embeds=x[:, c0:c1], state=tmp, attention_mask=mask[:, :P + c1], logits_to_keep=1)
-        return tmp, logits[:, -1]
-
-    def _admit(self) -> list[tuple[Request, int]]:
-        free = [i for i, q in enumerate(self.rows) if q is None]
-        take: list[Request] = []
-        while self.queue and len(take) < len(free):
-            take.append(self.queue.popleft())
-        if not take:
-            return []
-        groups: dict[tuple, list[tuple[Request, int]]] = {}  # same prefix (and suffix or not): one prefill
-        for req, row in zip(take, free):
-            groups.setdefault((id(req.prefix), req.suffix_len == 0), []).append((req, row))
-        out = []
-        for (_, empty), members in groups.items():
-            reqs, rows = [m[0] for m in members], [m[1] for m in members]
-            pre = reqs[0].prefix
-            if empty:  # the prefix alone: copy its state, its logits give the first token
-                src, logits, idx = pre.state, pre.logits[None].expand(len(reqs), -1), [0] * len(reqs)
-            else:
-                embeds = [self._embeds(r) for r in reqs]
-                T = max(e.shape[0] for e in embeds)
-                x = embeds[0].new_zeros(len(reqs), T, embeds[0].shape[-1])
-                mask = torch.zeros(len(reqs), T, dtype=torch.bool, device=x.device)
-                for i, e in enumerate(embeds):
-                    x[i, T - e.shape[0]:] = e
-                    mask[i, T - e.shape[0]:] = True
-                src, logits = self._prefill(x, mask, pre)
-                idx = list(range(len(reqs)))
-            for req, row, i in zip(reqs, rows, idx):
-                self.lens[row] = self.state.load(row, src, i)
-                self.rows[row], req.row = req, row
-                self.temperature[row] = req.temperature
-                self.top_k[row] = req.top_k if req.top_k is not None else self.vocab
-                self.top_p[row] = req.top_p if req.top_p is not None else 2.0
-                self.active[row] = 1
-            rows_t = torch.tensor(rows, device=self.device)
-            if self.sampling:
-                first = choose_tokens(logits.float(), self.temperature[rows_t], self.top_k[rows_t], self.top_p[rows_t],
-                                      self.generator)
-            else:
-                first = logits.argmax(-1)
-            self.tokens[rows_t] = first
-            for req, tok in zip(reqs, first.tolist()):
-                out.append((req, tok))
-                self._emit(req, tok)
-        return out
-
     # ------------------------------------------------------------------ generate()
     def stream(self, input_ids: torch.Tensor, max_new_tokens: int, *, attention_mask: torch.Tensor | None = None,
                temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -546,85 +358,6 @@ class Engine:
         return (f"Engine(max_batch={self.max_batch}, max_len={self.max_len}, sampling={self.sampling}, "
                 f"cuda_graph={self.cuda_graph}, batch_sizes={self.batch_sizes}, live={self.live}, "
                 f"state={self.state.nbytes() / 2**30:.2f} GiB)")
-
-
-# ---------------------------------------------------------------------------- the fused step's pieces
-# One layer's element-wise work around its matmuls, in the modules' math (layers.RMSNorm,
-# layers.GatedRMSNorm, Mamba2Mixer._conv, the relu^2 MLP), as plain functions that torch.compile fuses
-# into a few kernels; x (b, 1, D). Compiled on first use, batch dimension dynamic (one compile each).
-
-def _compiled(fn):
-    compiled = None
-
-    @functools.wraps(fn)
-    def call(*args):
-        nonlocal compiled
-        if compiled is None:
-            compiled = torch.compile(fn, dynamic=True, fullgraph=True)
-        return compiled(*args)
-
-    call.eager = fn
-    return call
-
-
-def _rms(x, w, eps):
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (w.float() * xf).to(x.dtype)
-
-
-@_compiled
-def _f_mamba_in(x, norm_w, eps: float, in_w, conv, conv_w, conv_b, dt_bias, d_inner: int, conv_dim: int, heads: int):
-    """norm -> in_proj -> (z, silu(conv over the updated window), softplus(dt + dt_bias)); ``conv`` updated in place."""
-    h = _rms(x.to(norm_w.dtype), norm_w, eps)
-    z, xBC, dt = F.linear(h, in_w).split([d_inner, conv_dim, heads], dim=-1)
-    win = torch.cat([conv[:, :, 1:], xBC.transpose(1, 2).to(conv.dtype)], dim=2)  # (b, c, K)
-    conv.copy_(win)
-    xc = (win * conv_w[:, 0, :]).sum(-1)
-    if conv_b is not None:
-        xc = xc + conv_b
-    xc = F.silu(xc).to(xBC.dtype)                                                 # (b, c)
-    dt = F.softplus(dt[:, 0].float() + dt_bias.float())                           # (b, H) fp32
-    return z, xc, dt
-
-
-@_compiled
-def _f_mamba_out(y, z, gnorm_w, groups: int, eps: float, out_w, x):
-    """x + out_proj(GatedRMSNorm(y, z))."""
-    v = y.float() * F.silu(z.float())
-    vg = v.unflatten(-1, (groups, -1))
-    vg = vg * torch.rsqrt(vg.pow(2).mean(-1, keepdim=True) + eps)
-    h = (gnorm_w.float() * vg.flatten(-2)).to(y.dtype)
-    return x + F.linear(h, out_w)
-
-
-@_compiled
-def _f_attn_in(x, norm_w, eps: float, q_w, k_w, v_w):
-    h = _rms(x.to(norm_w.dtype), norm_w, eps)
-    return F.linear(h, q_w), F.linear(h, k_w), F.linear(h, v_w)
-
-
-@_compiled
-def _f_attn_out(y, o_w, x):
-    return x + F.linear(y, o_w)
-
-
-@_compiled
-def _f_mlp(x, norm_w, eps: float, up_w, down_w):
-    h = _rms(x.to(norm_w.dtype), norm_w, eps)
-    return x + F.linear(F.relu(F.linear(h, up_w)).square(), down_w)
-
-
-@_compiled
-def _f_head(x, norm_w, eps: float, lm_w):
-    h = _rms(x.to(norm_w.dtype), norm_w, eps)
-    return F.linear(h[:, 0].to(lm_w.dtype), lm_w).float()
-
-
-class _Fused:
-    mamba_in, mamba_out, attn_in, attn_out, mlp, head = (staticmethod(_f_mamba_in), staticmethod(_f_mamba_out),
-                                                         staticmethod(_f_attn_in), staticmethod(_f_attn_out),
-                                                         staticmethod(_f_mlp), staticmethod(_f_head))
 
 
 # ---------------------------------------------------------------------------- one engine per model

@@ -33,8 +33,9 @@ FIELDS = ("dtype", "shape", "data_offsets")
 def valid(tmp_path_factory) -> tuple[dict, bytes]:
     """A small real safetensors file, as (header dict, the data after the header)."""
     path = tmp_path_factory.mktemp("valid") / "model.safetensors"
-    save_file({"a": torch.arange(6, dtype=torch.float32).view(2, 3), "b": torch.ones(4, dtype=torch.bfloat16),
-               "c": torch.zeros(0, 5), "d": torch.tensor([1, 2], dtype=torch.int64)}, str(path), metadata={"format": "pt"})
+    tensors = {"a": torch.arange(6, dtype=torch.float32).view(2, 3), "b": torch.ones(4, dtype=torch.bfloat16),
+               "c": torch.zeros(0, 5), "d": torch.tensor([1, 2], dtype=torch.int64)}
+    save_file(tensors, str(path), metadata={"format": "pt"})
     raw = path.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
     return json.loads(raw[8:8 + n]), raw[8 + n:]
