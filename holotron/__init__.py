@@ -22,8 +22,8 @@ _LAZY = {
     "HolotronConfig": "holotron.config",
     "Holotron": "holotron.model",
     "Processor": "holotron.processor",
-    "generate": "holotron.generate",
-    "generate_text": "holotron.generate",
+    "generate": "holotron.generation",
+    "generate_text": "holotron.generation",
 }
 
 __all__ = ["ssd_scan", "ssd_step", "__version__", *_LAZY]

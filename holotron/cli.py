@@ -7,8 +7,13 @@
 The answer streams to stdout as it is generated (to stderr with ``--json``, where stdout carries one
 JSON object). It ends with prefill and decode tokens/s and peak memory. ``--ground`` wraps the prompt
 in H Company's localisation format and prints the click in 0-1000 and in pixels of the original
-image; ``--out FILE`` draws it on a copy of the screenshot. Errors are one line and a non-zero exit
-(a traceback only with ``--debug``).
+image; ``--out FILE`` draws it on a copy of the screenshot (checked writable before the model loads).
+On the CPU a long prompt is prefilled in pieces with a progress line on stderr, and a prompt longer
+than the context the model was trained on (config ``max_position_embeddings``) is warned about. When a
+grounding model (the bundled one, or a ``holotron.train`` checkpoint) gives no click without
+``--ground``, stderr says how to ask it. Errors are one line and a non-zero exit (a traceback only with
+``--debug``). The generation functions are in ``holotron/generation.py``; ``holotron/generate.py`` is the
+``-m`` entry module.
 """
 
 from __future__ import annotations
@@ -18,16 +23,15 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from .cli_common import CLIError, check_out_file, cli_device, cli_dtype, write_atomically
+
 EXIT_ERROR, EXIT_USAGE = 1, 2
-
-
-
-class CLIError(Exception):
-    """A problem the user can fix; printed as one line."""
+IMAGE_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP"}
+PREFILL_CHUNK = 256           # tokens per prefill piece on the CPU (a progress step)
+PREFILL_PROGRESS_DELAY = 2.0  # seconds of prefill before the progress line shows
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,33 +64,6 @@ def _parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- pieces
 
 
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise CLIError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CLIError(f"device {name!r}: no CUDA GPU is available here (use --device cpu)")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise CLIError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-    elif dev.type != "cpu":
-        raise CLIError(f"device {name!r}: holotron runs on cpu or cuda")
-    return dev
-
-
-def _dtype(name: str, device):
-    import torch
-
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)
-
-
 def _peak_memory(device) -> tuple[int, str]:
     """Peak bytes: allocated on the GPU, or the process's peak resident memory on the CPU."""
     import torch
@@ -117,22 +94,35 @@ def _held_back(text: str, stops: list[str]) -> int:
     return best
 
 
-def _write_image_atomically(image, path: Path) -> None:
-    """Save next to the target and rename, so a failure leaves nothing half-written."""
-    path = path.expanduser()
-    if path.parent and not path.parent.exists():
-        raise CLIError(f"--out {path}: folder {path.parent} does not exist")
-    fmt = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP"}.get(path.suffix.lower())
-    if fmt is None:
-        raise CLIError(f"--out {path}: use a .png, .jpg, .webp or .bmp file name")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or "."))
-    os.close(fd)
-    try:
-        image.convert("RGB").save(tmp, format=fmt)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _grounding_model(model_id) -> bool:
+    """holotron's own grounding checkpoints, trained to answer only with a click: the bundled ones and those
+    ``holotron.train`` wrote (they hold trainer_state.json)."""
+    from .bundled import MODELS_DIR, bundled_path
+
+    if bundled_path(model_id) is not None:
+        return True
+    folder = Path(str(model_id)).expanduser()
+    if not folder.is_dir():
+        return False
+    return MODELS_DIR in folder.resolve().parents or (folder / "trainer_state.json").is_file()
+
+
+def _prefill_progress(n_prompt: int, device):
+    """(prefill_chunk, on_prefill, close) for ``stream``: on the CPU a prompt longer than one piece is
+    prefilled in pieces, with a tqdm line on stderr once it has taken PREFILL_PROGRESS_DELAY seconds."""
+    if device.type != "cpu" or n_prompt <= PREFILL_CHUNK:
+        return None, None, lambda: None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=n_prompt, desc="prefill", unit="tok", file=sys.stderr, delay=PREFILL_PROGRESS_DELAY,
+               leave=False, dynamic_ncols=True)
+
+    def on_prefill(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return PREFILL_CHUNK, on_prefill, bar.close
 
 
 def _triton_cache_is_warm() -> bool:
@@ -150,12 +140,13 @@ def _triton_cache_is_warm() -> bool:
 def run(args, log: logging.Logger) -> dict:
     import torch
 
-    import holotron
-    from holotron import bundled
-    from holotron.generate import stream, stop_ids
-    from holotron.grounding import draw_click, localization_messages, parse_click, to_pixels
-    from holotron.processor import Processor
-    from holotron.vision.preprocess import load_image
+    from . import bundled
+    from .generation import stop_ids, stream
+    from .grounding import draw_click, localization_messages, parse_click, to_pixels
+    from .model import Holotron
+    from .processor import Processor
+    from .vision.preprocess import load_image
+    from .weights import load
 
     model_id = args.model
     if model_id is None:
@@ -173,25 +164,26 @@ def run(args, log: logging.Logger) -> dict:
     if prompt is None:
         if args.model is not None or args.image is not None:
             raise CLIError("--prompt is required with --model or --image")
-        from holotron.data import EXAMPLE_INSTRUCTION
+        from .data import EXAMPLE_INSTRUCTION
 
         prompt, args.ground = EXAMPLE_INSTRUCTION, True
         log.info("no --prompt given: grounding the default instruction %r", prompt)
     if args.out and not args.ground:
         raise CLIError("--out draws the click: use it with --ground")
+    out_path = check_out_file(args.out, "--out", IMAGE_FORMATS) if args.out else None  # before any work
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
 
-    device = _device(args.device)
-    dtype = _dtype(args.dtype, device)
+    device = cli_device(args.device)
+    dtype = cli_dtype(args.dtype, device)
     image = load_image(image_path)  # a clear ImageError for anything unreadable, before loading the model
 
     log.info("loading %s on %s (%s) ...", model_id, device, str(dtype).replace("torch.", ""))
     t = time.perf_counter()
-    model = holotron.load(model_id, dtype=dtype, device=device, progress=sys.stderr.isatty())
+    model = load(model_id, dtype=dtype, device=device, progress=sys.stderr.isatty())
     processor = Processor.from_pretrained(model_id)
     log.info("loaded in %.1f s (%.1f M parameters)", time.perf_counter() - t, model.num_parameters() / 1e6)
-    if not isinstance(model, holotron.Holotron):
+    if not isinstance(model, Holotron):
         raise CLIError(f"{model_id} is a text-only model ({type(model).__name__}): the CLI needs a VL checkpoint")
 
     if args.ground:
@@ -207,6 +199,10 @@ def run(args, log: logging.Logger) -> dict:
     if limit and n_prompt >= limit:
         raise CLIError(f"the prompt is {n_prompt} tokens, at or over the model's limit of {limit}: "
                        "shorten the text or use a smaller image")
+    trained = getattr(model.config.text, "max_position_embeddings", None)
+    if isinstance(trained, int) and n_prompt > trained:  # a warning: the architecture has no position limit
+        log.warning("warning: the prompt is %d tokens, longer than the %d the model was trained on "
+                    "(max_position_embeddings): answers may degrade", n_prompt, trained)
     batch = batch.to(device, dtype)
 
     gen = processor.generation_config.generate_kwargs()
@@ -230,10 +226,12 @@ def run(args, log: logging.Logger) -> dict:
     full_decoder = processor.stream_decoder(skip_special_tokens=False)  # for stop strings and the click
     text, raw = "", ""
     n_new, t_first = 0, None
+    chunk, on_prefill, close_progress = _prefill_progress(n_prompt, device)
     t0 = time.perf_counter()
     it = stream(model, batch["input_ids"], max_new, attention_mask=batch["attention_mask"],
                 pixel_values=batch["pixel_values"], temperature=temperature, top_p=top_p, top_k=top_k,
-                seed=args.seed if sampling else None, eos_token_id=list(eos), pad_token_id=processor.pad_token_id)
+                seed=args.seed if sampling else None, eos_token_id=list(eos), pad_token_id=processor.pad_token_id,
+                prefill_chunk=chunk, on_prefill=on_prefill)
     stopped_by = "length"
     emitted = 0  # characters of ``text`` already written; a tail that may begin a stop string waits
 
@@ -248,6 +246,7 @@ def run(args, log: logging.Logger) -> dict:
         tid = int(tok[0])
         if t_first is None:
             t_first = time.perf_counter()
+            close_progress()
         n_new += 1
         if tid in eos:
             stopped_by = "eos"
@@ -264,6 +263,7 @@ def run(args, log: logging.Logger) -> dict:
         text += decoder.flush()
         raw += full_decoder.flush()
     emit(len(text))
+    close_progress()
     if hasattr(it, "close"):
         it.close()
     t_end = time.perf_counter()
@@ -291,9 +291,13 @@ def run(args, log: logging.Logger) -> dict:
         else:
             px = to_pixels(point, w, h)
             result["click"] = {"x": point.x, "y": point.y, "x_px": round(px.x, 1), "y_px": round(px.y, 1)}
-            if args.out:
-                _write_image_atomically(draw_click(image, point), Path(args.out))
+            if out_path is not None:
+                marked = draw_click(image, point).convert("RGB")
+                write_atomically(out_path, lambda tmp: marked.save(tmp, format=IMAGE_FORMATS[out_path.suffix.lower()]))
                 result["out"] = args.out
+    elif _grounding_model(model_id) and parse_click(text) is None and parse_click(raw) is None:
+        log.info("%s is a grounding model: it answers with where to click. Ask it with --ground and the target, "
+                 "e.g. --ground --prompt %r", model_id, prompt)
     return result
 
 

@@ -218,7 +218,7 @@ def answer_batch(model, processor, images: list, instructions: list[str], *, max
     as one left-padded batch."""
     import torch
 
-    from .generate import generate, stop_ids
+    from .generation import generate, stop_ids
 
     device = device if device is not None else model.device
     batch = processor([localization_messages(t) for t in instructions], images=[[im] for im in images])
@@ -250,12 +250,13 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
              n_draw: int = 8) -> Report:
     """Score ``model`` on ``examples``. With ``out_dir``: the first ``n_draw - n_draw // 2`` hits and the
     first ``n_draw // 2`` misses drawn as PNG (``draw_example``), and every prediction in predictions.jsonl."""
-    from .progress import Progress
+    from tqdm.auto import tqdm
+
     from .vision.preprocess import load_image
 
     if total is None and hasattr(examples, "__len__"):
         total = len(examples)
-    bar = Progress(total, "eval", enabled=progress)
+    bar = tqdm(total=total, desc="eval", unit="ex", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     rep = Report()
     t0 = time.perf_counter()
     drawn = {True: 0, False: 0}
@@ -280,7 +281,8 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
                         name = f"{rep.n - 1:04d}-{'hit' if p.hit else 'miss'}-{p.role.replace(' ', '_')}.png"
                         draw_example(im, p).save(out / name)
                         drawn[p.hit] += 1
-            bar.update(rep.n, acc=f"{100 * rep.accuracy:.1f}%", ex_s=f"{rep.n / (time.perf_counter() - t0):.2f}")
+            bar.update(rep.n - bar.n)
+            bar.set_postfix(acc=f"{100 * rep.accuracy:.1f}%", refresh=False)
     finally:
         bar.close()
         if out is not None:
@@ -339,11 +341,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    import holotron
-    from .cli import CLIError, _device, _dtype
+    from .cli_common import CLIError, check_out_dir, cli_device, cli_dtype
+    from .model import Holotron
     from .processor import Processor
+    from .weights import load
 
     args = _parser().parse_args(argv)
     try:
@@ -360,16 +361,18 @@ def main(argv: list[str] | None = None) -> int:
             model_id = default_model()
             if model_id is None:
                 raise CLIError(f"no --model given and this build has no bundled model ({DEFAULT_MODEL})")
-        device = _device(args.device)
-        dtype = _dtype(args.dtype, device)
+        device = cli_device(args.device)
+        dtype = cli_dtype(args.dtype, device)
+        if args.out:
+            check_out_dir(args.out)  # before the model is loaded, not after the whole run
         if args.data:
             examples = read_screenspot(args.data, box_format=args.box_format, box_space=args.box_space)[:args.n]
             source = {"data": args.data, "box_format": args.box_format, "box_space": args.box_space}
         else:
             examples = synthetic_examples(args.n, split=args.split, seed0=args.seed0)
             source = {"synthetic": args.split, "seed0": args.seed0}
-        model = holotron.load(model_id, dtype=dtype, device=device)
-        if not isinstance(model, holotron.Holotron):
+        model = load(model_id, dtype=dtype, device=device)
+        if not isinstance(model, Holotron):
             raise CLIError(f"{model_id} is a text-only model: grounding needs a VL checkpoint")
         processor = Processor.from_pretrained(model_id)
         model.eval()

@@ -1,253 +1,20 @@
-"""Generation: prefill once, then one token at a time with a constant-size Mamba state.
+"""``python -m holotron.generate``: the command line (``holotron/cli.py``), and the generation functions
+under their historical import path.
 
-    new = generate(model, input_ids, max_new_tokens=64)                   # greedy
-    new = generate(model, ids, 64, temperature=0.7, top_p=0.9, seed=0)    # sampling
-    for step in stream(model, ids, 64): ...                               # (batch,) per step
-    generate(model, ids, 64, streamer=lambda tok: print(tok.tolist()))    # callback per step
-
-``model`` is anything with ``new_state(batch, capacity)`` and
-``model(input_ids, state=, attention_mask=, logits_to_keep=1, **prefill_kwargs) -> logits`` (a
-``HybridLM``, or the VL model with ``pixel_values`` passed through ``prefill_kwargs``).
-Prompts of different lengths are left-padded with an ``attention_mask`` (0 at pads); a row that
-emits an end-of-sequence id stops (its later positions hold ``pad_token_id``) and is dropped from
-the state, so the others decode as if alone.
-
-On CUDA the decode runs on ``holotron.engine`` (static state, one CUDA graph per step, finished rows
-dropped from the work); its greedy tokens are the plain loop's. ``engine=False`` (or the environment
-variable HOLOTRON_ENGINE=0) keeps the plain loop; ``engine=True`` uses the engine on any device
-(eagerly off CUDA); an ``Engine`` instance is used as given. ``holotron.engine.release(model)`` frees
-the state the engine keeps between calls.
-
-``python -m holotron.generate`` is the command line (``holotron/cli.py``).
+The functions are defined in ``holotron/generation.py``; ``from holotron.generate import generate, stream``
+keeps working through the re-exports below. ``import holotron.generate`` binds the attribute
+``holotron.generate`` to this module, so the module is made callable: ``holotron.generate(model, ids)``
+calls ``generation.generate`` however the package was imported.
 """
 
 from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Callable, Iterator
 
-import torch
+from .generation import eos_ids, generate, generate_text, sample, stop_ids, stream
 
-__all__ = ["generate", "generate_text", "stream", "sample", "eos_ids", "stop_ids"]
-
-
-def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-           generator: torch.Generator | None = None) -> torch.Tensor:
-    """Next token ids (B,) from logits (B, V): argmax when ``temperature`` is 0, else a draw from
-    softmax(logits / temperature) restricted to the ``top_k`` largest and to the smallest set whose
-    probability reaches ``top_p``."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        srt, idx = torch.sort(logits, dim=-1, descending=True)
-        cum = srt.softmax(-1).cumsum(-1)
-        drop = cum - srt.softmax(-1) >= top_p  # mass before this token already reaches top_p (the first always stays)
-        logits = logits.scatter(-1, idx, srt.masked_fill(drop, float("-inf")))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def eos_ids(model) -> tuple[int, ...]:
-    """End-of-sequence ids of a model: config ``eos_token_id`` plus generation_config.json's (int or list)."""
-    ids: list[int] = []
-    cfg = getattr(model, "config", None)
-    cfg = getattr(cfg, "text", cfg)  # a VL config carries the LM's under .text
-    for v in (getattr(cfg, "eos_token_id", None), (getattr(model, "generation_config", None) or {}).get("eos_token_id")):
-        for i in ([] if v is None else [v] if isinstance(v, int) else list(v)):
-            if i not in ids:
-                ids.append(int(i))
-    return tuple(ids)
-
-
-def _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask):
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input_ids must be an integer tensor (batch, seqlen), got "
-                         f"{getattr(input_ids, 'shape', type(input_ids))} {getattr(input_ids, 'dtype', '')}")
-    if input_ids.shape[1] == 0:
-        raise ValueError("input_ids is empty: generation needs at least one prompt token")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if temperature == 0 and (top_k is not None or top_p is not None):
-        raise ValueError("top_k / top_p only apply when sampling: pass temperature > 0")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if attention_mask is not None:
-        if tuple(attention_mask.shape) != tuple(input_ids.shape):
-            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
-                             f"got {tuple(attention_mask.shape)}")
-        if not bool(attention_mask.bool()[:, -1].all()):
-            raise ValueError("attention_mask: the last prompt position of every row must be a real token "
-                             "(pad on the left for generation)")
-
-
-def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
-           temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-           generator: torch.Generator | None = None, seed: int | None = None,
-           eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
-           engine=None, **prefill_kwargs) -> Iterator[torch.Tensor]:
-    """Yield the new token of every row, (B,) per step; finished rows yield ``pad_token_id``.
-
-    ``eos_token_id``: stop ids (default: the model's, see ``eos_ids``; ``[]`` never stops early).
-    ``seed`` makes a fresh generator on the model's device when ``generator`` is not given (on the
-    engine path, ``seed`` / ``generator`` seed the engine's own generator: the draws differ from the
-    plain loop's, greedy tokens do not). ``engine``: None (the engine on CUDA), False, True, or an Engine.
-    """
-    _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask)
-    b, t = input_ids.shape
-    eos = eos_ids(model) if eos_token_id is None else ((eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
-    if pad_token_id is None:
-        cfg = getattr(model, "config", None)
-        pad_token_id = getattr(getattr(cfg, "text", cfg), "pad_token_id", None)
-        pad_token_id = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
-    if generator is None and seed is not None:
-        generator = torch.Generator(device=input_ids.device).manual_seed(seed)
-    if max_new_tokens == 0:
-        return
-    eng = _engine(model, engine, b, t + max_new_tokens, temperature > 0, prefill_kwargs)
-    if eng is not None:
-        if eng.sampling:  # the engine's generator, seeded reproducibly from seed / generator / the global RNG
-            if seed is None:
-                dev = generator.device if generator is not None else "cpu"
-                seed = int(torch.randint(2**62, (1,), generator=generator, device=dev))
-            eng.generator.manual_seed(seed)
-        yield from eng.stream(input_ids, max_new_tokens, attention_mask=attention_mask, temperature=temperature,
-                              top_k=top_k, top_p=top_p, eos_token_id=eos, pad_token_id=pad_token_id, **prefill_kwargs)
-        return
-    eos_t = torch.tensor(eos, dtype=torch.long, device=input_ids.device)
-
-    with torch.inference_mode():
-        state = model.new_state(b, capacity=t + max_new_tokens)
-        logits = model(input_ids, state=state, attention_mask=attention_mask, logits_to_keep=1, **prefill_kwargs)[:, -1]
-        rows = torch.arange(b, device=input_ids.device)  # which original rows are still in the state
-        for step in range(max_new_tokens):
-            tok = sample(logits, temperature, top_k, top_p, generator)          # (rows,)
-            out = torch.full((b,), pad_token_id, dtype=torch.long, device=input_ids.device)
-            out[rows] = tok
-            yield out
-            if step == max_new_tokens - 1:
-                return
-            alive = ~torch.isin(tok, eos_t)
-            if not bool(alive.all()):
-                if not bool(alive.any()):
-                    return
-                keep = alive.nonzero().squeeze(1)
-                state.select(keep)
-                rows, tok = rows[keep], tok[keep]
-            logits = model(tok[:, None], state=state, logits_to_keep=1)[:, -1]
-
-
-def _engine(model, engine, batch: int, max_len: int, sampling: bool, prefill_kwargs: dict):
-    """The Engine to decode on, or None for the plain loop (see the module docstring)."""
-    from . import engine as engine_mod
-
-    if engine is False:
-        return None
-    if isinstance(engine, engine_mod.Engine):
-        return engine
-    if engine is None:
-        dev = getattr(model, "device", None)
-        if not engine_mod.enabled() or dev is None or torch.device(dev).type != "cuda":
-            return None
-    if not set(prefill_kwargs) <= {"pixel_values", "num_tiles", "image_embeds"}:
-        if engine:
-            raise ValueError(f"engine=True: the engine does not take {sorted(prefill_kwargs)}")
-        return None
-    try:
-        return engine_mod.engine_for(model, batch, max_len, sampling=sampling)
-    except engine_mod.EngineUnsupported as e:
-        if engine:
-            raise
-        engine_mod.log.info("holotron.generate: the plain decode loop: %s", e)
-        return None
-
-
-def generate(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *,
-             streamer: Callable[[torch.Tensor], None] | None = None, **kwargs) -> torch.Tensor:
-    """The new tokens (B, n) with n <= max_new_tokens (fewer when every row stopped on an eos id).
-
-    Greedy unless ``temperature`` > 0; all keyword arguments are those of ``stream``. ``streamer``
-    is called with each step's (B,) tokens as they are produced. A 1-d prompt gives a 1-d result.
-    """
-    one = isinstance(input_ids, torch.Tensor) and input_ids.dim() == 1
-    if one:
-        input_ids = input_ids[None]
-        if kwargs.get("attention_mask") is not None:
-            kwargs["attention_mask"] = kwargs["attention_mask"].reshape(1, -1)
-    steps = []
-    for tok in stream(model, input_ids, max_new_tokens, **kwargs):
-        steps.append(tok)
-        if streamer is not None:
-            streamer(tok)
-    out = torch.stack(steps, dim=1) if steps else input_ids.new_zeros(input_ids.shape[0], 0)
-    return out[0] if one else out
-
-
-def generate_text(model, processor, prompts, images=None, *, max_new_tokens: int | None = None,
-                  stop: str | list[str] | tuple[str, ...] = (), skip_special_tokens: bool = True,
-                  **kwargs) -> str | list[str]:
-    """Prompts in, answers out: the processor builds the batch (chat template, image tiles, left
-    padding), decoding follows the checkpoint's generation_config.json unless overridden by
-    ``kwargs`` (those of ``stream``), every id of ``stop_ids(model, processor)`` ends a row, and a
-    row's answer is cut before the first ``stop`` string it contains. One prompt (a text or a message
-    list) gives a str; a list of prompts gives a list."""
-    from .processor import _is_messages
-
-    single = not (isinstance(prompts, (list, tuple)) and not _is_messages(prompts))
-    stops = [stop] if isinstance(stop, str) else list(stop)
-    batch = processor(prompts, images=images).to(model.device, model.dtype)
-    gen = processor.generation_config.generate_kwargs()
-    gen.pop("eos_token_id", None)
-    gen.update(kwargs)
-    max_new = max_new_tokens if max_new_tokens is not None else gen.pop("max_new_tokens", None) or 256
-    gen.pop("max_new_tokens", None)
-    eos = set(kwargs.pop("eos_token_id", None) or stop_ids(model, processor))
-    gen["eos_token_id"] = sorted(eos)
-    gen.setdefault("pad_token_id", processor.pad_token_id)
-    image_kw = {k: batch[k] for k in ("pixel_values", "num_tiles") if k in batch}
-
-    n = batch["input_ids"].shape[0]
-    decoders = [processor.stream_decoder(skip_special_tokens) for _ in range(n)]
-    texts, done = [""] * n, [False] * n
-    it = stream(model, batch["input_ids"], max_new, attention_mask=batch["attention_mask"], **image_kw, **gen)
-    for tok in it:
-        for r, t in enumerate(tok.tolist()):
-            if done[r]:
-                continue
-            if t in eos:
-                done[r] = True
-                continue
-            texts[r] += decoders[r].put(t)
-            hits = [texts[r].index(s) for s in stops if s in texts[r]]
-            if hits:
-                texts[r], done[r] = texts[r][:min(hits)], True
-        if all(done):
-            it.close()
-            break
-    for r in range(n):
-        if not done[r]:
-            texts[r] += decoders[r].flush()
-            hits = [texts[r].index(s) for s in stops if s in texts[r]]
-            if hits:
-                texts[r] = texts[r][:min(hits)]
-    return texts[0] if single else texts
-
-
-def stop_ids(model, processor=None) -> tuple[int, ...]:
-    """Every id that ends an answer: the model's (config + generation_config.json) and, with a
-    ``Processor``, the tokenizer's eos and the chat format's end-of-turn token."""
-    ids = list(eos_ids(model))
-    if processor is not None:
-        ids += list(processor.stop_token_ids)
-    return tuple(dict.fromkeys(ids))
+__all__ = ["generate", "generate_text", "stream", "sample", "eos_ids", "stop_ids", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,9 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _CallableModule(types.ModuleType):
-    """``import holotron.generate`` makes ``holotron.generate`` this module (the import system sets
-    the attribute), so the module forwards calls to the function: ``holotron.generate(model, ids)``
-    works whichever way the package was imported."""
+    """Forwards calls to ``generate`` (see the module docstring)."""
 
     def __call__(self, *args, **kwargs):
         return generate(*args, **kwargs)

@@ -133,7 +133,7 @@ def task_texts(n: int = 4000, seed0: int = 0) -> list[str]:
 def build_task_tokenizer(folder, vocab_size: int = 2048, n: int = 4000) -> Path:
     """Train the grounding tokenizer (digits split) on ``task_texts(n)`` and write it with the built-in
     Nemotron chat template into ``folder``."""
-    from .processor import NEMOTRON_CHAT_TEMPLATE
+    from .chat_template import NEMOTRON_CHAT_TEMPLATE
 
     tok = train_tokenizer(task_texts(n), vocab_size, split_digits=True)
     return write_tokenizer(tok, folder, chat_template=NEMOTRON_CHAT_TEMPLATE, pad_token="<unk>")

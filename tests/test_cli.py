@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-import holotron.generate as gen_mod
+import holotron.generation as gen_mod  # the CLI looks stream up here at each run
 from holotron import bundled, cli
 from tiny_vl import write_tiny_vl_checkpoint
 

@@ -57,7 +57,7 @@ def test_stop_string_cuts_each_row(setup):
 
 def test_generation_config_defaults_are_used(setup, monkeypatch):
     model, proc, img = setup
-    import holotron.generate as g
+    import holotron.generation as g  # where generate_text looks stream up
 
     seen = {}
     real = g.stream

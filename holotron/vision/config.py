@@ -12,7 +12,7 @@ is how small test models are described. Anything holotron does not implement is 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 __all__ = ["VisionConfig", "RADIO_VERSIONS", "CLIP_MEAN", "CLIP_STD"]
 
@@ -206,9 +206,6 @@ class VisionConfig:
             "use_thumbnail": self.use_thumbnail, "norm_mean": list(self.norm_mean),
             "norm_std": list(self.norm_std),
         }
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _same(a, b) -> bool:
