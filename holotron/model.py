@@ -29,10 +29,6 @@ from .vision.radio import RadioVisionModel
 
 __all__ = ["HolotronConfig", "Holotron", "ImageTokenError"]
 
-# config.json "architectures" / "model_type" of the VL checkpoints holotron reads
-VL_ARCHITECTURES = ("NemotronH_Nano_VL_V2", "NemotronH_Omni_Reasoning_V3")
-VL_MODEL_TYPES = ("NemotronH_Nano_VL_V2", "nemotron_h_omni")
-
 
 class ImageTokenError(ValueError):
     """The prompt's ``<image>`` positions do not match the images given."""
