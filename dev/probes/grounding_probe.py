@@ -30,12 +30,12 @@ from pathlib import Path
 import torch
 
 import holotron
-from holotron.weights import CheckpointError
 from holotron.data import LAYOUTS, SIZES
 from holotron.train.batches import ScreenBatches
 from holotron.train.checkpoint import AUX_FILE
 from holotron.train.heads import AuxHeads
 from holotron.train.losses import loss_fn
+from holotron.weights import CheckpointError
 
 
 def _digit_runs(ids: list[int], digit_ids: set[int]) -> list[list[int]]:

@@ -77,8 +77,8 @@ def _chars_and_words(sample, px, py):
     return char_classes_at(sample, px, py, codes=_word_codes) * 64 + char_classes_at(sample, px, py)
 
 def _render(job):
-    from holotron.train.reading import reading_tile
     from holotron.data import generate_sample
+    from holotron.train.reading import reading_tile
 
     split, seed, n, scale, vcfg = job
     samples = [generate_sample(seed * 1000 + i, split=split) for i in range(max(1, n // 8))]

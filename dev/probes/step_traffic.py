@@ -29,12 +29,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import holotron
-from holotron.weights import CheckpointError
 from holotron.bundled import bundled_path
 from holotron.kernels.ssd_chunked import CHUNKED_CONFIG
 from holotron.train.batches import ScreenBatches
 from holotron.train.heads import AuxHeads
 from holotron.train.losses import loss_fn
+from holotron.weights import CheckpointError
 
 VIEWS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "select", "slice", "unsqueeze",
          "squeeze", "as_strided", "alias", "detach", "split", "split_with_sizes", "unbind", "chunk", "narrow",

@@ -44,7 +44,7 @@ def format_seconds(s: float) -> str:
 def train(args) -> dict:
     """Run training as ``args`` (the parsed command line) says; returns the final trainer state."""
     t_start = time.perf_counter()
-    out = check_out(args.out)  # made once the setup below has passed its checks (a tokenizer trained into it makes it)
+    out = check_out(args.out)  # checked now; made once the setup below has passed its checks
     init_src = check_inputs(args)
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
