@@ -159,7 +159,8 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
     ``dtype`` (floating ones; names in a module's ``keep_fp32`` stay fp32 under a 16-bit dtype) and
     moved to ``device``, and assigned in place of the model's tensors. ``progress``: see ``_bar``.
     """
-    device, dtype = resolve_device(device), resolve_dtype(dtype)  # (before any file is opened)
+    device = resolve_device(device)  # (device and dtype before any file is opened)
+    dtype = resolve_dtype(dtype, device)
     if isinstance(files, (str, Path)):
         path = Path(files)
         hdr = read_header(path)

@@ -470,6 +470,8 @@ def test_save_under_a_read_only_folder_names_the_path(model, tmp_path, monkeypat
             with pytest.raises(PermissionError) as e:
                 weights.save_pretrained(model, target)
             assert str(e.value) == f"save_pretrained: cannot create {target}: {ro} is not writable"
+        with pytest.raises(PermissionError, match=f"^save_pretrained: cannot write into {re.escape(str(ro))}: "):
+            weights.save_pretrained(model, ro)  # the folder itself exists but cannot be written
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
