@@ -121,7 +121,7 @@ def test_greedy_generation_matches_transformers_cached_decode(pair):
 def test_holotron_checkpoint_loads_in_transformers(pair, tmp_path):
     hf, model, _ = pair
     from transformers import NemotronHForCausalLM
-    model.save_pretrained(tmp_path / "out")
+    holotron.save_pretrained(model, tmp_path / "out")
     back = NemotronHForCausalLM.from_pretrained(tmp_path / "out").float().eval()
     for m in back.modules():
         if hasattr(m, "time_step_limit"):
