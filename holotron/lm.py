@@ -1,4 +1,4 @@
-"""HybridLM: the Nemotron-H language model (ARCHITECTURE.md section 2).
+"""HybridLM: the Nemotron-H language model (docs/architecture.md, section 2).
 
     backbone.embeddings                    Embedding(V, D)
     backbone.layers[i] = Block(kind)       x = x + mixer(norm(x)); kind from the pattern: 'M' Mamba2,

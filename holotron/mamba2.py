@@ -1,4 +1,4 @@
-"""The Mamba2 mixer of Nemotron-H (ARCHITECTURE.md section 2).
+"""The Mamba2 mixer of Nemotron-H (docs/architecture.md, section 2).
 
     zxbcdt = in_proj(u)                          (B, T, d_inner | conv_dim | H)
     z, xBC, dt = split(zxbcdt)                   xBC = x (H*P) | B (G*N) | C (G*N)

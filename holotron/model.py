@@ -1,4 +1,4 @@
-"""Holotron: the vision-language model (ARCHITECTURE.md section 1).
+"""Holotron: the vision-language model (docs/architecture.md, section 1).
 
     vision_model (RADIO ViT) -> pixel shuffle -> mlp1 -> scattered into the <image> positions of
     language_model.backbone.embeddings(input_ids) -> the hybrid LM -> logits

@@ -1,4 +1,4 @@
-"""C-RADIO vision encoder: a ViT with CPE ("cropped position embedding") positions (ARCHITECTURE.md section 3).
+"""C-RADIO vision encoder: a ViT with CPE ("cropped position embedding") positions (docs/architecture.md, section 3).
 
 The module tree is the checkpoint's, so the real tensors load by name:
 
