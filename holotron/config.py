@@ -1,6 +1,6 @@
 """Model configurations: small dataclasses parsed from, and written back to, Hugging Face ``config.json``.
 
-``TextConfig`` describes the Nemotron-H hybrid language model (ARCHITECTURE.md section 2). It is read
+``TextConfig`` describes the Nemotron-H hybrid language model (docs/architecture.md, section 2). It is read
 with ``TextConfig.from_hf(dict)``, which accepts every spelling seen in published checkpoints, and
 refuses (with ``ConfigError`` naming the field) any feature holotron does not implement instead of
 silently ignoring it. ``to_hf()`` writes a ``config.json`` that transformers and vLLM both read.
@@ -111,7 +111,7 @@ def _pattern(d: dict) -> str:
 class TextConfig:
     """Nemotron-H hybrid LM. Symbols: D model width, H/P/N/G Mamba heads/headdim/state/groups, K conv kernel.
 
-    Defaults are the Nemotron-Nano-12B-v2 values (ARCHITECTURE.md section 2).
+    Defaults are the Nemotron-Nano-12B-v2 values (docs/architecture.md, section 2).
     """
 
     vocab_size: int = 131072
