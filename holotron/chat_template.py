@@ -89,7 +89,8 @@ def compile_chat_template(source_text: str, source: str):
         return make_environment().from_string(source_text)
     except TemplateSyntaxError as e:
         raise ChatTemplateError(f"chat template from {source} does not compile: {e.message} (line {e.lineno})") from None
-    except (LimitExceeded, RecursionError, MemoryError, ValueError, TypeError) as e:  # constant folding, deep nesting
+    except Exception as e:  # jinja can emit Python that does not compile ({% break %} outside a loop), or
+        # fail in constant folding or on deep nesting
         raise ChatTemplateError(f"chat template from {source} does not compile: {type(e).__name__}: "
                                 f"{_one_line(e)}") from None
 

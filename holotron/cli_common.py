@@ -70,11 +70,11 @@ def check_out_file(path, flag: str = "--out", suffixes: dict[str, str] | None = 
     """The file ``path`` can be written (its folder exists and takes files, it is not a folder, it is not
     read-only); with ``suffixes`` (suffix -> format) its suffix is one of them. Checked before any work."""
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise CLIError(f"{flag} {path}: is a folder; give a file name")
     if suffixes is not None and p.suffix.lower() not in suffixes:
         names = sorted(dict.fromkeys(suffixes))
         raise CLIError(f"{flag} {path}: use a file name ending in {', '.join(names[:-1])} or {names[-1]}")
-    if p.is_dir():
-        raise CLIError(f"{flag} {path}: is a folder; give a file name")
     parent = p.parent
     if not parent.exists():
         raise CLIError(f"{flag} {path}: folder {parent} does not exist")

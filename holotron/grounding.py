@@ -1,6 +1,6 @@
 """Screen grounding: the localisation prompt, parsing click answers, coordinates, scoring, drawing.
 
-Holotron answers a localisation prompt (ARCHITECTURE.md section 7) with ``{"x": int, "y": int}`` in
+Holotron answers a localisation prompt with ``{"x": int, "y": int}`` in
 [0, 1000] relative to the image it was sent: x = 1000 * px / width, y = 1000 * py / height.
 
 Coordinates carry their space explicitly:
@@ -304,7 +304,7 @@ def localization_schema() -> dict:
 
 
 def localization_prompt(target: str, schema: dict | str | None = None) -> str:
-    """H Company's localisation prompt for ``target`` (ARCHITECTURE.md section 7).
+    """H Company's localisation prompt for ``target``.
 
     The schema is inserted the way H Company's documented client code does it, a Python f-string of
     the schema dict; pass a string to insert it verbatim instead.

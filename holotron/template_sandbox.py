@@ -221,7 +221,10 @@ def _bounded_filter(name: str, f):
             args = (*args[:skip], _checked_join(sep, value), *rest)
         elif name == "format" and isinstance(value, str):
             _check_format(value, (*rest, *kwargs.values()), percent=True)
-        elif name == "indent" and isinstance(value, str):
+        elif name == "indent":
+            if not isinstance(value, str):  # jinja's indent does ``s += "\n"``: on a list, in place
+                value = str(value)
+                args = (*args[:skip], value, *rest)
             width = rest[0] if rest else kwargs.get("width", 4)
             per_line = width if _is_int(width) else len(str(width))
             _cap(len(value) + (value.count("\n") + 1) * per_line, "the indented text")

@@ -205,3 +205,121 @@ def test_bundled_model_names_resolve(tmp_path, monkeypatch):
     assert isinstance(holotron.load("holotron-tiny-ui"), holotron.Holotron)
     assert Processor.from_pretrained("holotron-tiny-ui").image_token_id == 18
     assert bundled.bundled_path("org/holotron-tiny-ui") is None and bundled.bundled_path("../x") is None
+
+
+# ----------------------------------------------------------------------------- checks before the model loads
+
+
+def _no_loading(monkeypatch):
+    import holotron.weights
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before --out / --device were checked")
+
+    monkeypatch.setattr(holotron.weights, "load", refuse)
+
+
+def _read_only_folder(tmp_path) -> Path:
+    """A folder no file can be created in: chmod 555, or for root (who ignores modes) /sys."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() == 0:
+        if not Path("/sys").is_dir():
+            pytest.skip("running as root without /sys: no read-only folder to test with")
+        return Path("/sys")
+    return ro
+
+
+@pytest.mark.parametrize("case", ["missing folder", "read-only folder", "a folder", "not an image name"])
+def test_cli_out_is_checked_before_the_model_loads(ckpt, screenshot, tmp_path, monkeypatch, capsys, case):
+    _no_loading(monkeypatch)
+    (tmp_path / "shots").mkdir()
+    out, expect = {
+        "missing folder": (tmp_path / "nope" / "click.png", "does not exist"),
+        "read-only folder": (None, "cannot write in"),
+        "a folder": (tmp_path / "shots", "is a folder"),
+        "not an image name": (tmp_path / "click.txt", "use a file name ending in"),
+    }[case]
+    if out is None:
+        out = _read_only_folder(tmp_path) / "click.png"
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--ground", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("holotron.generate: error:")]
+    assert rc == 1 and len(lines) == 1, err
+    assert f"--out {out}: " in lines[0] and expect in lines[0] and ".click.png." not in err  # no hidden temp name
+
+
+def test_cli_out_file_honours_the_umask(ckpt, screenshot, tmp_path, monkeypatch, capsys):
+    _script(monkeypatch, ckpt, '{"x": 250, "y": 500}')
+    old = os.umask(0o027)
+    try:
+        out_png = tmp_path / "click.png"
+        assert cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--ground",
+                         "--out", str(out_png)]) == 0
+    finally:
+        os.umask(old)
+    assert (out_png.stat().st_mode & 0o777) == 0o640  # what open() would give, not mkstemp's 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["click.png"]  # no temp file left
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
+def test_cli_cuda_without_a_gpu_says_why(ckpt, screenshot, monkeypatch, capsys):
+    _no_loading(monkeypatch)
+    rc = cli.main(["--model", str(ckpt), "--image", str(screenshot), "--prompt", "x", "--device", "cuda"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "CUDA was asked for but torch sees no GPU (torch " in err
+    if torch.version.cuda is None:
+        assert f"(torch {torch.__version__}, CPU build)" in err
+
+
+# ----------------------------------------------------------------------------- long prompts, grounding hint
+
+
+def test_cli_long_prefill_shows_progress_and_gives_the_same_answer(ckpt, screenshot, monkeypatch, capsys):
+    args = ["--model", str(ckpt), "--image", str(screenshot), "--prompt", "What is on the screen?", "--json",
+            "--max-new-tokens", "4", "--device", "cpu"]
+    monkeypatch.setattr(cli, "PREFILL_CHUNK", 10**9)
+    assert cli.main(args) == 0
+    whole = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(cli, "PREFILL_CHUNK", 16)
+    monkeypatch.setattr(cli, "PREFILL_PROGRESS_DELAY", 0)
+    assert cli.main(args) == 0
+    captured = capsys.readouterr()
+    pieces = json.loads(captured.out)
+    assert pieces["prompt_tokens"] > 16 and "prefill" in captured.err and "tok" in captured.err
+    assert pieces["text"] == whole["text"] and pieces["new_tokens"] == whole["new_tokens"]
+
+
+def test_cli_warns_past_the_trained_context(tmp_path, screenshot, monkeypatch, capsys):
+    from tiny_vl import tiny_vl, tiny_vl_config
+
+    model = tiny_vl(config=tiny_vl_config(text={"max_position_embeddings": 20}))
+    folder = write_tiny_vl_checkpoint(tmp_path / "short", model=model)
+    _script(monkeypatch, folder, "ok")
+    rc = cli.main(["--model", str(folder), "--image", str(screenshot), "--prompt", "x"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "longer than the 20 the model was trained on (max_position_embeddings)" in err
+
+
+@pytest.mark.parametrize("grounding", [True, False])
+def test_cli_says_how_to_ask_a_grounding_model(ckpt, screenshot, tmp_path, monkeypatch, capsys, grounding):
+    folder = ckpt
+    if grounding:  # what holotron.train writes beside a checkpoint marks it as one of its grounding models
+        folder = tmp_path / "trained"
+        folder.mkdir()
+        for f in Path(ckpt).iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        (folder / "trainer_state.json").write_text("{}")
+    _script(monkeypatch, folder, "")
+    rc = cli.main(["--model", str(folder), "--image", str(screenshot), "--prompt", "the OK button"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "the answer is empty" in err
+    assert ("Ask it with --ground" in err and "--ground --prompt 'the OK button'" in err) == grounding
+
+
+def test_cli_the_bundled_model_is_a_grounding_model():
+    from holotron.cli import _grounding_model
+
+    assert _grounding_model("holotron-tiny-ui") == (bundled.default_model() is not None)
+    assert not _grounding_model("org/some-model")

@@ -213,3 +213,53 @@ def test_cli_refuses_data_without_an_explicit_box_format_and_space(micro_ckpt, t
     assert "--box-space" in capsys.readouterr().err
     assert ev.main(["--model", str(micro_ckpt), "--box-space", "pixel"]) == 1
     assert "give the file too" in capsys.readouterr().err
+
+
+def test_progress_is_a_tqdm_line_on_stderr(scripted, capsys):
+    examples, answers, _ = _examples()
+    scripted(answers)
+    evaluate(None, None, examples, batch_size=4, progress=True)
+    err = capsys.readouterr().err
+    assert "eval" in err and "6/6" in err
+
+
+def _no_loading(monkeypatch):
+    import holotron.weights
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before --out / --device were checked")
+
+    monkeypatch.setattr(holotron.weights, "load", refuse)
+
+
+@pytest.mark.parametrize("case", ["a file", "inside a file", "read-only"])
+def test_cli_out_is_checked_before_the_model_loads(micro_ckpt, tmp_path, monkeypatch, capsys, case):
+    import os
+    from pathlib import Path
+
+    _no_loading(monkeypatch)
+    (tmp_path / "f.txt").write_text("x")
+    if case == "read-only":
+        if os.geteuid() == 0:  # root ignores file modes: use a file system that refuses new files
+            if not Path("/sys").is_dir():
+                pytest.skip("running as root without /sys")
+            out, expect = Path("/sys") / "holotron-eval", "cannot write in"
+        else:
+            (tmp_path / "ro").mkdir(mode=0o555)
+            out, expect = tmp_path / "ro" / "o", "cannot write in"
+    else:
+        out, expect = {"a file": (tmp_path / "f.txt", "is a file"),
+                       "inside a file": (tmp_path / "f.txt" / "o", "is a file, not a folder")}[case]
+    assert ev.main(["--model", str(micro_ckpt), "--n", "2", "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"holotron.eval: error: --out {out}: ") and expect in err[0], err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
+def test_cli_cuda_without_a_gpu_says_why(micro_ckpt, monkeypatch, capsys):
+    _no_loading(monkeypatch)
+    assert ev.main(["--model", str(micro_ckpt), "--n", "2", "--device", "cuda"]) == 1
+    err = capsys.readouterr().err
+    assert "CUDA was asked for but torch sees no GPU (torch " in err
+    if torch.version.cuda is None:
+        assert f"(torch {torch.__version__}, CPU build)" in err

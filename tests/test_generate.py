@@ -137,6 +137,35 @@ def test_bad_arguments(model, kw, msg):
         generate(model, torch.zeros(1, 3))
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 16])
+def test_chunked_prefill_gives_the_same_tokens(model, chunk):
+    """A prompt prefilled in pieces (each continuing the state) decodes as the whole prompt does, padded
+    rows included; ``on_prefill`` sees the progress."""
+    ids = _ids(2, 23, seed=3)
+    mask = torch.ones_like(ids)
+    mask[1, :6] = 0  # a left-padded row
+    whole = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=False)
+    seen = []
+    pieces = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=False, prefill_chunk=chunk,
+                      on_prefill=lambda done, total: seen.append((done, total)))
+    assert torch.equal(whole, pieces)
+    assert seen[-1] == (23, 23) and [d for d, _ in seen] == sorted({min(23, k) for k in range(chunk, 23 + chunk, chunk)})
+    with pytest.raises(ValueError, match="prefill_chunk must be an int >= 1"):
+        generate(model, ids, 2, prefill_chunk=0)
+
+
+def test_chunked_prefill_with_images():
+    from tiny_vl import IMAGE_TOKEN_ID, TOKENS_PER_TILE, tiny_vl
+
+    vl = tiny_vl(seed=2)
+    tiles = torch.randn(1, 3, vl.config.vision.image_size, vl.config.vision.image_size,
+                        generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[5, 6] + [IMAGE_TOKEN_ID] * TOKENS_PER_TILE + [7, 8, 9]])
+    whole = generate(vl, ids, 5, pixel_values=tiles, eos_token_id=[], engine=False)
+    pieces = generate(vl, ids, 5, pixel_values=tiles, eos_token_id=[], engine=False, prefill_chunk=4)
+    assert torch.equal(whole, pieces)
+
+
 def test_module_import_keeps_generate_callable(model):
     import holotron.generate as mod  # the import system binds holotron.generate to the module
     assert callable(holotron.generate)

@@ -279,6 +279,82 @@ def test_template_errors_name_the_file(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# bounds on rendering (the template is code from the checkpoint)
+# ------------------------------------------------------------------------------------------------
+
+RUNAWAY = {
+    "two ranges of 100,000": ("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+                              "TemplateLimits.max_range"),
+    "a hundred million characters": ("{% for i in range(10000) %}{% for j in range(10000) %}xxxx{% endfor %}"
+                                     "{% endfor %}", "TemplateLimits.max_output_chars"),
+    "a billion silent steps": ("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}"
+                               "{% endfor %}{% endfor %}{% endfor %}", "TemplateLimits.seconds"),
+    "loops over a built list": ("{% set xs = range(1000)|list %}{% for a in xs %}{% for b in xs %}{% for c in xs %}"
+                                "{% endfor %}{% endfor %}{% endfor %}", "TemplateLimits.seconds"),
+    "one huge string": ("{{ 'x' * 1000000000 }}", "TemplateLimits.max_output_chars"),
+    "doubling with ~": ("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+                        "{% endfor %}{{ ns.s }}", "TemplateLimits.max_output_chars"),
+    "a padded width": ("{{ 'x'|center(1000000000) }}", "TemplateLimits.max_output_chars"),
+    "a format width": ("{{ '%0999999999d' % 1 }}", "TemplateLimits.max_output_chars"),
+    "replace everywhere": ("{{ ('ab' * 100000)|replace('', 'xxxxxxxxxx') }}", "TemplateLimits.max_output_chars"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUNAWAY))
+def test_runaway_templates_are_stopped(tmp_path, case):
+    """Each is refused in one line naming the template's file and the limit, in well under 5 s and without
+    the memory a finished render would take (the nested ranges alone grew ~80 MB/s before)."""
+    import time
+    import tracemalloc
+
+    source, limit = RUNAWAY[case]
+    folder = write_tiny_tokenizer(tmp_path, chat_template=source, chat_template_file=True)
+    p = Processor.from_pretrained(folder)
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ChatTemplateError) as err:
+            p.apply_chat_template([{"role": "user", "content": "hi"}])
+        seconds = time.monotonic() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    msg = str(err.value)
+    assert str(folder / "chat_template.jinja") in msg and limit in msg and "\n" not in msg, msg
+    assert seconds < 4.5, seconds
+    assert peak < 150e6, peak
+
+
+def test_long_user_text_is_bounded_too(proc):
+    with pytest.raises(ChatTemplateError, match=r"over 2,000,000 characters.*max_output_chars"):
+        proc.apply_chat_template([{"role": "user", "content": "word " * 500_000}])
+
+
+def test_limits_are_configurable_for_trusted_checkpoints(tmp_path):
+    from holotron.processor import TemplateLimits
+
+    source = "{% for i in range(20000) %}{% if loop.last %}{{ i }}{% endif %}{% endfor %}"
+    folder = write_tiny_tokenizer(tmp_path, chat_template=source, chat_template_file=True)
+    with pytest.raises(ChatTemplateError, match=r"range\(20000\) gives 20,000 items, over 10,000"):
+        Processor.from_pretrained(folder).apply_chat_template([{"role": "user", "content": "hi"}])
+    trusted = Processor.from_pretrained(folder, template_limits=TemplateLimits(max_range=None))
+    assert trusted.apply_chat_template([{"role": "user", "content": "hi"}]) == "19999"
+    assert TemplateLimits(seconds=None, max_output_chars=None, max_range=None).seconds is None
+    with pytest.raises(ValueError, match="TemplateLimits.seconds"):
+        TemplateLimits(seconds=0)
+
+
+def test_the_real_templates_render_within_the_default_limits(proc):
+    """The built-in Nemotron template over a long conversation with images, well inside every bound."""
+    turns = [{"role": "system", "content": "/no_think"}]
+    for k in range(200):
+        turns += [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"question {k}"}]},
+                  {"role": "assistant", "content": f"answer {k}"}]
+    text = proc.apply_chat_template(turns)
+    assert text.count("<image>") == 200 and text.endswith("<SPECIAL_11>Assistant\n<think></think>")
+
+
+# ------------------------------------------------------------------------------------------------
 # image placeholders
 # ------------------------------------------------------------------------------------------------
 
@@ -361,6 +437,21 @@ def test_batch_images_stay_in_prompt_order(proc):
     assert out.pixel_values[:, 0, 0, 0].tolist() == [1.0, 2.0, 2.0, 3.0]
     with pytest.raises(ProcessorError, match="2 prompts but images has 1 entries"):
         proc(["<image>", "b"], images=[StubImage(1)])
+
+
+def test_batch_to_checks_device_and_dtype_up_front(proc):
+    batch = proc("look <image>", images=[StubImage(1)])
+    moved = batch.to("cpu", torch.bfloat16)
+    assert moved.pixel_values.dtype == torch.bfloat16 and moved.input_ids.dtype == torch.long
+    with pytest.raises(ProcessorError, match="unknown device 'tpu'"):
+        batch.to("tpu")
+    with pytest.raises(ProcessorError, match="floating torch dtype"):
+        batch.to("cpu", torch.int64)
+    if not torch.cuda.is_available():
+        with pytest.raises(ProcessorError, match=r"CUDA was asked for but torch sees no GPU \(torch .*\)") as err:
+            batch.to("cuda")
+        if torch.version.cuda is None:
+            assert f"(torch {torch.__version__}, CPU build)" in str(err.value)
 
 
 def test_pad_id_choice(tmp_path, proc):

@@ -7,7 +7,7 @@ from holotron.config import ConfigError
 from holotron.vision import VisionConfig
 from holotron.vision.config import CLIP_MEAN, CLIP_STD
 
-# the VL config.json fields of ARCHITECTURE.md section 6 (vision part), in the NemotronH_Nano_VL_V2 spelling
+# the VL config.json fields of the vision part, in the NemotronH_Nano_VL_V2 spelling
 REAL = {
     "architectures": ["NemotronH_Nano_VL_V2"], "model_type": "NemotronH_Nano_VL_V2",
     "force_image_size": 512, "patch_size": 16, "downsample_ratio": 0.5, "use_thumbnail": True, "ps_version": "v2",

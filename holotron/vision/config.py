@@ -1,12 +1,13 @@
 """``VisionConfig``: the RADIO encoder, the pixel-shuffle projector and the image preprocessing in one
-small dataclass (ARCHITECTURE.md sections 3-6).
+small dataclass.
 
 Read from a VL ``config.json`` (and optionally ``preprocessor_config.json``) with
 ``VisionConfig.from_hf(config, preprocessor)``. The vision tower is described either the way the real
 checkpoint does it (``vision_config.version`` / ``vision_config.args.model``, e.g. ``radio_v2.5-h``, a
 ViT-H/16) or with explicit sizes under the field names of transformers' ``RadioConfig``
 (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``patch_size``, ``mlp_ratio``), which
-is how small test models are described. Anything holotron does not implement is refused by name.
+is how small test models are described. Anything holotron does not implement is refused by name, and
+a field of the wrong type or out of range is a ``ConfigError`` naming it.
 """
 
 from __future__ import annotations
@@ -30,16 +31,20 @@ RADIO_VERSIONS = {
 }
 
 
-def _error(msg: str) -> Exception:
+def _config_error() -> type:
     # holotron.config re-exports VisionConfig, so it is imported lazily here (no import cycle)
-    from holotron.config import ConfigError
+    from ..config import ConfigError
 
-    return ConfigError(msg)
+    return ConfigError
+
+
+def _error(msg: str) -> Exception:
+    return _config_error()(msg)
 
 
 @dataclass
 class VisionConfig:
-    # --- RADIO ViT (section 3) ---
+    # --- RADIO ViT ---
     hidden_size: int = 1280         # D, ViT width
     num_hidden_layers: int = 32     # depth
     num_attention_heads: int = 16   # head dim = D / heads = 80
@@ -50,13 +55,13 @@ class VisionConfig:
     num_prefix_tokens: int | None = None  # CLS + registers; None: taken from the checkpoint tensor
     final_norm: bool = False        # RADIO's ViT norm after the last block (`args.model_norm`); off for C-RADIO
     version: str | None = None      # e.g. "radio_v2.5-h", kept for to_hf()
-    # --- preprocessing (section 5) ---
+    # --- preprocessing ---
     image_size: int = 512           # S: tile side (`force_image_size` / preprocessor `image_size`)
     max_num_tiles: int = 12
     use_thumbnail: bool = True
     norm_mean: tuple[float, float, float] = CLIP_MEAN
     norm_std: tuple[float, float, float] = CLIP_STD
-    # --- pixel shuffle + mlp1 (section 4) ---
+    # --- pixel shuffle + mlp1 ---
     downsample_ratio: float = 0.5
     ps_version: str = "v2"
     projector_hidden_size: int = 20480
@@ -65,11 +70,8 @@ class VisionConfig:
     extra: dict = field(default_factory=dict, repr=False)  # vision_config fields kept only for to_hf()
 
     def __post_init__(self):
-        self.norm_mean = tuple(float(v) for v in self.norm_mean)
-        self.norm_std = tuple(float(v) for v in self.norm_std)
+        _check_types(self)
         D, H, P = self.hidden_size, self.num_attention_heads, self.patch_size
-        if len(self.norm_mean) != 3 or len(self.norm_std) != 3:
-            raise _error(f"norm_mean / norm_std: expected 3 values each, got {self.norm_mean} / {self.norm_std}")
         if any(s <= 0 for s in self.norm_std):
             raise _error(f"norm_std: every value must be > 0, got {self.norm_std}")
         if D % H:
@@ -121,7 +123,17 @@ class VisionConfig:
     @classmethod
     def from_hf(cls, config: dict, preprocessor: dict | None = None) -> "VisionConfig":
         """From a VL ``config.json`` dict (NemotronH_Nano_VL_V2 or transformers' nemotron_h_omni form)
-        and the optional ``preprocessor_config.json`` dict."""
+        and the optional ``preprocessor_config.json`` dict. Anything unreadable is a ConfigError."""
+        try:
+            return cls._from_hf(config, preprocessor)
+        except (TypeError, AttributeError, KeyError, ZeroDivisionError, OverflowError, ValueError) as e:
+            if isinstance(e, _config_error()):
+                raise
+            raise _error(f"config.json / preprocessor_config.json: the vision settings cannot be read "
+                         f"({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_hf(cls, config: dict, preprocessor: dict | None) -> "VisionConfig":
         if not isinstance(config, dict):
             raise _error(f"config: expected a dict (config.json), got {type(config).__name__}")
         vc = config.get("vision_config")
@@ -140,6 +152,8 @@ class VisionConfig:
         }
         top["image_size"] = config.get("force_image_size")
         llm = config.get("llm_config") or config.get("text_config") or {}
+        if not isinstance(llm, dict):
+            raise _error(f"llm_config / text_config: expected an object, got {type(llm).__name__}")
         top["projector_output_size"] = llm.get("hidden_size")
         kw.update({k: v for k, v in top.items() if v is not None})
 
@@ -152,6 +166,8 @@ class VisionConfig:
         if config.get("patch_size") is not None and config["patch_size"] != kw.get("patch_size", cls.patch_size):
             raise _error(f"patch_size ({config['patch_size']}) != vision_config patch size ({kw.get('patch_size')})")
 
+        if preprocessor is not None and not isinstance(preprocessor, dict):
+            raise _error(f"preprocessor_config.json: expected an object, got {type(preprocessor).__name__}")
         if preprocessor:
             pp = {
                 "image_size": preprocessor.get("image_size", preprocessor.get("force_image_size")),
@@ -206,6 +222,44 @@ class VisionConfig:
             "use_thumbnail": self.use_thumbnail, "norm_mean": list(self.norm_mean),
             "norm_std": list(self.norm_std),
         }
+
+
+# field -> largest value a real config could hold (far above the 12B model's); larger is a broken config
+_INT_FIELDS = {"hidden_size": 1 << 16, "num_hidden_layers": 1024, "num_attention_heads": 4096, "patch_size": 1024,
+               "max_img_size": 1 << 16, "image_size": 1 << 14, "max_num_tiles": 1024, "projector_hidden_size": 1 << 20,
+               "projector_output_size": 1 << 20}
+_FLOAT_FIELDS = ("mlp_ratio", "layer_norm_eps", "downsample_ratio", "projector_norm_eps")
+
+
+def _check_types(cfg: VisionConfig) -> None:
+    """Every field of the right type and in range (configs are files from outside), as a ConfigError."""
+    for name, most in _INT_FIELDS.items():
+        v = getattr(cfg, name)
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+            raise _error(f"vision {name} must be an integer in [1, {most}], got {v!r}")
+        setattr(cfg, name, v)
+    for name in _FLOAT_FIELDS:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise _error(f"vision {name} must be a positive number, got {v!r}")
+        setattr(cfg, name, float(v))
+    if cfg.num_prefix_tokens is not None and (isinstance(cfg.num_prefix_tokens, bool) or not isinstance(
+            cfg.num_prefix_tokens, int) or not 0 <= cfg.num_prefix_tokens <= 1024):
+        raise _error(f"vision num_prefix_tokens must be an integer in [0, 1024] or null, got {cfg.num_prefix_tokens!r}")
+    for name in ("use_thumbnail", "final_norm"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise _error(f"vision {name} must be true or false, got {getattr(cfg, name)!r}")
+    if not isinstance(cfg.ps_version, str) or not (cfg.version is None or isinstance(cfg.version, str)):
+        raise _error(f"vision ps_version / version must be text, got {cfg.ps_version!r} / {cfg.version!r}")
+    for name in ("norm_mean", "norm_std"):
+        v = getattr(cfg, name)
+        ok = isinstance(v, (list, tuple)) and len(v) == 3 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        if not ok:
+            raise _error(f"{name}: expected 3 numbers, got {v!r}")
+        setattr(cfg, name, tuple(float(x) for x in v))
 
 
 def _same(a, b) -> bool:
