@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .devices import DeviceError, resolve_device
 from .processor_errors import ProcessorError
 
 __all__ = ["BatchInputs"]
@@ -12,18 +13,9 @@ __all__ = ["BatchInputs"]
 def _checked_device(device) -> torch.device:
     """``device`` as a torch.device this machine has; ProcessorError (one line) otherwise."""
     try:
-        dev = device if isinstance(device, torch.device) else torch.device(device)
-    except (RuntimeError, ValueError, TypeError):
-        raise ProcessorError(f"BatchInputs.to: unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            cuda = torch.version.cuda
-            build = "CPU build" if cuda is None else f"built for CUDA {cuda}, no GPU visible"
-            raise ProcessorError(f"BatchInputs.to({str(device)!r}): CUDA was asked for but torch sees no GPU "
-                                 f"(torch {torch.__version__}, {build}); use 'cpu'")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ProcessorError(f"BatchInputs.to({str(device)!r}): torch sees {torch.cuda.device_count()} CUDA GPU(s)")
-    return dev
+        return resolve_device(device, label=f"BatchInputs.to({str(device)!r})", use_cpu="'cpu'")
+    except DeviceError as e:
+        raise ProcessorError(str(e)) from None
 
 
 class BatchInputs(dict):

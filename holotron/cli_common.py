@@ -15,45 +15,24 @@ class CLIError(Exception):
     """A problem the user can fix; printed as one line."""
 
 
-def _no_gpu_reason() -> str:
-    import torch
-
-    if torch.version.cuda is None:
-        return f"torch {torch.__version__}, CPU build"
-    return f"torch {torch.__version__}, built for CUDA {torch.version.cuda}: no driver or no visible GPU"
-
-
 def cli_device(name: str):
     """--device as a torch.device this machine has (auto: cuda when torch sees a GPU, else cpu)."""
-    import torch
+    from .devices import DeviceError, resolve_device
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        dev = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise CLIError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CLIError(f"--device {name}: CUDA was asked for but torch sees no GPU ({_no_gpu_reason()}); "
-                           "use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise CLIError(f"--device {name}: torch sees only {torch.cuda.device_count()} CUDA device(s) here")
-    elif dev.type != "cpu":
-        raise CLIError(f"--device {name}: holotron runs on cpu or cuda")
-    return dev
+        return resolve_device(name, label=f"--device {name}", use_cpu="--device cpu")
+    except DeviceError as e:
+        raise CLIError(str(e)) from None
 
 
 def cli_dtype(name: str, device):
     """--dtype as a torch dtype (auto: bfloat16 on cuda, float32 on cpu)."""
-    import torch
+    from .devices import DeviceError, resolve_dtype
 
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise CLIError(f"--dtype {name}: use auto, float32, bfloat16 or float16")
-    return dtype
+    try:
+        return resolve_dtype(name, device, label="--dtype")
+    except DeviceError as e:
+        raise CLIError(str(e)) from None
 
 
 def _probe_writable(folder: Path, flag: str, path) -> None:

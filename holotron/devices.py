@@ -44,43 +44,47 @@ def _named(device) -> str:
     return f"device={str(device)!r}"
 
 
-def resolve_device(device=None) -> torch.device:
+def resolve_device(device=None, *, label: str | None = None, use_cpu: str = "device='cpu'") -> torch.device:
     """``device`` as a ``torch.device`` that exists here. None: the CPU. ``"auto"``: CUDA when torch sees
     a GPU, else the CPU. Accepts "cpu", "cuda", "cuda:N", an int N (cuda:N), "mps" where torch has it, or a
-    torch.device; anything else, or a GPU this machine does not have, raises ``DeviceError``."""
+    torch.device; anything else, or a GPU this machine does not have, raises ``DeviceError``.
+
+    ``label`` names the culprit in the message (default ``device='...'``; a command line passes
+    ``--device X``) and ``use_cpu`` is how the caller's user asks for the CPU instead."""
+    named = label if label is not None else _named(device)
     if device is None:
         return torch.device("cpu")
     if isinstance(device, str) and device.strip().lower() == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise DeviceError(f"device: expected {DEVICE_FORMS}, got {type(device).__name__} {device!r}")
+        raise DeviceError(f"{label or 'device'}: expected {DEVICE_FORMS}, got {type(device).__name__} {device!r}")
     try:
         dev = device if isinstance(device, torch.device) else torch.device(device.strip() if isinstance(device, str)
                                                                            else device)
     except (RuntimeError, ValueError, TypeError):
-        raise DeviceError(f"{_named(device)}: not a device; use {DEVICE_FORMS}") from None
+        raise DeviceError(f"{named}: unknown device {str(device)!r}; use {DEVICE_FORMS}") from None
     if dev.type == "cpu":
         return torch.device("cpu")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError(f"{_named(device)}: CUDA was asked for but torch sees no GPU ({_torch_build()}); "
-                              "use device='cpu'")
+            raise DeviceError(f"{named}: CUDA was asked for but torch sees no GPU ({_torch_build()}); "
+                              f"use {use_cpu}")
         n = torch.cuda.device_count()
         if dev.index is not None and dev.index >= n:
             have = ", ".join(f"cuda:{i}" for i in range(n))
-            raise DeviceError(f"{_named(device)}: torch sees {n} CUDA GPU{'s' if n != 1 else ''} ({have}); "
+            raise DeviceError(f"{named}: torch sees {n} CUDA GPU{'s' if n != 1 else ''} ({have}); "
                               "use one of those")
         return dev
     if dev.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            raise DeviceError(f"{_named(device)}: MPS was asked for but this torch / machine has none; "
-                              "use device='cpu'")
+            raise DeviceError(f"{named}: MPS was asked for but this torch / machine has none; "
+                              f"use {use_cpu}")
         return dev
-    raise DeviceError(f"{_named(device)}: holotron does not run on {dev.type!r} devices; use {DEVICE_FORMS}")
+    raise DeviceError(f"{named}: holotron does not run on {dev.type!r} devices; use {DEVICE_FORMS}")
 
 
-def resolve_dtype(dtype=None, device=None) -> torch.dtype | None:
+def resolve_dtype(dtype=None, device=None, *, label: str = "dtype") -> torch.dtype | None:
     """``dtype`` as a floating ``torch.dtype``, or None for None (the caller's default, e.g. the checkpoint's).
 
     Accepts a torch dtype or a name: "float32" / "fp32" / "float", "bfloat16" / "bf16", "float16" / "fp16" /
@@ -92,13 +96,13 @@ def resolve_dtype(dtype=None, device=None) -> torch.dtype | None:
     accepted = "'float32', 'bfloat16', 'float16', 'float64' (or fp32, bf16, fp16, half), 'auto' or a torch dtype"
     if isinstance(dtype, torch.dtype):
         if dtype not in set(DTYPE_NAMES.values()):
-            raise DeviceError(f"dtype={dtype}: not a floating dtype a model can be loaded in; use {accepted}")
+            raise DeviceError(f"{label}={dtype}: not a floating dtype a model can be loaded in; use {accepted}")
         return dtype
     if not isinstance(dtype, str):
-        raise DeviceError(f"dtype: expected {accepted}, got {type(dtype).__name__} {dtype!r}")
+        raise DeviceError(f"{label}: expected {accepted}, got {type(dtype).__name__} {dtype!r}")
     name = dtype.strip().lower().removeprefix("torch.")
     if name == "auto":
         return torch.bfloat16 if resolve_device(device).type == "cuda" else torch.float32
     if name not in DTYPE_NAMES:
-        raise DeviceError(f"dtype={dtype!r}: not a dtype holotron loads models in; use {accepted}")
+        raise DeviceError(f"{label}={dtype!r}: not a dtype holotron loads models in; use {accepted}")
     return DTYPE_NAMES[name]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+from tiny_vl import write_tiny_vl_checkpoint
 
 import holotron.generation as gen_mod  # the CLI looks stream up here at each run
 from holotron import bundled, cli
-from tiny_vl import write_tiny_vl_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

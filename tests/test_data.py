@@ -13,7 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from holotron.data import (
-    LAYOUTS, ROLES, SIZES, SPLITS, all_labels, corpus, generate_sample, load_labels, stream, to_messages,
+    LAYOUTS,
+    ROLES,
+    SIZES,
+    SPLITS,
+    all_labels,
+    corpus,
+    generate_sample,
+    load_labels,
+    stream,
+    to_messages,
 )
 from holotron.data import canvas as canvas_mod
 from holotron.data.labels import parse_labels
@@ -248,8 +257,9 @@ def test_labels_file():
 # ----------------------------------------------------------------------------------------------
 
 def test_to_messages_through_the_processor(tmp_path):
-    from holotron import Processor
     from tiny_tokenizer import write_tiny_tokenizer
+
+    from holotron import Processor
 
     def preprocess(image):  # one stub tile of 4 tokens per image
         return torch.zeros(1, 3, 8, 8), 4

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
+from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
 
 from holotron.config import TextConfig
 from holotron.engine import Engine, choose_tokens, default_batch_sizes, engine_for, release
 from holotron.generate import generate
 from holotron.lm import HybridLM
 from holotron.state import DecodeState
-
-from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
-from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
 
 IMG_START, IMG_END = 19, 20
 

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from PIL import Image
+from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 import holotron.eval as ev
 from holotron.eval import DataError, Example, evaluate, read_screenspot, wilson_interval
@@ -17,9 +18,6 @@ from holotron.model import Holotron
 from holotron.processor import Processor
 from holotron.tokenizer import build_task_tokenizer
 from holotron.train import init_weights, make_config, save_checkpoint
-
-from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
-
 
 # ---------------------------------------------------------------------------------------- Wilson
 

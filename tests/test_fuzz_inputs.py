@@ -17,16 +17,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from tiny_tokenizer import write_tiny_tokenizer
 
 from holotron import bundled
-from holotron.chat_template import (NEMOTRON_CHAT_TEMPLATE, ChatTemplateError, TemplateLimits, compile_chat_template,
-                                    render_chat_template)
+from holotron.chat_template import (
+    NEMOTRON_CHAT_TEMPLATE,
+    ChatTemplateError,
+    TemplateLimits,
+    compile_chat_template,
+    render_chat_template,
+)
 from holotron.config import ConfigError, TextConfig
 from holotron.generation_config import GenerationConfig
 from holotron.processor import Processor, ProcessorError
 from holotron.vision.config import VisionConfig
 from holotron.vision.preprocess import ImageError, load_image, preprocess_image
-from tiny_tokenizer import write_tiny_tokenizer
 
 # HOLOTRON_FUZZ=N multiplies the examples and draws fresh ones (a longer hunt than the fixed default run)
 SCALE = int(os.environ.get("HOLOTRON_FUZZ", "0"))

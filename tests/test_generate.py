@@ -7,11 +7,10 @@ import sys
 
 import pytest
 import torch
+from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 
 import holotron
 from holotron.generate import eos_ids, generate, sample, stream
-
-from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture(scope="module")

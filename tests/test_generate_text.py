@@ -1,13 +1,12 @@
 """generate_text: processor + model + generation_config + stop ids / strings, for one prompt or a batch."""
 
 import pytest
-import torch
 from PIL import Image
+from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
+from tiny_vl import write_tiny_vl_checkpoint
 
 from holotron.generate import generate, generate_text, stop_ids
 from holotron.processor import Processor
-from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
-from tiny_vl import tiny_vl, write_tiny_vl_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,18 @@ from hypothesis import strategies as st
 from PIL import Image, ImageChops
 
 from holotron.grounding import (
-    Box, Point, convert, draw_click, localization_messages, localization_prompt, localization_schema, parse_click,
-    point_in_box, score_click, to_model, to_pixels,
+    Box,
+    Point,
+    convert,
+    draw_click,
+    localization_messages,
+    localization_prompt,
+    localization_schema,
+    parse_click,
+    point_in_box,
+    score_click,
+    to_model,
+    to_pixels,
 )
 
 # ------------------------------------------------------------------------------------------------

@@ -7,17 +7,16 @@ import math
 
 import pytest
 import torch
+from helpers import assert_close
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 
 import holotron
 from holotron import kernels
 from holotron.config import ConfigError, TextConfig
 from holotron.lm import HybridLM
 from holotron.state import KVCache, MambaState
-
-from helpers import assert_close
-from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 
 # ----------------------------------------------------------------------------- config
 

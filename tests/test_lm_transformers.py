@@ -22,11 +22,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import holotron
-from holotron.generate import generate
-
 from helpers import assert_close
 from tiny_lm import hf_model, scan_backend_of_the_device, tiny_config  # noqa: F401 (autouse fixture)
+
+import holotron
+from holotron.generate import generate
 
 CONFIGS = {
     # pattern starts and ends with each layer type; headdim 10 (an 80-like non power of two); groups > 1

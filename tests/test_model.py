@@ -11,7 +11,20 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from helpers import assert_close, rel_rms
 from PIL import Image
+from tiny_lm import scan_backend_of_the_device  # noqa: F401 (autouse fixture)
+from tiny_vl import (
+    END_OF_TURN_ID,
+    IMAGE_TOKEN_ID,
+    MAX_NUM_TILES,
+    TILE,
+    TOKENS_PER_TILE,
+    randomize_vl_,
+    tiny_vl,
+    tiny_vl_config,
+    write_tiny_vl_checkpoint,
+)
 
 import holotron
 from holotron.config import ConfigError
@@ -19,11 +32,6 @@ from holotron.generate import generate
 from holotron.model import Holotron, HolotronConfig, ImageTokenError
 from holotron.processor import ModelNotFoundError, Processor
 from holotron.weights import CheckpointError
-
-from helpers import assert_close, rel_rms
-from tiny_lm import scan_backend_of_the_device  # noqa: F401 (autouse fixture)
-from tiny_vl import (END_OF_TURN_ID, IMAGE_TOKEN_ID, MAX_NUM_TILES, TILE, TOKENS_PER_TILE, randomize_vl_, tiny_vl,
-                     tiny_vl_config, write_tiny_vl_checkpoint)
 
 IMG_START, IMG_END = 19, 20
 

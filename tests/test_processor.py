@@ -6,14 +6,20 @@ import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
+from tiny_tokenizer import SPECIAL_IDS, write_tiny_tokenizer
 from tokenizers import Tokenizer
 
 from holotron.grounding import localization_messages, localization_prompt
 from holotron.processor import (
-    NEMOTRON_CHAT_TEMPLATE, BatchInputs, ChatTemplateError, GenerationConfig, ModelNotFoundError,
-    Processor, ProcessorError, resolve_pretrained,
+    NEMOTRON_CHAT_TEMPLATE,
+    BatchInputs,
+    ChatTemplateError,
+    GenerationConfig,
+    ModelNotFoundError,
+    Processor,
+    ProcessorError,
+    resolve_pretrained,
 )
-from tiny_tokenizer import SPECIAL_IDS, write_tiny_tokenizer
 
 TOKENS_PER_TILE = 256  # what the stub preprocessing reports per tile (the real model's count)
 

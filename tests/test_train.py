@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 import holotron
 from holotron.data import generate_sample, to_messages
@@ -24,12 +25,25 @@ from holotron.grounding import parse_click
 from holotron.model import Holotron
 from holotron.processor import Processor
 from holotron.tokenizer import SPECIAL_IDS, build_task_tokenizer, train_tokenizer
-from holotron.train import (IGNORE, AuxHeads, ReadingBatches, ScreenBatches, extra_targets, image_token_targets,
-                            init_weights, label_class, loss_fn, lr_at, main, make_config, normalize_tiles,
-                            reading_loss_fn, text_classes_at, uint8_tiles)
+from holotron.train import (
+    IGNORE,
+    AuxHeads,
+    ReadingBatches,
+    ScreenBatches,
+    extra_targets,
+    image_token_targets,
+    init_weights,
+    label_class,
+    loss_fn,
+    lr_at,
+    main,
+    make_config,
+    normalize_tiles,
+    reading_loss_fn,
+    text_classes_at,
+    uint8_tiles,
+)
 from holotron.vision.preprocess import preprocess_image
-
-from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "dev" / "probes"  # the research probes the tests below run against the training code

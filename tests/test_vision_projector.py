@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from helpers import assert_close
 
 from holotron.vision import Projector, VisionConfig, pixel_shuffle
-from helpers import assert_close
 
 
 def _coord_grid(T, gh, gw):

@@ -6,10 +6,9 @@ import re
 
 import pytest
 import torch
-
 from helpers import assert_close
-from holotron.vision import (Projector, RadioVisionModel, VisionConfig, embed_tiles, interpolate_pos_embed,
-                             pixel_shuffle)
+
+from holotron.vision import Projector, RadioVisionModel, VisionConfig, embed_tiles, interpolate_pos_embed, pixel_shuffle
 from holotron.vision.radio import patchify
 
 # ---------------------------------------------------------------------------------------------- strict loading

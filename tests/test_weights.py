@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm, write_checkpoint  # noqa: F401 (autouse fixture)
 
 import holotron
 from holotron import weights
 from holotron.config import ConfigError
 from holotron.lm import HybridLM
 from holotron.weights import CheckpointError
-
-from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm, write_checkpoint  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture(scope="module")

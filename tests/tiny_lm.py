@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import holotron
 from torch import nn
 
+import holotron
 from holotron import kernels
 from holotron.config import TextConfig
 from holotron.lm import HybridLM

@@ -23,16 +23,14 @@ import math
 from pathlib import Path
 
 import torch
-
-import holotron
+from tiny_lm import randomize_, tiny_config
+from tiny_tokenizer import SPECIAL_IDS, write_tiny_tokenizer
 from tokenizers import Tokenizer
 from torch import nn
 
+import holotron
 from holotron.model import Holotron, HolotronConfig
 from holotron.vision.config import VisionConfig
-
-from tiny_lm import randomize_, tiny_config
-from tiny_tokenizer import SPECIAL_IDS, write_tiny_tokenizer
 
 TOKENIZER_VOCAB = 512                      # write_tiny_tokenizer's default vocab_size
 IMAGE_TOKEN_ID = SPECIAL_IDS["<image>"]    # 18

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..bundled import bundled_path
+from ..devices import DeviceError, resolve_device
 from ..processor import Processor, ProcessorError
 from ..weights import CheckpointError, load
 
@@ -48,12 +49,10 @@ def check_out(out) -> Path:
 
 def pick_device(name: str) -> torch.device:
     """``--device``: auto (cuda if available, else cpu) or a torch device name; a CUDA device must exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"holotron.train: error: --device {name}: no CUDA GPU here")
-    return dev
+    try:
+        return resolve_device(name, label=f"--device {name}", use_cpu="--device cpu")
+    except DeviceError as e:
+        raise SystemExit(f"holotron.train: error: {e}") from None
 
 
 def given_tokenizer(args) -> Path | None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 import re
 
-from ..processor import END_OF_TURN, Processor
+from ..chat_template import END_OF_TURN
+from ..processor import Processor
 
 __all__ = ["answer_ids", "followup_text", "extra_targets"]
 

@@ -16,7 +16,7 @@ The module tree is the checkpoint's, so the real tensors load by name:
 Tensors a checkpoint may or may not hold (layer scales, the video embedder, the input conditioner,
 `summary_idxs`), and the CLS/register count, are shaped after the checkpoint by
 ``RadioVisionModel.adapt_to_checkpoint`` (which ``load_state_dict`` calls itself), so loading stays strict
-both ways; any other name is an error that names it (see ``holotron.vision.loading``).
+both ways; any other name is an error that names it (``holotron.load`` is the one loader).
 """
 
 from __future__ import annotations
