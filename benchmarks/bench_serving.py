@@ -40,12 +40,13 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from timing import median_ms  # noqa: E402  (benchmarks/ is on sys.path)
+
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, Request  # noqa: E402
 from holotron.generate import generate  # noqa: E402
 from holotron.lm import HybridLM  # noqa: E402
 from holotron.state import DecodeState  # noqa: E402
-from timing import median_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
 SMALL = dict(vocab_size=512, hidden_size=64, hybrid_override_pattern="M-M*-M-M*-",
              num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,

@@ -92,8 +92,8 @@ def ceilings(dev):
 
 def load_fla():
     try:
-        from fla.ops.simple_gla import chunk_simple_gla
         import fla
+        from fla.ops.simple_gla import chunk_simple_gla
         return chunk_simple_gla, getattr(fla, "__version__", "?")
     except Exception as e:  # noqa: BLE001  (a benchmark-only peer: report and go on)
         print(f"# fla not importable ({type(e).__name__}: {e}); no peer timed")
@@ -102,7 +102,6 @@ def load_fla():
 
 def fla_args(kw):
     """chunk_simple_gla's inputs for the same recurrence (no D): q = C, k = B dt, v = x, g = dt A."""
-    import torch
     import torch.nn.functional as F
     dt = F.softplus(kw["dt"].float() + kw["dt_bias"])  # (b, l, H)
     rep = H // G
@@ -134,6 +133,7 @@ def rel(a, b):
 def smoke():
     """Each scan path once at a real shape, and a packed one; a hang here is a bug in the waits."""
     import torch
+
     from holotron.kernels import ssd_scan
     dev = torch.device(DEVICE)
     kw = inputs(2, 1024, torch.bfloat16, dev)
@@ -170,8 +170,10 @@ def run(args):
     import torch
     import triton
     from triton.testing import do_bench
+
     from holotron.kernels import ssd_scan, ssd_step
-    from holotron.kernels import ssd_triton_scan as T, ssd_triton_step as TS
+    from holotron.kernels import ssd_triton_scan as T
+    from holotron.kernels import ssd_triton_step as TS
 
     if args.unfused:
         T.SCAN_CONFIG["fused"] = False
@@ -350,7 +352,7 @@ def run(args):
 
 
 def print_scan_table(rows):
-    print(f"\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (issue) | floor ms | x floor | FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
+    print("\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (issue) | floor ms | x floor | FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     for r in rows:
@@ -384,6 +386,7 @@ def cb_compare(out, args, T, ours, bench, late, dev, save):
     median ms of each, eager and (1 x 4096) in a CUDA graph, and the relative RMS error of y and of
     the final state vs the chunked scan in float64 (computed one batch row at a time)."""
     import torch
+
     from holotron.kernels import ssd_scan
     base = dict(T.SCAN_CONFIG)
     for b, l in SHAPES:

@@ -22,7 +22,6 @@ import sys
 import time
 
 import torch
-
 from timing import times_ms as timeit  # noqa: E402  (benchmarks/ is on sys.path)
 
 from holotron.vision import Projector, RadioVisionModel, VisionConfig, embed_tiles, pixel_shuffle
