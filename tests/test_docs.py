@@ -92,3 +92,14 @@ def test_the_reference_check_catches_a_missing_file(tmp_path):
                    "and [fine](x.md), [web](https://example.com), [anchor](#top), `holotron/__init__.py`,\n"
                    "`dev/runs/tiny-model-{read,ground}-log.csv` (a pattern), /tmp/holotron/elsewhere.\n")
     assert _broken_references(doc) == ["link (missing.md)", "link (runs/none.png)", "holotron/no_such_module.py"]
+
+
+def test_readme_python_snippet_runs_as_written():
+    """The README's Python example runs unchanged on this machine (it picks the device that exists) and
+    prints a parsed click."""
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, "README.md python block", "exec"), {})
+    assert re.fullmatch(r"Point\(x=[-0-9.]+, y=[-0-9.]+, space='model'\)", buf.getvalue().strip()), buf.getvalue()

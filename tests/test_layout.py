@@ -173,3 +173,30 @@ def test_files_hold_one_sitting():
         if n > MAX_LINES and rel not in LONG_ALLOWED:
             long[rel] = n
     assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def _readme_layout() -> str:
+    readme = (ROOT.parent / "README.md").read_text()
+    start = readme.index("## Layout")
+    return readme[readme.index("```", start) + 3: readme.index("```", readme.index("```", start) + 3)]
+
+
+def test_readme_layout_matches_the_tree():
+    """Every file and folder of the package (and of kernels/, vision/, train/) is named in the README's
+    layout block, and every name there exists."""
+    block = _readme_layout()
+    words = set(block.replace(",", " ").replace("(", " ").replace(")", " ").replace(":", " ").split())
+    missing = []
+    for folder in (ROOT, ROOT / "kernels", ROOT / "vision", ROOT / "train"):
+        for entry in sorted(folder.iterdir()):
+            if entry.name == "__pycache__" or entry.suffix not in ("", ".py"):
+                continue
+            name = entry.name + ("/" if entry.is_dir() else "")
+            if name not in words:
+                missing.append(str(entry.relative_to(ROOT)))
+    assert not missing, f"not in the README's layout: {missing}"
+    named = {w for w in words if w.endswith((".py", "/")) and not w.startswith(("`", "$"))}
+    top = {"tests/", "benchmarks/", "notebooks/", "docs/", "scripts/", "dev/", "holotron/", "runs/", "probes/"}
+    where = [ROOT, ROOT / "kernels", ROOT / "vision", ROOT / "train"]
+    absent = [w for w in named - top if not any((d / w.rstrip("/")).exists() for d in where)]
+    assert not absent, f"named in the README's layout but not in the tree: {absent}"
