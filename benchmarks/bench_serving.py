@@ -140,7 +140,8 @@ def ceilings(dev, small: bool) -> dict:
     n = 2**28 if not small else 2**20
     src = torch.empty(n, dtype=torch.float32, device=dev).normal_()
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), 3, 10, dev)
+    # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
+    ms = median_ms(lambda: dst.copy_(src), 3, 10, dev)  # noqa: F821
     bw = 2 * src.nbytes / (ms * 1e-3)
     del src, dst
     k = 8192
@@ -270,8 +271,8 @@ def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, fuse=Fa
                      "tokens_per_s": b / (host * 1e-3), "graph_tokens_per_s": b / (ms * 1e-3),
                      "floor_ms": floor, "fraction_of_floor": floor / ms if floor == floor else float("nan"),
                      "capture_s": capture_s, "naive_step": eng.naive_step, "fused": fuse})
-        print(f"  decode{' fused' if fuse else ''} ctx {ctx:>6} batch {b:>4}: graph {ms:7.2f} ms/step, engine.step {host:7.2f} ms "
-              f"-> {b / (host * 1e-3):9.0f} tok/s (floor {floor:.2f} ms)", flush=True)
+        print(f"  decode{' fused' if fuse else ''} ctx {ctx:>6} batch {b:>4}: graph {ms:7.2f} ms/step, "
+              f"engine.step {host:7.2f} ms -> {b / (host * 1e-3):9.0f} tok/s (floor {floor:.2f} ms)", flush=True)
     del eng
     free_cuda()
     return rows
@@ -338,7 +339,8 @@ def e2e(lm, dev, n_prompt: int, n_new: int) -> dict:
         stamps = []
         sync(dev)
         t = time.perf_counter()
-        toks = generate(lm, ids, n_new, eos_token_id=[], engine=engine, streamer=lambda _: stamps.append(time.perf_counter()))
+        toks = generate(lm, ids, n_new, eos_token_id=[], engine=engine,
+                        streamer=lambda _: stamps.append(time.perf_counter()))
         total = time.perf_counter() - t
         dec = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
         out[label] = {"tokens": toks[0].tolist(), "seconds": total, "first_token_s": stamps[0] - t,
@@ -391,8 +393,10 @@ def agreement(lm, prefix, steps: int) -> dict:
                     stats[k]["gap_where_unequal"].append(float(top2[0] - top2[1]))
             tok = ref.argmax().view(1, 1)
         for k, v in stats.items():
-            out[k] = {"max_rel_logit_diff": max(v["rel_diff"]), "median_rel_logit_diff": statistics.median(v["rel_diff"]),
-                      "argmax_agree": f"{sum(v['argmax_equal'])}/{steps}", "top2_gap_where_unequal": v["gap_where_unequal"]}
+            out[k] = {"max_rel_logit_diff": max(v["rel_diff"]),
+                      "median_rel_logit_diff": statistics.median(v["rel_diff"]),
+                      "argmax_agree": f"{sum(v['argmax_equal'])}/{steps}",
+                      "top2_gap_where_unequal": v["gap_where_unequal"]}
     del engs
     free_cuda()
     return out
@@ -589,23 +593,24 @@ def main() -> int:
     res["prompt_prefill_first_s"] = time.perf_counter() - t
     logits_ok = bool(torch.isfinite(pre.logits).all())
     res["prompt_logits_finite"] = logits_ok
-    section("decode_1k", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre))
-    section("prefill", lambda: [prefill_tps(helper, 1024 if small else 16384, c, dev, 3)
+    # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
+    section("decode_1k", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre))  # noqa: F821
+    section("prefill", lambda: [prefill_tps(helper, 1024 if small else 16384, c, dev, 3)  # noqa: F821
                                 for c in ((256, 1024) if small else (8192, 16384))])
     del helper
     free_cuda()
     section("e2e", lambda: e2e(lm, dev, prompt, 8 if small else 32))
-    section("serving", lambda: serving(lm, pre, 16 if small else 128, 4 if small else 64, 16, dev))
+    section("serving", lambda: serving(lm, pre, 16 if small else 128, 4 if small else 64, 16, dev))  # noqa: F821
     res.setdefault("contexts", [])
     section("contexts_hybrid", lambda: context_sweep(lm, "hybrid", contexts, 8, ceil, clk, small, 512))
     if isinstance(res.get("contexts_hybrid"), list):
         res["contexts"] += res["contexts_hybrid"]
     if clk.left() > 110:  # torch.compile of the fused pieces: tens of seconds on a cold cache
         t = time.perf_counter()
-        section("decode_1k_fused", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre,
-                                                        fuse=True))
+        section("decode_1k_fused", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small,
+                                                        prefix=pre, fuse=True))  # noqa: F821
         res["fused_compile_and_sweep_s"] = time.perf_counter() - t
-        section("agreement", lambda: agreement(lm, pre, 32))
+        section("agreement", lambda: agreement(lm, pre, 32))  # noqa: F821
     else:
         res["decode_1k_fused"] = "skipped (time)"
     del pre

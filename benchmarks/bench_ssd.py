@@ -71,7 +71,8 @@ def copy_bandwidth(dev):
     from triton.testing import do_bench
     src = torch.randn(1 << 28, device=dev)  # 1 GiB
     dst = torch.empty_like(src)
-    t = do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3
+    # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
+    t = do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3  # noqa: F821
     del src, dst
     return 2 * (1 << 28) * 4 / t
 
@@ -151,9 +152,11 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--quick", action="store_true", help="issue shapes only, no sweeps or variants")
     ap.add_argument("--unfused", action="store_true", help="the four-kernel scan (when the fused one hangs)")
-    ap.add_argument("--step-only", action="store_true", help="copy bandwidth and the decode step (fp32 and bf16 state) only")
+    ap.add_argument("--step-only", action="store_true",
+                    help="copy bandwidth and the decode step (fp32 and bf16 state) only")
     ap.add_argument("--cb-compare", action="store_true",
-                    help="only the fused scan with and without SCAN_CONFIG['cb'] at the issue shapes, time and accuracy")
+                    help="only the fused scan with and without SCAN_CONFIG['cb'] at the issue shapes, "
+                         "time and accuracy")
     ap.add_argument("--plot", default=None)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; later sections are skipped past it")
     ap.add_argument("--png", default="docs/ssd_scan_time.png")
@@ -214,7 +217,8 @@ def run(args):
         t = time.perf_counter()
         ours(kw)()
         torch.cuda.synchronize()
-        out["first_call"].append(dict(what="ssd_scan first call b1 L4096 (compile, cold cache)", s=time.perf_counter() - t))
+        out["first_call"].append(dict(what="ssd_scan first call b1 L4096 (compile, cold cache)",
+                                      s=time.perf_counter() - t))
         t = time.perf_counter()
         ours(inputs(2, 3000, torch.bfloat16, dev, seed=2))()
         torch.cuda.synchronize()
@@ -229,7 +233,8 @@ def run(args):
             y_ref, s_ref = S(k64["x"], k64["dt"], kw["A"], k64["B"], k64["C"], dt_bias=k64["dt_bias"], dt_softplus=True,
                              chunk_size=Q, backend="chunked")
             row = dict(shape=f"b{b} L{l}")
-            for name, cfg in (("fused", dict(fused=True)), ("fused cb", dict(cb=True)), ("four-kernel", dict(fused=False))):
+            for name, cfg in (("fused", dict(fused=True)), ("fused cb", dict(cb=True)),
+                              ("four-kernel", dict(fused=False))):
                 old = dict(T.SCAN_CONFIG)
                 T.SCAN_CONFIG.update(cfg)
                 y, s = ours(kw)()
@@ -239,7 +244,8 @@ def run(args):
                 o, ht = fla(**fla_args(kw))
                 row["fla y"], row["fla state"] = rel(o, y_ref), rel(ht.transpose(-1, -2), s_ref)
             out["accuracy"].append(row)
-            print("# relative RMS error vs float64:", {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+            print("# relative RMS error vs float64:",
+                  {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             del k64, y_ref, s_ref
         save()
 
@@ -280,7 +286,8 @@ def run(args):
         # ---- the scan at the four benchmark shapes and the sweeps, next to the peer and the floor
         shapes = list(SHAPES)
         if not args.quick:
-            shapes += [(1, l) for l in SWEEP_L if (1, l) not in shapes] + [(b, 4096) for b in SWEEP_B if (b, 4096) not in shapes]
+            shapes += ([(1, l) for l in SWEEP_L if (1, l) not in shapes]
+                       + [(b, 4096) for b in SWEEP_B if (b, 4096) not in shapes])
         for b, l in shapes:
             if late(0.6) and (b, l) not in SHAPES:
                 print(f"# skipped b{b} L{l}: over the time budget")
@@ -325,20 +332,23 @@ def run(args):
             for v in step_variants:
                 TS.STEP_CONFIG.update(v)
                 fn = lambda st: ssd_step(st, x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)  # noqa: E731
-                g, _ = capture(lambda: [fn(st) for st in states])
+                # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
+                g, _ = capture(lambda: [fn(st) for st in states])  # noqa: F821
                 us = bench(g.replay) * 1e3 / layers
-                eager_us = bench(lambda: fn(states[0])) * 1e3
+                eager_us = bench(lambda: fn(states[0])) * 1e3  # noqa: F821
                 bytes_step = 2 * sbytes + 2 * (2 * b * H * P + 2 * b * G * N + b * H)  # state read + written
                 row = dict(b=b, state_dtype=sname, config=dict(v), layers=layers, graph_us=us, eager_us=eager_us,
                            state_bytes=2 * sbytes, bytes=bytes_step, TBps=bytes_step / us / 1e6,
                            floor_us=bytes_step / bw * 1e6,
                            mamba_ssm_issue_us=MAMBA_SSM_STEP_US.get(b) if sname == "fp32" else None)
-                ref = [r for r in out["step"] if r["b"] == b and r["config"] == row["config"] and r["state_dtype"] == "fp32"]
+                ref = [r for r in out["step"]
+                       if r["b"] == b and r["config"] == row["config"] and r["state_dtype"] == "fp32"]
                 row["speedup_vs_fp32"] = ref[-1]["graph_us"] / us if ref and sname != "fp32" else None
                 out["step"].append(row)
                 sp = row["speedup_vs_fp32"]
                 print(f"# step b{b} {sname} state {v}: graph {us:.2f} us/layer ({row['TBps']:.2f} TB/s, floor "
-                      f"{row['floor_us']:.2f} us), eager {eager_us:.1f} us" + ("" if sp is None else f", x{sp:.2f} vs fp32"),
+                      f"{row['floor_us']:.2f} us), eager {eager_us:.1f} us"
+                      + ("" if sp is None else f", x{sp:.2f} vs fp32"),
                       flush=True)
             del states
             torch.cuda.empty_cache()
@@ -352,14 +362,16 @@ def run(args):
 
 
 def print_scan_table(rows):
-    print("\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (issue) | floor ms | x floor | FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
+    print("\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (issue) | floor ms | x floor | "
+          "FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     for r in rows:
         fl, mb = r.get("fla_ms"), r.get("mamba_ssm_issue_ms")
-        print(f"| {r['b']} x {r['l']} | {r['ms']:.3f} | {f(r.get('graph_ms'), '.3f')} | {f(fl, '.3f')} | {f(mb, '.2f')} | "
-              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {f(fl and fl / r['ms'], '.2f')} | "
-              f"{f(mb and mb / r['ms'], '.2f')} | {r['GBps']:.0f} | {r['TFLOPs']:.0f} |")
+        print(f"| {r['b']} x {r['l']} | {r['ms']:.3f} | {f(r.get('graph_ms'), '.3f')} | {f(fl, '.3f')} | "
+              f"{f(mb, '.2f')} | {r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | "
+              f"{f(fl and fl / r['ms'], '.2f')} | {f(mb and mb / r['ms'], '.2f')} | {r['GBps']:.0f} | "
+              f"{r['TFLOPs']:.0f} |")
 
 
 def _fmt(v, fmt):
@@ -372,8 +384,8 @@ def print_step_table(rows):
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['b']} | {r.get('state_dtype', 'fp32')} | {r['config']} | {r['graph_us']:.2f} | "
-              f"{_fmt(r.get('state_bytes') and r['state_bytes'] / 1e6, '.1f')} | {r['TBps']:.2f} | {r['floor_us']:.2f} | "
-              f"{r['graph_us'] / r['floor_us']:.2f} | {_fmt(r.get('speedup_vs_fp32'), '.2f')} | "
+              f"{_fmt(r.get('state_bytes') and r['state_bytes'] / 1e6, '.1f')} | {r['TBps']:.2f} | "
+              f"{r['floor_us']:.2f} | {r['graph_us'] / r['floor_us']:.2f} | {_fmt(r.get('speedup_vs_fp32'), '.2f')} | "
               f"{_fmt(r['mamba_ssm_issue_us'], '.1f')} | {r['eager_us']:.1f} |")
 
 
@@ -407,7 +419,8 @@ def cb_compare(out, args, T, ours, bench, late, dev, save):
                     g.replay()
                     torch.cuda.synchronize()
                     row[f"{name} graph ms"] = bench(g.replay, rep=100)
-                    row[f"{name} graph == eager"] = bool(torch.equal(yg, res[name][0]) and torch.equal(sg, res[name][1]))
+                    row[f"{name} graph == eager"] = bool(torch.equal(yg, res[name][0])
+                                                         and torch.equal(sg, res[name][1]))
                     del g, yg, sg
             except Exception as e:  # noqa: BLE001  (report and go on: the other modes still tell)
                 print(f"# cb-compare b{b} L{l} {name} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
@@ -455,7 +468,8 @@ def print_cb_table(rows):
     for r in rows:
         if any(k.endswith("graph ms") for k in r):
             print(f"# {r['b']} x {r['l']} in a CUDA graph: " + ", ".join(
-                f"{n} {_fmt(r.get(f'{n} graph ms'), '.3f')} ms (replay == eager: {r.get(f'{n} graph == eager')})" for n in names))
+                f"{n} {_fmt(r.get(f'{n} graph ms'), '.3f')} ms (replay == eager: {r.get(f'{n} graph == eager')})"
+                for n in names))
 
 
 def plot(path, png):
@@ -468,7 +482,8 @@ def plot(path, png):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(L, [r["ms"] for r in rows], "o-", label="holotron ssd_scan (triton)")
     if any(r.get("fla_ms") for r in rows):
-        ax.plot(L, [r.get("fla_ms") for r in rows], "s-", label=f"FLA chunk_simple_gla {d['meta'].get('fla')} (measured)")
+        ax.plot(L, [r.get("fla_ms") for r in rows], "s-",
+                label=f"FLA chunk_simple_gla {d['meta'].get('fla')} (measured)")
     mb = [(r["l"], r["mamba_ssm_issue_ms"]) for r in rows if r.get("mamba_ssm_issue_ms")]
     if mb:
         ax.plot(*zip(*mb), "^--", label="mamba_ssm 2.3.2 (issue 7's figures, not measured here)")
@@ -478,7 +493,8 @@ def plot(path, png):
     ax.set_xlabel("seqlen (batch 1)")
     ax.set_ylabel("ms")
     m = d["meta"]
-    ax.set_title(f"SSD scan, H=128 P=80 N=128 G=8 chunk 128 bf16\n{m['gpu']}, torch {m['torch']}, triton {m['triton']}, {m['date']}",
+    ax.set_title(f"SSD scan, H=128 P=80 N=128 G=8 chunk 128 bf16\n"
+                 f"{m['gpu']}, torch {m['torch']}, triton {m['triton']}, {m['date']}",
                  fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

@@ -33,7 +33,8 @@ def flops_per_tile(cfg: VisionConfig, n_prefix: int) -> dict:
     enc = L * (24 * N * D * D + 4 * N * N * D)
     patches = 2 * g * g * 3 * cfg.patch_size ** 2 * D
     tp = cfg.tokens_per_tile
-    proj = 2 * tp * (cfg.projector_input_size * cfg.projector_hidden_size + cfg.projector_hidden_size * cfg.projector_output_size)
+    proj = 2 * tp * (cfg.projector_input_size * cfg.projector_hidden_size
+                     + cfg.projector_hidden_size * cfg.projector_output_size)
     return {"encoder": enc + patches, "projector": proj, "total": enc + patches + proj}
 
 
@@ -84,7 +85,8 @@ def main() -> int:
     params = sum(p.numel() for p in vm.parameters()) + sum(p.numel() for p in mlp1.parameters())
 
     # correctness on one tile: bf16 against the same weights in fp32
-    x1 = torch.randn(1, 3, cfg.image_size, cfg.image_size, device=device, generator=torch.Generator(device=device).manual_seed(3))
+    x1 = torch.randn(1, 3, cfg.image_size, cfg.image_size, device=device,
+                     generator=torch.Generator(device=device).manual_seed(3))
     with torch.inference_mode():
         ref = embed_tiles(vm, mlp1, x1).double()
     vm, mlp1 = vm.to(torch.bfloat16).eval(), mlp1.to(torch.bfloat16).eval()
@@ -96,7 +98,8 @@ def main() -> int:
     tflops_mm = matmul_tflops(device, mm_n, 20)
     rows = []
     for T in tiles_list:
-        x = torch.randn(T, 3, cfg.image_size, cfg.image_size, device=device, generator=torch.Generator(device=device).manual_seed(T))
+        x = torch.randn(T, 3, cfg.image_size, cfg.image_size, device=device,
+                        generator=torch.Generator(device=device).manual_seed(T))
         gh = cfg.image_size // cfg.patch_size
         with torch.inference_mode():
             feats = vm(x)
@@ -137,13 +140,16 @@ def main() -> int:
         json.dump(info, fh, indent=1)
 
     print(f"# {info['device']}  torch {info['torch']}  triton {info['triton']}  bf16  params {params / 1e6:.1f} M")
-    print(f"# bf16 matmul {mm_n}^3: {tflops_mm:.0f} TFLOP/s;  bf16 vs fp32 on one tile: rel err {rel:.2e}, finite {finite}")
-    print("| tiles | image tokens | median ms (min-max) | encoder ms | shuffle+mlp1 ms | tiles/s | GFLOP | TFLOP/s | of matmul rate | floor ms | peak GiB |")
+    print(f"# bf16 matmul {mm_n}^3: {tflops_mm:.0f} TFLOP/s;  "
+          f"bf16 vs fp32 on one tile: rel err {rel:.2e}, finite {finite}")
+    print("| tiles | image tokens | median ms (min-max) | encoder ms | shuffle+mlp1 ms | tiles/s | GFLOP | TFLOP/s | "
+          "of matmul rate | floor ms | peak GiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['tiles']} | {r['image_tokens']} | {r['ms_median']:.2f} ({r['ms_min']:.2f}-{r['ms_max']:.2f}) | "
-              f"{r['encoder_ms_median']:.2f} | {r['shuffle_mlp1_ms_median']:.2f} | {r['tiles_per_s']:.0f} | {r['gflop']:.1f} | "
-              f"{r['tflops']:.0f} | {100 * r['fraction_of_matmul_rate']:.0f}% | {r['floor_ms_at_matmul_rate']:.2f} | {r['peak_mem_gib']:.2f} |")
+              f"{r['encoder_ms_median']:.2f} | {r['shuffle_mlp1_ms_median']:.2f} | {r['tiles_per_s']:.0f} | "
+              f"{r['gflop']:.1f} | {r['tflops']:.0f} | {100 * r['fraction_of_matmul_rate']:.0f}% | "
+              f"{r['floor_ms_at_matmul_rate']:.2f} | {r['peak_mem_gib']:.2f} |")
     return 0 if finite else 1
 
 

@@ -82,8 +82,9 @@ def main():
     print("|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(fmt(r[c]) if isinstance(r[c], int) else str(r[c]) for c in cols) + " |")
-    meta = {"small_config": SMALL, "prompt": PROMPT, "batch": 1, "dtype_small": "float32", "dtype_12b": "bfloat16 (ssm fp32)",
-            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+    meta = {"small_config": SMALL, "prompt": PROMPT, "batch": 1, "dtype_small": "float32",
+            "dtype_12b": "bfloat16 (ssm fp32)", "torch": torch.__version__, "python": platform.python_version(),
+            "machine": platform.machine(),
             "date": time.strftime("%Y-%m-%d"), "wall_s": round(wall, 1)}
     print(f"\n{meta}")
     os.makedirs(args.out, exist_ok=True)

@@ -23,7 +23,8 @@ __all__ = ["NEMOTRON_CHAT_TEMPLATE", "END_OF_TURN", "TemplateLimits", "ChatTempl
 #   ... <SPECIAL_11>Assistant\n<think></think>      ("/no_think" in a system or user text, or enable_thinking=False)
 # A message whose content is a list puts its images first: "<image>\n" for one, "<image 1><image> <image 2><image>\n"
 # for several (unless its text already holds "<image>" placeholders).
-NEMOTRON_CHAT_TEMPLATE = r"""
+# (Three long template lines are split by a """ / r""" seam: implicit concatenation, no line break in the template.)
+NEMOTRON_CHAT_TEMPLATE = (r"""
 {%- macro text_of(content) -%}
   {%- if content is string -%}{{ content }}
   {%- elif content is iterable -%}
@@ -51,12 +52,14 @@ NEMOTRON_CHAT_TEMPLATE = r"""
   {%- set text = text_of(message.content) -%}
   {%- if message.content is not string and message.content is iterable -%}
     {%- set n = namespace(images=0) -%}
-    {%- for part in message.content -%}{%- if part.type == 'image' -%}{%- set n.images = n.images + 1 -%}{%- endif -%}{%- endfor -%}
+    {%- for part in message.content -%}{%- if part.type == 'image' -%}{%- set n.images = n.images + 1 -%}"""
+r"""{%- endif -%}{%- endfor -%}
     {%- if '<image>' not in text -%}
       {%- if n.images == 1 -%}{%- set text = '<image>\n' + text.lstrip('\n') -%}
       {%- elif n.images > 1 -%}
         {%- set tags = namespace(s='') -%}
-        {%- for i in range(n.images) -%}{%- set tags.s = tags.s + ('' if loop.first else ' ') + '<image ' + (i + 1)|string + '><image>' -%}{%- endfor -%}
+        {%- for i in range(n.images) -%}"""
+r"""{%- set tags.s = tags.s + ('' if loop.first else ' ') + '<image ' + (i + 1)|string + '><image>' -%}{%- endfor -%}
         {%- set text = tags.s + '\n' + text.lstrip('\n') -%}
       {%- endif -%}
     {%- endif -%}
@@ -68,13 +71,14 @@ NEMOTRON_CHAT_TEMPLATE = r"""
   {%- elif message.role == 'system' -%}
     {{- raise_exception('a system message is only allowed first') -}}
   {%- else -%}
-    {{- raise_exception("role '" + message.role|string + "' is not supported by the built-in template (system, user, assistant)") -}}
+    {{- raise_exception("role '" + message.role|string"""
+r""" + "' is not supported by the built-in template (system, user, assistant)") -}}
   {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
   {{- '<SPECIAL_11>Assistant\n' + ('<think>\n' if ns.think else '<think></think>') -}}
 {%- endif -%}
-"""
+""")
 
 END_OF_TURN = "<SPECIAL_12>"  # the Nemotron chat format's end-of-answer token (its id is read from the tokenizer)
 
@@ -88,7 +92,8 @@ def compile_chat_template(source_text: str, source: str):
     try:
         return make_environment().from_string(source_text)
     except TemplateSyntaxError as e:
-        raise ChatTemplateError(f"chat template from {source} does not compile: {e.message} (line {e.lineno})") from None
+        raise ChatTemplateError(f"chat template from {source} does not compile: {e.message} "
+                                f"(line {e.lineno})") from None
     except Exception as e:  # jinja can emit Python that does not compile ({% break %} outside a loop), or
         # fail in constant folding or on deep nesting
         raise ChatTemplateError(f"chat template from {source} does not compile: {type(e).__name__}: "

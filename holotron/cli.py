@@ -278,8 +278,10 @@ def run(args, log: logging.Logger) -> dict:
         "model": str(model_id), "image": str(image_path), "image_size": list(image.size), "prompt": prompt,
         "text": text, "stopped_by": stopped_by, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
         "prompt_tokens": n_prompt, "new_tokens": n_new,
-        "prefill_seconds": round(prefill_s, 4), "prefill_tokens_per_s": round(n_prompt / prefill_s, 1) if prefill_s > 0 else None,
-        "decode_seconds": round(decode_s, 4), "decode_tokens_per_s": round(n_decode / decode_s, 1) if decode_s > 0 and n_decode else None,
+        "prefill_seconds": round(prefill_s, 4),
+        "prefill_tokens_per_s": round(n_prompt / prefill_s, 1) if prefill_s > 0 else None,
+        "decode_seconds": round(decode_s, 4),
+        "decode_tokens_per_s": round(n_decode / decode_s, 1) if decode_s > 0 and n_decode else None,
         "peak_memory_bytes": peak, "peak_memory_kind": peak_what,
     }
     if args.ground:
@@ -358,4 +360,5 @@ def _one_line(e: BaseException) -> str:
     if isinstance(e, (CLIError, ValueError, FileNotFoundError, OSError)) and msg:
         lines = msg.splitlines()  # grouped checkpoint errors are a short screen: show it whole
         return msg if len(lines) <= 12 else "\n".join(lines[:12]) + f"\n... ({len(lines) - 12} more lines)"
-    return f"{type(e).__name__}: {msg.splitlines()[0] if msg else 'unexpected failure'} (run with --debug for the traceback)"
+    return (f"{type(e).__name__}: {msg.splitlines()[0] if msg else 'unexpected failure'} "
+            "(run with --debug for the traceback)")

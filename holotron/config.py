@@ -82,22 +82,26 @@ def _pattern(d: dict) -> str:
         chars = []
         for i, s in enumerate(lbt):
             if s in _MOE:
-                raise ConfigError(f"layers_block_type[{i}] is {s!r}: mixture-of-experts layers are not supported by holotron")
+                raise ConfigError(f"layers_block_type[{i}] is {s!r}: mixture-of-experts layers are not supported "
+                                  "by holotron")
             if s not in _BLOCK_TYPE_TO_CHAR:
                 raise ConfigError(f"layers_block_type[{i}] is {s!r}: unknown layer type "
                                   f"(known: {sorted(_BLOCK_TYPE_TO_CHAR)})")
             chars.append(_BLOCK_TYPE_TO_CHAR[s])
         from_list = "".join(chars)
         if pat is not None and pat != from_list:
-            raise ConfigError(f"hybrid_override_pattern {pat!r} contradicts layers_block_type (which reads {from_list!r})")
+            raise ConfigError(f"hybrid_override_pattern {pat!r} contradicts layers_block_type "
+                              f"(which reads {from_list!r})")
         pat = from_list
     if pat is None:
-        raise ConfigError("config has neither hybrid_override_pattern nor layers_block_type: the layer layout is unknown")
+        raise ConfigError("config has neither hybrid_override_pattern nor layers_block_type: "
+                          "the layer layout is unknown")
     if not isinstance(pat, str) or not pat:
         raise ConfigError(f"hybrid_override_pattern: expected a non-empty string, got {pat!r}")
     for i, ch in enumerate(pat):
         if ch == "E":
-            raise ConfigError(f"hybrid_override_pattern[{i}] is 'E': mixture-of-experts layers are not supported by holotron")
+            raise ConfigError(f"hybrid_override_pattern[{i}] is 'E': mixture-of-experts layers are not supported "
+                              "by holotron")
         if ch not in LAYER_KINDS:
             raise ConfigError(f"hybrid_override_pattern[{i}] is {ch!r}: unknown layer type "
                               "(known: 'M' Mamba2, '*' attention, '-' MLP)")
@@ -144,7 +148,8 @@ class TextConfig:
     extra: dict = field(default_factory=dict, repr=False, compare=False)  # other fields, written back by to_hf
 
     def __post_init__(self):
-        self.eos_token_id = _ids(self.eos_token_id, "eos_token_id") if not isinstance(self.eos_token_id, tuple) else self.eos_token_id
+        self.eos_token_id = (_ids(self.eos_token_id, "eos_token_id") if not isinstance(self.eos_token_id, tuple)
+                             else self.eos_token_id)
         self.time_step_limit = tuple(float(v) for v in self.time_step_limit)
         self.validate()
 
@@ -184,7 +189,8 @@ class TextConfig:
             raise ConfigError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                               f"num_key_value_heads ({self.num_key_value_heads})")
         if self.mamba_num_heads % self.n_groups:
-            raise ConfigError(f"mamba_num_heads ({self.mamba_num_heads}) must be a multiple of n_groups ({self.n_groups})")
+            raise ConfigError(f"mamba_num_heads ({self.mamba_num_heads}) must be a multiple of "
+                              f"n_groups ({self.n_groups})")
         lo, hi = self.time_step_limit
         if math.isnan(lo) or math.isnan(hi) or lo < 0 or lo > hi:
             raise ConfigError(f"time_step_limit must be (low, high) with 0 <= low <= high, got {self.time_step_limit}")

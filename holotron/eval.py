@@ -134,9 +134,7 @@ class Report:
         return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------------------------
-# data
-# ----------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- data
 
 def synthetic_examples(n: int, *, split: str = "heldout", seed0: int = EVAL_SEED0, **options) -> Iterator[Example]:
     """``n`` synthetic screens (rendered one by one as the iterator is read)."""
@@ -208,9 +206,7 @@ def read_screenspot(path, *, box_format: str, box_space: str) -> list[Example]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# running the model
-# ----------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- running the model
 
 def answer_batch(model, processor, images: list, instructions: list[str], *, max_new_tokens: int = 32,
                  device=None, dtype=None) -> list[str]:
@@ -273,7 +269,8 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
             for ex, im, ans in zip(chunk, images, answers):
                 point = parse_click(ans)
                 w, h = im.size
-                p = Prediction(ex.id, ex.role, ex.instruction, ans, point, point_in_box(point, ex.box, w, h), ex.box, (w, h))
+                p = Prediction(ex.id, ex.role, ex.instruction, ans, point, point_in_box(point, ex.box, w, h),
+                               ex.box, (w, h))
                 rep.add(p)
                 if out is not None:
                     jsonl.write(json.dumps(p.to_json()) + "\n")
@@ -314,15 +311,15 @@ def draw_example(image, p: Prediction):
     return canvas
 
 
-# ----------------------------------------------------------------------------------------------
-# the command line
-# ----------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- the command line
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m holotron.eval",
                                 description="Point-in-box grounding accuracy of a holotron checkpoint.")
-    p.add_argument("--model", help="checkpoint folder, Hugging Face repo id or bundled name (default: the bundled model)")
-    p.add_argument("--data", help="ScreenSpot-style JSON list of {image, instruction, bbox} (default: synthetic screens)")
+    p.add_argument("--model",
+                   help="checkpoint folder, Hugging Face repo id or bundled name (default: the bundled model)")
+    p.add_argument("--data",
+                   help="ScreenSpot-style JSON list of {image, instruction, bbox} (default: synthetic screens)")
     p.add_argument("--box-format", choices=["xyxy", "xywh"], help="with --data: how bbox is written (required)")
     p.add_argument("--box-space", choices=["pixel", "normalized", "model"], help="with --data: bbox units (required)")
     p.add_argument("--n", type=int, default=1000, help="synthetic screens (or the first N entries of --data)")

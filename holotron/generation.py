@@ -58,7 +58,8 @@ def eos_ids(model) -> tuple[int, ...]:
     ids: list[int] = []
     cfg = getattr(model, "config", None)
     cfg = getattr(cfg, "text", cfg)  # a VL config carries the LM's under .text
-    for v in (getattr(cfg, "eos_token_id", None), (getattr(model, "generation_config", None) or {}).get("eos_token_id")):
+    for v in (getattr(cfg, "eos_token_id", None),
+              (getattr(model, "generation_config", None) or {}).get("eos_token_id")):
         for i in ([] if v is None else [v] if isinstance(v, int) else list(v)):
             if i not in ids:
                 ids.append(int(i))
@@ -66,7 +67,8 @@ def eos_ids(model) -> tuple[int, ...]:
 
 
 def _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask):
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+    if (not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2
+            or input_ids.dtype not in (torch.int64, torch.int32)):
         raise ValueError(f"input_ids must be an integer tensor (batch, seqlen), got "
                          f"{getattr(input_ids, 'shape', type(input_ids))} {getattr(input_ids, 'dtype', '')}")
     if input_ids.shape[1] == 0:
@@ -109,7 +111,8 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
     if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
         raise ValueError(f"prefill_chunk must be an int >= 1, got {prefill_chunk!r}")
     b, t = input_ids.shape
-    eos = eos_ids(model) if eos_token_id is None else ((eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
+    eos = (eos_ids(model) if eos_token_id is None
+           else (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id))
     if pad_token_id is None:
         cfg = getattr(model, "config", None)
         pad_token_id = getattr(getattr(cfg, "text", cfg), "pad_token_id", None)

@@ -55,7 +55,8 @@ class GenerationConfig:
             v = data.pop(name, None)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)) or v < 0:
+            if (isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int))
+                    or v < 0):
                 raise ProcessorError(f"{source}: {name} must be a non-negative {kind.__name__}, got {v!r}")
             setattr(out, name, kind(v))
         if out.top_p is not None and out.top_p > 1:

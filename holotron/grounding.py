@@ -323,7 +323,8 @@ def localization_messages(target: str, image: Any = None, *, thinking: bool = Fa
     default (a "/no_think" system message), as H Company recommends for localisation."""
     image_part = {"type": "image"} if image is None else {"type": "image", "image": image}
     messages = [] if thinking else [{"role": "system", "content": "/no_think"}]
-    messages.append({"role": "user", "content": [image_part, {"type": "text", "text": localization_prompt(target, schema)}]})
+    messages.append({"role": "user",
+                     "content": [image_part, {"type": "text", "text": localization_prompt(target, schema)}]})
     return messages
 
 

@@ -79,7 +79,8 @@ class Mamba2Mixer(nn.Module):
             out = torch.empty_like(out).scatter_(2, order[:, None, :].expand(b, c, t), out)
         return F.silu(out).transpose(1, 2).to(xBC.dtype)                   # (B, T, c)
 
-    def forward(self, u: torch.Tensor, state: MambaState | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, u: torch.Tensor, state: MambaState | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``mask`` (B, T) bool, False at pads."""
         b, t, _ = u.shape
         H, P, N, G = self.n_heads, self.head_dim, self.d_state, self.n_groups

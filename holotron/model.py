@@ -126,8 +126,9 @@ class Holotron(nn.Module):
     def embed_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Normalised tiles (tiles, 3, S, S) -> language-model embeddings (tiles, tokens_per_tile, hidden)."""
         if not isinstance(pixel_values, torch.Tensor) or pixel_values.dim() != 4 or pixel_values.shape[1] != 3:
-            raise ValueError(f"pixel_values: expected (tiles, 3, S, S), got "
-                             f"{tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values)}")
+            raise ValueError(
+                f"pixel_values: expected (tiles, 3, S, S), got "
+                f"{tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values)}")
         P = self.config.vision.patch_size * round(1 / self.config.vision.downsample_ratio)
         if pixel_values.shape[-1] % P or pixel_values.shape[-2] % P:
             raise ValueError(f"pixel_values: tile sides must be multiples of {P} (patch x pixel-shuffle), "

@@ -129,7 +129,8 @@ class Processor:
         merge_added_tokens(tokenizer, added_tokens or {}, tokenizer_source)
         image_tokens = [image_token, image_start_token, image_end_token]
         # a text-only tokenizer (Nemotron-H) has none of the three: prompts are then plain text
-        self.supports_images = image_token_id is not None or any(tokenizer.token_to_id(t) is not None for t in image_tokens)
+        self.supports_images = (image_token_id is not None
+                                or any(tokenizer.token_to_id(t) is not None for t in image_tokens))
         self._check_single_tokens((image_tokens if self.supports_images else []) + list(self.special_tokens.values()))
         self.image_token_id = tokenizer.token_to_id(image_token)
         self.image_start_token_id = tokenizer.token_to_id(image_start_token)
@@ -306,7 +307,8 @@ class Processor:
                 imgs = imgs or embedded
                 text = self.apply_chat_template(item, add_generation_prompt=add_generation_prompt, **template_kwargs)
             else:
-                raise ProcessorError(f"prompt {i}: expected a text or a list of message dicts, got {type(item).__name__}")
+                raise ProcessorError(f"prompt {i}: expected a text or a list of message dicts, "
+                                     f"got {type(item).__name__}")
             ids, tiles, n_tiles, n_image_tokens = self._tokenize(text, imgs, i)
             if limit is not None and len(ids) > limit:
                 raise ProcessorError(
@@ -346,8 +348,9 @@ class Processor:
         """Token ids of one prompt with its ``<image>`` placeholders expanded; also the tiles."""
         if not self.supports_images:
             if images:
-                raise ProcessorError(f"{self.tokenizer_source} has no {self.image_token!r} / {self.image_start_token!r} / "
-                                     f"{self.image_end_token!r} tokens: a text-only model's tokenizer cannot take images")
+                raise ProcessorError(f"{self.tokenizer_source} has no {self.image_token!r} / "
+                                     f"{self.image_start_token!r} / {self.image_end_token!r} tokens: "
+                                     "a text-only model's tokenizer cannot take images")
             return self.encode(text), [], [], 0
         pieces = text.split(self.image_token)
         n_placeholders = len(pieces) - 1

@@ -133,7 +133,8 @@ class InferenceState:
         return {"mamba": mamba, "attention": kv, "positions": pos, "total": mamba + kv + pos}
 
     def __repr__(self) -> str:
-        kinds = "".join("M" if isinstance(s, MambaState) else "*" if isinstance(s, KVCache) else "-" for s in self.layers)
+        kinds = "".join("M" if isinstance(s, MambaState) else "*" if isinstance(s, KVCache) else "-"
+                        for s in self.layers)
         return (f"InferenceState(batch={self.batch_size}, seqlen={self.seqlen}, capacity={self.capacity}, "
                 f"layers={kinds!r}, bytes={self.nbytes()['total']})")
 
@@ -141,7 +142,8 @@ class InferenceState:
 class DecodeState:
     """Preallocated state for ``max_batch`` rows of at most ``max_len`` tokens each.
 
-        layers[i]  MambaState (conv (R, conv_dim, K), ssm (R, H, P, N) fp32) | KVCache (k, v (R, Hkv, max_len, hd)) | None
+        layers[i]  MambaState (conv (R, conv_dim, K), ssm (R, H, P, N) fp32) | KVCache (k, v (R, Hkv, max_len, hd))
+                   | None
         lengths    (R,) int64 on the model's device: KV slots [0, lengths[r]) of row r hold its tokens
 
     No position counter is shared between rows: each row's next token is written at slot ``lengths[r]``

@@ -48,7 +48,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, *, split_digit
     then the merges, up to ``vocab_size`` ids in all. ``split_digits``: every digit is a pre-token of
     its own, so numbers are never merged."""
     if vocab_size < N_RESERVED + 256:
-        raise ValueError(f"vocab_size must be at least {N_RESERVED + 256} (special tokens + 256 bytes), got {vocab_size}")
+        raise ValueError(f"vocab_size must be at least {N_RESERVED + 256} (special tokens + 256 bytes), "
+                         f"got {vocab_size}")
     tok = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])

@@ -25,7 +25,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype=None, rtol=
     r0, a0 = TOL.get(dtype, TOL[torch.float32])
     rtol = r0 if rtol is None else rtol
     atol = a0 if atol is None else atol
-    assert torch.isfinite(actual).all(), f"{name}: non-finite values ({(~torch.isfinite(actual)).sum().item()} of {actual.numel()})"
+    assert torch.isfinite(actual).all(), (f"{name}: non-finite values "
+                                          f"({(~torch.isfinite(actual)).sum().item()} of {actual.numel()})")
     a, e = actual.double(), expected.double()
     err = float((a - e).pow(2).mean().sqrt())
     ref = float(e.pow(2).mean().sqrt())

@@ -71,7 +71,8 @@ def test_cli_errors_are_one_line_without_traceback(ckpt, screenshot, tmp_path, c
     args, expect = {
         "missing model": (["--model", tmp_path / "nope", "--image", screenshot, "--prompt", "x"], "no such folder"),
         "unreadable image": (["--model", ckpt, "--image", bad, "--prompt", "x"], "not_an_image.png"),
-        "unknown device": (["--model", ckpt, "--image", screenshot, "--prompt", "x", "--device", "tpu"], "unknown device"),
+        "unknown device": (["--model", ckpt, "--image", screenshot, "--prompt", "x", "--device", "tpu"],
+                           "unknown device"),
         "out without ground": (["--model", ckpt, "--image", screenshot, "--prompt", "x", "--out", tmp_path / "o.png"],
                                "--out draws the click"),
     }[case]

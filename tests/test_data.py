@@ -182,7 +182,8 @@ def test_settings_vary_over_seeds():
 
 def test_dark_and_light_themes_render_dark_and_light():
     for theme, dark in (("light", False), ("grey", False), ("dark", True), ("slate", True)):
-        lum = [np.asarray(generate_sample(seed, theme=theme, layout="app").image.convert("L")).mean() for seed in range(3)]
+        lum = [np.asarray(generate_sample(seed, theme=theme, layout="app").image.convert("L")).mean()
+               for seed in range(3)]
         assert all((v < 100) if dark else (v > 150) for v in lum), (theme, lum)
 
 

@@ -148,7 +148,8 @@ def test_chunked_prefill_gives_the_same_tokens(model, chunk):
     pieces = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=False, prefill_chunk=chunk,
                       on_prefill=lambda done, total: seen.append((done, total)))
     assert torch.equal(whole, pieces)
-    assert seen[-1] == (23, 23) and [d for d, _ in seen] == sorted({min(23, k) for k in range(chunk, 23 + chunk, chunk)})
+    assert (seen[-1] == (23, 23)
+            and [d for d, _ in seen] == sorted({min(23, k) for k in range(chunk, 23 + chunk, chunk)}))
     with pytest.raises(ValueError, match="prefill_chunk must be an int >= 1"):
         generate(model, ids, 2, prefill_chunk=0)
 
@@ -173,7 +174,8 @@ def test_module_import_keeps_generate_callable(model):
 
 
 def test_cli_help_lists_the_options():
-    r = subprocess.run([sys.executable, "-m", "holotron.generate", "--help"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "holotron.generate", "--help"], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr
     for opt in ("--model", "--image", "--prompt", "--max-new-tokens", "--temperature", "--top-p", "--seed",
                 "--device", "--dtype", "--system", "--ground", "--out", "--json", "--debug"):

@@ -93,7 +93,8 @@ def test_parse_click_non_text_and_space():
         parse_click("(1, 2)", space="pixels")
 
 
-_noise = st.text(alphabet=st.characters(blacklist_characters="{}[]()0123456789.-+=:,'\"xyXY", blacklist_categories=("Cs",)),
+_noise = st.text(alphabet=st.characters(blacklist_characters="{}[]()0123456789.-+=:,'\"xyXY",
+                                        blacklist_categories=("Cs",)),
                  max_size=40)
 
 
@@ -205,7 +206,8 @@ def test_point_in_box_across_spaces_needs_size():
         point_in_box(Point(500, 500), Box(0, 0, 10, 10, "pixel"))
 
 
-@given(w=sizes, h=sizes, b=st.lists(st.floats(0, 1), min_size=4, max_size=4), t=st.tuples(st.floats(0.01, 0.99), st.floats(0.01, 0.99)),
+@given(w=sizes, h=sizes, b=st.lists(st.floats(0, 1), min_size=4, max_size=4),
+       t=st.tuples(st.floats(0.01, 0.99), st.floats(0.01, 0.99)),
        space=st.sampled_from(["model", "normalized", "pixel"]))
 def test_inside_is_inside_in_every_space(w, h, b, t, space):
     x0, x1 = sorted(b[:2])

@@ -31,7 +31,8 @@ def _unsafe_torch_loads(source: str) -> list[int]:
 
 
 def test_the_check_sees_an_unsafe_load():
-    assert _unsafe_torch_loads("import torch\nx = torch.load('a.pt')\ny = torch.load('b', weights_only=False)\n") == [2, 3]
+    assert _unsafe_torch_loads("import torch\nx = torch.load('a.pt')\n"
+                               "y = torch.load('b', weights_only=False)\n") == [2, 3]
     assert _unsafe_torch_loads("import torch\nx = torch.load('a.pt', map_location='cpu', weights_only=True)\n") == []
 
 

@@ -630,7 +630,8 @@ def test_triton_scan_cb_buffer_packed_groups(monkeypatch, cb, dtype):
     2 groups of 3 heads, P=40 (P0=32 + P1=16), several row and source blocks (Q=40, BLOCK_M=BLOCK_K=16)."""
     from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": cb, "BLOCK_M": 16, "BLOCK_K": 16})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG",
+                        {**ssd_triton_scan.SCAN_CONFIG, "cb": cb, "BLOCK_M": 16, "BLOCK_K": 16})
     assert ssd_triton_scan._p_split(40) == (32, 16)
     kw = make_inputs(1, 90, 6, 40, 2, 8, dtype=dtype, chunk_size=40, seed=28, cu_seqlens=[0, 40, 41, 90],
                      D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True)

@@ -30,7 +30,8 @@ def _hf(**kw):
 def test_pattern_and_layers_block_type_agree():
     a = TextConfig.from_hf(_hf(hybrid_override_pattern="M-M*-"))
     b = TextConfig.from_hf({"hidden_size": 32, "vocab_size": 96,
-                            "layers_block_type": ["linear_attention", "mlp", "linear_attention", "full_attention", "mlp"]})
+                            "layers_block_type": ["linear_attention", "mlp", "linear_attention", "full_attention",
+                                                  "mlp"]})
     assert a.hybrid_override_pattern == b.hybrid_override_pattern == "M-M*-"
     assert a.layer_kinds == ["mamba", "mlp", "mamba", "attention", "mlp"]
     with pytest.raises(ConfigError, match="contradicts layers_block_type"):
@@ -108,7 +109,8 @@ def test_12b_on_meta_device_names_shapes_and_count():
         model = HybridLM(cfg)
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     assert len(cfg.hybrid_override_pattern) == 62
-    assert (cfg.layer_kinds.count("mamba"), cfg.layer_kinds.count("attention"), cfg.layer_kinds.count("mlp")) == (28, 6, 28)
+    assert (cfg.layer_kinds.count("mamba"), cfg.layer_kinds.count("attention"),
+            cfg.layer_kinds.count("mlp")) == (28, 6, 28)
     want = {
         "backbone.embeddings.weight": (131072, 5120),
         "backbone.norm_f.weight": (5120,),
@@ -134,7 +136,8 @@ def test_12b_on_meta_device_names_shapes_and_count():
     assert cfg.hybrid_override_pattern[7] == "*"
     # every name is one of the checkpoint's forms
     import re
-    pat = re.compile(r"^(backbone\.(embeddings|norm_f)\.weight|lm_head\.weight|backbone\.layers\.\d+\.(norm\.weight|mixer\."
+    pat = re.compile(r"^(backbone\.(embeddings|norm_f)\.weight|lm_head\.weight|"
+                     r"backbone\.layers\.\d+\.(norm\.weight|mixer\."
                      r"(in_proj\.weight|conv1d\.(weight|bias)|A_log|D|dt_bias|norm\.weight|out_proj\.weight|"
                      r"[qkvo]_proj\.weight|up_proj\.weight|down_proj\.weight)))$")
     assert all(pat.match(n) for n in shapes), [n for n in shapes if not pat.match(n)]

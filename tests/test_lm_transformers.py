@@ -22,11 +22,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from helpers import assert_close
-from tiny_lm import hf_model, scan_backend_of_the_device, tiny_config  # noqa: F401 (autouse fixture)
+# the imports below follow the importorskip on purpose: the module is skipped without transformers
+from helpers import assert_close  # noqa: E402
+from tiny_lm import hf_model, scan_backend_of_the_device, tiny_config  # noqa: E402, F401 (autouse fixture)
 
-import holotron
-from holotron.generate import generate
+import holotron  # noqa: E402
+from holotron.generate import generate  # noqa: E402
 
 CONFIGS = {
     # pattern starts and ends with each layer type; headdim 10 (an 80-like non power of two); groups > 1

@@ -425,7 +425,8 @@ def test_repo_id_from_the_hub_cache_offline(ckpt, model, tmp_path, monkeypatch):
     with pytest.raises(CheckpointError) as err:
         holotron.load("acme/missing")
     msg = str(err.value)
-    assert msg.startswith("acme/missing: not a local folder, and HF_HUB_OFFLINE is set and it is not in the local cache")
+    assert msg.startswith("acme/missing: not a local folder, and HF_HUB_OFFLINE is set "
+                          "and it is not in the local cache")
     assert str(tmp_path / "hub") in msg and "\n" not in msg
     with pytest.raises(ModelNotFoundError) as err2:  # the processor goes through the same resolver
         Processor.from_pretrained("acme/missing")

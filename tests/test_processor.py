@@ -184,7 +184,8 @@ def test_builtin_template_images(proc):
 
 
 def test_builtin_template_refuses_unknown_roles(proc):
-    with pytest.raises(ChatTemplateError, match=r"built-in Nemotron template raised an error: role 'tool' is not supported"):
+    with pytest.raises(ChatTemplateError,
+                       match=r"built-in Nemotron template raised an error: role 'tool' is not supported"):
         proc.apply_chat_template([{"role": "tool", "content": "x"}])
     with pytest.raises(ProcessorError, match="message 0 needs 'role' and 'content'"):
         proc.apply_chat_template([{"content": "x"}])
@@ -374,14 +375,16 @@ def test_image_expansion_matches_expanded_text(proc):
     assert out.input_ids[0].tolist() == proc.encode(expanded)
     ids = out.input_ids[0].tolist()
     start = ids.index(19)
-    assert ids[start + 1:start + 1 + TOKENS_PER_TILE] == [18] * TOKENS_PER_TILE and ids[start + 1 + TOKENS_PER_TILE] == 20
+    assert (ids[start + 1:start + 1 + TOKENS_PER_TILE] == [18] * TOKENS_PER_TILE
+            and ids[start + 1 + TOKENS_PER_TILE] == 20)
     assert out.num_tiles.tolist() == [1, 3] and out.pixel_values.shape == (4, 3, 8, 8)
     assert out.pixel_values[:, 0, 0, 0].tolist() == [1.0, 2.0, 2.0, 2.0]  # tiles in image order
     assert out.texts == [text] and out.images_per_prompt == [2]
 
 
 def test_images_inside_messages(proc):
-    msgs = [{"role": "user", "content": [{"type": "image", "image": StubImage(2, 5.0)}, {"type": "text", "text": "Hi"}]}]
+    msgs = [{"role": "user",
+             "content": [{"type": "image", "image": StubImage(2, 5.0)}, {"type": "text", "text": "Hi"}]}]
     out = proc(msgs)
     assert (out.input_ids == 18).sum() == 2 * TOKENS_PER_TILE and out.pixel_values[0, 0, 0, 0] == 5.0
     placeholder = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}]
@@ -552,7 +555,8 @@ def test_generation_config(tmp_path):
                                 "do_sample": True, "bos_token_id": 1, "transformers_version": "5.0"}))
     g = GenerationConfig.from_file(path)
     assert g.eos_token_ids == (2, 12) and g.temperature == 0.6 and g.top_p == 0.95 and g.max_new_tokens == 128
-    assert g.do_sample is True and g.bos_token_id == 1 and g.top_k is None and g.extra == {"transformers_version": "5.0"}
+    assert (g.do_sample is True and g.bos_token_id == 1 and g.top_k is None
+            and g.extra == {"transformers_version": "5.0"})
     assert g.generate_kwargs() == {"max_new_tokens": 128, "temperature": 0.6, "top_p": 0.95, "eos_token_id": [2, 12]}
     greedy = GenerationConfig.from_dict({"temperature": 0.6, "top_p": 0.95, "top_k": 0})  # no do_sample: greedy
     assert greedy.generate_kwargs() == {"temperature": 0.0}
@@ -575,7 +579,8 @@ def test_stop_token_ids(tmp_path):
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 5]}))
     p = Processor.from_pretrained(folder)
     assert p.stop_token_ids == (2, 5, 12)  # generation_config, tokenizer eos (2 again), end of turn
-    other = write_tiny_tokenizer(tmp_path / "o", chat_template="{{ messages[0].content }}", config_extra={"eos_token": "</s>"})
+    other = write_tiny_tokenizer(tmp_path / "o", chat_template="{{ messages[0].content }}",
+                                 config_extra={"eos_token": "</s>"})
     assert Processor.from_pretrained(other).stop_token_ids == (2,)  # a template without <SPECIAL_12>
 
 
@@ -636,7 +641,8 @@ def test_hub_cache_offline(tmp_path, monkeypatch):
     with pytest.raises(ModelNotFoundError) as err:
         Processor.from_pretrained("acme/missing")
     msg = str(err.value)
-    assert msg.startswith("acme/missing: not a local folder, and HF_HUB_OFFLINE is set and it is not in the local cache")
+    assert msg.startswith("acme/missing: not a local folder, and HF_HUB_OFFLINE is set "
+                          "and it is not in the local cache")
     assert "hf download acme/missing" in msg
     assert str(tmp_path / "hub") in msg and "\n" not in msg
 
@@ -686,7 +692,8 @@ def test_same_prompt_and_ids_as_transformers(tmp_path, template):
     ours = Processor.from_pretrained(folder)
     theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
     conversations = [
-        [{"role": "system", "content": "Be brief. /no_think"}, {"role": "user", "content": "Où est le bouton « OK » ? 😀"}],
+        [{"role": "system", "content": "Be brief. /no_think"},
+         {"role": "user", "content": "Où est le bouton « OK » ? 😀"}],
         [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\nadd\n</think>4"},
          {"role": "user", "content": "and 3+3? /think"}],
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Click Save"}]}],

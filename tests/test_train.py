@@ -168,7 +168,8 @@ def test_extra_targets_name_other_unique_elements_and_click_inside_them():
         for instruction, answer in extra_targets(s, 4, random.Random(seed)):
             p = parse_click(answer)
             named = [e for e in s.elements if e.label in instruction]
-            inside = [e for e in named if e.box[0] <= p.x * w / 1000 < e.box[2] and e.box[1] <= p.y * h / 1000 < e.box[3]]
+            inside = [e for e in named
+                      if e.box[0] <= p.x * w / 1000 < e.box[2] and e.box[1] <= p.y * h / 1000 < e.box[3]]
             assert inside and all(e is not s.target for e in inside), (seed, instruction, answer)
             checked += 1
     assert checked >= 20
@@ -288,7 +289,8 @@ def test_auxiliary_losses_train_heads_on_the_image_tokens_and_leave_the_answer_l
     parts = {}
     total, _ = loss_fn(model, cbatch, torch.device("cpu"), aux, 0.5, parts, char_weight=2.0)
     assert set(parts) == {"answer", "label_in", "label_mid", "position", "char"}
-    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"] + 2.0 * parts["char"])
+    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"]
+                                        + 2.0 * parts["char"])
     assert float(total.detach()) == pytest.approx(expected, rel=1e-5)
 
 
@@ -325,7 +327,8 @@ def test_pointer_targets_name_the_answering_position_and_the_tokens_on_each_ques
     assert [x[:2] for x in b] == a and all(len(x) == 3 for x in b)
 
 
-def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_every_answer_position(tok_dir, micro_vision):
+def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_every_answer_position(
+        tok_dir, micro_vision):
     from holotron.train import attention_pointer_loss
 
     vocab = Processor.from_pretrained(tok_dir).vocab_size
@@ -338,7 +341,8 @@ def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_eve
     block = model.language_model.backbone.layers[aux.layer + 1]
     assert block.kind == "attention"
     seen = {}
-    h_in = model.language_model.backbone.layers[aux.layer].register_forward_hook(lambda m, a, o: seen.__setitem__("h", o))
+    h_in = model.language_model.backbone.layers[aux.layer].register_forward_hook(
+        lambda m, a, o: seen.__setitem__("h", o))
     out = block.mixer.register_forward_hook(lambda m, a, o: seen.__setitem__("y", o))
     with torch.no_grad():
         model.language_model.hidden_states(inputs_embeds=emb)
@@ -420,7 +424,8 @@ def test_the_pointer_loss_puts_probability_on_the_questions_tokens_and_joins_the
     parts = {}
     total, _ = loss_fn(model, batch, torch.device("cpu"), aux, 0.5, parts, pointer_weight=3.0)
     assert {"pointer", "pointer_acc"} <= set(parts) and 0.0 <= parts["pointer_acc"] <= 1.0
-    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"] + 3.0 * parts["pointer"])
+    expected = parts["answer"] + 0.5 * (parts["label_in"] + parts["label_mid"] + parts["position"]
+                                        + 3.0 * parts["pointer"])
     assert float(total.detach()) == pytest.approx(expected, rel=1e-5)
     total.backward()
     assert aux.ptr_q.weight.grad.abs().sum() > 0 and aux.ptr_k.weight.grad.abs().sum() > 0
@@ -436,7 +441,8 @@ def test_text_classes_at_paints_elements_over_texts_and_leaves_background_zero()
     px = np.array([20, 100, 5, 100, 200, 400])
     py = np.array([20, 20, 50, 110, 110, 400])
     got = text_classes_at(sample, px, py).tolist()
-    assert got == [label_class("Email"), label_class("Email"), 0, label_class("Welcome back"), label_class("Sign in"), 0]
+    assert got == [label_class("Email"), label_class("Email"), 0, label_class("Welcome back"),
+                   label_class("Sign in"), 0]
     assert text_classes_at(NS(texts=[], elements=[]), px, py).tolist() == [0] * 6
 
 
@@ -483,7 +489,8 @@ def test_reading_tile_classes_line_up_with_the_pixels_each_token_shows(preset, s
 def _micro_reading(tiles: int, seed: int):
     """A micro model, its auxiliary heads and one reading batch of ``tiles`` mosaics."""
     cfg = make_config("micro", 600)
-    return cfg, init_weights(Holotron(cfg), seed=0), AuxHeads(cfg), ReadingBatches(cfg.vision, tiles, seed=seed, screens=1)[0]
+    return (cfg, init_weights(Holotron(cfg), seed=0), AuxHeads(cfg),
+            ReadingBatches(cfg.vision, tiles, seed=seed, screens=1)[0])
 
 
 def test_the_reading_loss_reads_from_the_projector_and_reports_accuracy_on_text_tokens():
@@ -538,7 +545,8 @@ def test_colour_augmentation_permutes_inverts_and_scales_but_keeps_the_shapes_of
     same[:, 0, 2:6, 2:6], same[:, 1] = 255, 40
     z = colour_aug(same, torch.Generator().manual_seed(3), groups=torch.tensor([3, 2]))
     assert torch.equal(z[0], z[1]) and torch.equal(z[0], z[2]) and torch.equal(z[3], z[4])
-    draws = {tuple(colour_aug(same, torch.Generator().manual_seed(k), groups=torch.tensor([3, 2]))[[0, 3]].flatten().tolist())
+    draws = {tuple(colour_aug(same, torch.Generator().manual_seed(k),
+                              groups=torch.tensor([3, 2]))[[0, 3]].flatten().tolist())
              for k in range(4)}
     assert len(draws) > 1
 
@@ -603,7 +611,8 @@ def test_image_token_targets_carry_the_characters_of_each_tokens_patches():
     assert np.array_equal(chars[:tile_tokens, 1].numpy(), char_classes_at(s, px, py))
 
 
-HELD_OUT_GRIDS = {(2, 1), (2, 3), (3, 4), (5, 2)}  # closest_grid's choices for the held-out sizes, never a training size's
+# closest_grid's choices for the held-out sizes, never a training size's
+HELD_OUT_GRIDS = {(2, 1), (2, 3), (3, 4), (5, 2)}
 
 
 def test_augmented_grids_stay_near_the_screens_ratio_and_scale_and_reach_the_held_out_grids():
@@ -807,7 +816,8 @@ def test_a_reading_stage_trains_only_the_vision_side_and_a_grounding_run_starts_
     assert "reading eval at step 2" in capsys.readouterr().err
     read = load_file(str(tmp_path / "read" / "model.safetensors"))
     torch.manual_seed(0)  # as the run does (--seed 0) before building the model: conv1d keeps torch's default init
-    fresh = init_weights(Holotron(make_config("micro", Processor.from_pretrained(tok_dir).vocab_size)), seed=0).state_dict()
+    fresh = init_weights(Holotron(make_config("micro", Processor.from_pretrained(tok_dir).vocab_size)),
+                         seed=0).state_dict()
     lm = [k for k in read if k.startswith("language_model.")]
     assert lm and all(torch.equal(read[k], fresh[k]) for k in lm)                 # the LM waited
     assert not torch.equal(read["mlp1.1.weight"], fresh["mlp1.1.weight"])          # the vision side learned
@@ -911,7 +921,8 @@ def test_the_shipped_model_is_the_tiny_ui_preset_under_30_mb_and_answers_with_a_
 
 def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_path):
     env = {**os.environ, "CONFIG": "micro", "WORKERS": "0", "DEVICE": "cpu", "EVAL_N": "2", "READ_BATCH": "2",
-           "GROUND_BATCH": "1", "PYTHON": sys.executable, "EXTRA": "--steps 2 --log-every 1", "GROUND_LAYOUTS": "app mosaic"}
+           "GROUND_BATCH": "1", "PYTHON": sys.executable, "EXTRA": "--steps 2 --log-every 1",
+           "GROUND_LAYOUTS": "app mosaic"}
 
     def recipe(stages):  # the stages in two jobs, as on machines whose jobs have a time limit
         return subprocess.run(["bash", str(ROOT / "scripts" / "train_tiny_ui.sh"), str(tmp_path / "run"), "5", "5"],
@@ -945,9 +956,11 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
     assert isinstance(holotron.load(tmp_path / "run" / "point"), Holotron)
     # eval scores the stage the call trained, not a stage-3 model left by an earlier call; eval alone the last
     r = recipe("ground,eval")
-    assert r.returncode == 0 and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "ground")
+    assert (r.returncode == 0
+            and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "ground"))
     r = recipe("eval")
-    assert r.returncode == 0 and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "point")
+    assert (r.returncode == 0
+            and json.loads((tmp_path / "run" / "eval.json").read_text())["model"] == str(tmp_path / "run" / "point"))
     # the attention pointer of the heads stage 3 trains
     heads = subprocess.run([sys.executable, str(PROBES / "grounding_probe.py"), str(tmp_path / "run" / "point"),
                             "--n", "2", "--batch-size", "1", "--pointer-heads", "2", "--json"],
@@ -971,7 +984,8 @@ def test_the_three_stage_recipe_script_runs_end_to_end_on_the_micro_preset(tmp_p
                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert probe.returncode == 0, probe.stderr[-2000:]
     r = json.loads(probe.stdout)
-    assert r["screens"] == 2 and r["sizes"] == ["square"] and 0 <= r["pointer_on_element"] <= 1 and 0 <= r["x_first_digit"] <= 1
+    assert (r["screens"] == 2 and r["sizes"] == ["square"] and 0 <= r["pointer_on_element"] <= 1
+            and 0 <= r["x_first_digit"] <= 1)
     assert r["x_all_digits"] <= r["x_first_digit"] and r["both_exact"] <= min(r["x_all_digits"], r["y_all_digits"])
     assert r["position_l1"] > 0 and r["answer_loss"] > 0
     no_heads = subprocess.run([sys.executable, str(PROBES / "grounding_probe.py"), str(BUNDLED)],

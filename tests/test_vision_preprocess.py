@@ -110,7 +110,8 @@ def test_thumbnail_only_with_several_tiles_and_when_enabled():
     im = Image.new("RGB", (1000, 500), (10, 20, 30))
     cfg = VisionConfig(**SMALL, image_size=64)
     assert preprocess_image(Image.new("RGB", (64, 64)), cfg).pixel_values.shape[0] == 1  # one tile: no thumbnail
-    assert preprocess_image(im, cfg).pixel_values.shape[0] == closest_grid(1000, 500, 64, 12)[0] * closest_grid(1000, 500, 64, 12)[1] + 1
+    assert (preprocess_image(im, cfg).pixel_values.shape[0]
+            == closest_grid(1000, 500, 64, 12)[0] * closest_grid(1000, 500, 64, 12)[1] + 1)
     no_thumb = VisionConfig(**SMALL, image_size=64, use_thumbnail=False)
     assert preprocess_image(im, no_thumb).pixel_values.shape[0] == 8  # (4,2), 1000x500 > 0.5 * 64^2 * 8
     one = VisionConfig(**SMALL, image_size=64, max_num_tiles=1)

@@ -37,7 +37,8 @@ def test_pixel_shuffle_spec_example_32x32():
     assert y.shape == (1, 256, 5120)
     grid = x.view(32, 32, 1280)
     for i, j in [(0, 0), (0, 15), (15, 0), (7, 11), (15, 15)]:
-        want = torch.cat([grid[2 * i, 2 * j], grid[2 * i, 2 * j + 1], grid[2 * i + 1, 2 * j], grid[2 * i + 1, 2 * j + 1]])
+        want = torch.cat([grid[2 * i, 2 * j], grid[2 * i, 2 * j + 1],
+                          grid[2 * i + 1, 2 * j], grid[2 * i + 1, 2 * j + 1]])
         assert torch.equal(y[0, i * 16 + j], want)
 
 

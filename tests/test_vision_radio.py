@@ -72,7 +72,8 @@ def load_vision_state_dict(vision_model: torch.nn.Module, mlp1: torch.nn.Module 
             if not shapes:
                 raise VisionWeightsError(f"loading {prefix}* from {source}: {e}") from e
             for name, got, want in shapes:
-                problems.append(f"wrong shape: {prefix}{name} is {got[11:-1]} in {source}, holotron expects {want[11:-1]}")
+                problems.append(f"wrong shape: {prefix}{name} is {got[11:-1]} in {source}, "
+                                f"holotron expects {want[11:-1]}")
             continue
         if res.missing_keys:
             problems.append(f"missing from {source}: " + "; ".join(prefix + n for n in _fold(res.missing_keys)))
@@ -272,7 +273,8 @@ def test_12b_module_tree_on_meta_matches_the_spec():
     for j in range(32):
         b = f"{p}blocks.{j}."
         expected.update({
-            b + "norm1.weight": (1280,), b + "norm1.bias": (1280,), b + "norm2.weight": (1280,), b + "norm2.bias": (1280,),
+            b + "norm1.weight": (1280,), b + "norm1.bias": (1280,),
+            b + "norm2.weight": (1280,), b + "norm2.bias": (1280,),
             b + "attn.qkv.weight": (3840, 1280), b + "attn.qkv.bias": (3840,),
             b + "attn.proj.weight": (1280, 1280), b + "attn.proj.bias": (1280,),
             b + "mlp.fc1.weight": (5120, 1280), b + "mlp.fc1.bias": (5120,),
@@ -394,7 +396,8 @@ def test_adapt_then_holotron_weights_loader(hf_tiny, tmp_path):
     with torch.device("meta"):
         box = torch.nn.Module()
         box.vision_model, box.mlp1 = RadioVisionModel(cfg), Projector.from_config(cfg)
-    created = box.vision_model.adapt_to_checkpoint({n: s for n, (_, s) in read_header(f).items()}, prefix="vision_model.")
+    created = box.vision_model.adapt_to_checkpoint({n: s for n, (_, s) in read_header(f).items()},
+                                                   prefix="vision_model.")
     assert "radio_model.model.patch_generator.video_embedder" in created and "radio_model.summary_idxs" in created
     load_into(box, f)
     assert box.vision_model.num_prefix == 5

@@ -104,7 +104,8 @@ def test_default_dtype_is_the_checkpoints(model, tmp_path):
 
 
 def test_generation_config_eos_is_kept(model, tmp_path):
-    folder = write_checkpoint(tiny_lm(model.config, seed=1), tmp_path / "g", generation_config={"eos_token_id": [2, 12]})
+    folder = write_checkpoint(tiny_lm(model.config, seed=1), tmp_path / "g",
+                              generation_config={"eos_token_id": [2, 12]})
     m = holotron.load(folder)
     assert m.generation_config["eos_token_id"] == [2, 12]
 
@@ -206,7 +207,8 @@ def test_config_contradicting_tensor_shapes(ckpt):
         holotron.load(ckpt)
     msg = str(e.value)
     assert "wrong shape" in msg and "config.json contradicts" in msg
-    assert "backbone.layers.{0,3}.mixer.in_proj.weight  checkpoint [116, 32] in model.safetensors, model expects [132, 32]" in msg
+    assert ("backbone.layers.{0,3}.mixer.in_proj.weight  checkpoint [116, 32] in model.safetensors, "
+            "model expects [132, 32]") in msg
     assert "backbone.layers.{0,3}.mixer.norm.weight  checkpoint [40] in model.safetensors, model expects [48]" in msg
     assert len(msg.splitlines()) < 25
 
@@ -239,7 +241,8 @@ def test_index_naming_a_tensor_its_shard_lacks(sharded):
         first = sorted(set(idx["weight_map"].values()))[1]
     idx["weight_map"][name] = first
     idx_path.write_text(json.dumps(idx))
-    with pytest.raises(CheckpointError, match=re.escape(first) + r": the index lists 1 tensors this file does not hold, e.g. backbone.norm_f.weight"):
+    with pytest.raises(CheckpointError, match=re.escape(first) + r": the index lists 1 tensors this file does not "
+                                                                 r"hold, e.g. backbone.norm_f.weight"):
         holotron.load(sharded)
 
 
@@ -262,7 +265,8 @@ def test_unknown_architecture(ckpt):
 
 def test_no_weights_or_no_config(ckpt):
     (ckpt / "model.safetensors").rename(ckpt / "weights.safetensors")
-    with pytest.raises(CheckpointError, match="no model.safetensors and no model.safetensors.index.json .found weights.safetensors"):
+    with pytest.raises(CheckpointError,
+                       match="no model.safetensors and no model.safetensors.index.json .found weights.safetensors"):
         holotron.load(ckpt)
     (ckpt / "config.json").unlink()
     with pytest.raises(CheckpointError, match="no config.json"):
@@ -295,7 +299,8 @@ def test_load_into_a_wrapper_with_a_prefix(model, tmp_path):
     weights.load_into(w, tmp_path / "w.safetensors", dtype=torch.bfloat16)
     assert w.language_model.lm_head.weight.dtype == torch.bfloat16
     assert w.language_model.backbone.layers[0].mixer.A_log.dtype == torch.float32
-    assert torch.equal(w.language_model.backbone.norm_f.weight.float(), model.backbone.norm_f.weight.to(torch.bfloat16).float())
+    assert torch.equal(w.language_model.backbone.norm_f.weight.float(),
+                       model.backbone.norm_f.weight.to(torch.bfloat16).float())
 
 
 class _Hooked(torch.nn.Module):
@@ -349,7 +354,8 @@ def test_integer_tensor_for_a_floating_parameter(model, tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(model.config.to_hf()))
     save_file(sd, str(folder / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"wrong dtype \(1\):\n    backbone.layers.0.mixer.A_log  I64 in model.safetensors"):
+    with pytest.raises(CheckpointError,
+                       match=r"wrong dtype \(1\):\n    backbone.layers.0.mixer.A_log  I64 in model.safetensors"):
         holotron.load(folder)
 
 

@@ -99,9 +99,11 @@ def write_tiny_vl_checkpoint(folder, seed: int = 0, model: Holotron | None = Non
     """
     model = model if model is not None else tiny_vl(seed)
     model.generation_config = dict(GENERATION_CONFIG if generation_config is None else generation_config)
-    holotron.save_pretrained(model, folder)  # config.json, model.safetensors, generation_config.json, preprocessor_config.json
+    # config.json, model.safetensors, generation_config.json, preprocessor_config.json
+    holotron.save_pretrained(model, folder)
     folder = write_tiny_tokenizer(folder, **tokenizer_kwargs)
     vocab = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size()
     if model.config.text.vocab_size < vocab:
-        raise ValueError(f"the model's vocab_size {model.config.text.vocab_size} does not cover the tokenizer's {vocab}")
+        raise ValueError(f"the model's vocab_size {model.config.text.vocab_size} does not cover "
+                         f"the tokenizer's {vocab}")
     return folder

@@ -15,7 +15,8 @@ answer teacher-forced, it measures with the training code's own loss (``holotron
 A model that points well and writes badly needs its answer tied to the pointer; one that points badly
 needs more reading or more grounding. ``holotron.eval`` gives the generated answers' point-in-box.
 
-    python dev/probes/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...] [--layouts LAYOUT ...] [--device cpu] [--json]
+    python dev/probes/grounding_probe.py runs/next/ground --n 64 [--split heldout] [--sizes FAMILY ...]
+        [--layouts LAYOUT ...] [--device cpu] [--json]
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def probe(folder, n: int = 64, batch_size: int = 8, split: str = "heldout", seed
     try:
         aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as e:  # unreadable, or heads of another --config
-        raise SystemExit(f"grounding_probe: error: {folder / AUX_FILE} cannot be read as this model's training-only heads "
-                         f"({str(e).splitlines()[0][:200]})") from None
+        raise SystemExit(f"grounding_probe: error: {folder / AUX_FILE} cannot be read as this model's "
+                         f"training-only heads ({str(e).splitlines()[0][:200]})") from None
     aux.to(dev).eval()
     options = {"size": tuple(sizes)} if sizes else {}
     if layouts:

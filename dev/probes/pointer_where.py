@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(r))
         return 0
-    print(f"{r['model']}, {r['screens']} {r['split']} screens, heads 0-{r['heads'] - 1} at answer position {r['offset']}:")
+    print(f"{r['model']}, {r['screens']} {r['split']} screens, heads 0-{r['heads'] - 1} "
+          f"at answer position {r['offset']}:")
     print(f"  attention mass on the element          {r['mass_on_element']:.3f}")
     print(f"  most-attended token on the element     {100 * r['top_on_element']:.1f}%")
     dx, dy = r["top_off_distance_median"]

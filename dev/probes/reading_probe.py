@@ -188,7 +188,8 @@ def run_variant(name, v, sets, config, dev, seconds, batch, seed=0, base_set=())
         if step % 100 == 0:
             text = yb > 0
             acc = float((logits[text].argmax(-1) == yb[text]).float().mean())
-            row = dict(step=step, s=round(time.perf_counter() - t0, 1), loss=round(float(loss.detach()), 4), acc=round(acc, 4))
+            row = dict(step=step, s=round(time.perf_counter() - t0, 1), loss=round(float(loss.detach()), 4),
+                       acc=round(acc, 4))
             if chars is not None:
                 h, t = _char_hits(chars.detach(), cb)
                 row["char_acc"] = round(h / max(1, t), 4)
@@ -243,8 +244,10 @@ def main(argv=None) -> int:
     print(f"rendered in {render_s:.0f} s", flush=True)
     results = []
     for name in names:
-        results.append(run_variant(name, VARIANTS[name], sets, config, dev, args.seconds, args.batch, base_set=args.set))
-    print("\nvariant | steps | tiles seen | train tiles read | held-out read | held-out loss | train chars | held-out chars")
+        results.append(run_variant(name, VARIANTS[name], sets, config, dev, args.seconds, args.batch,
+                                   base_set=args.set))
+    print("\nvariant | steps | tiles seen | train tiles read | held-out read | held-out loss | train chars | "
+          "held-out chars")
     for r in results:
         cc = " | ".join(f"{100 * r[s]['char_acc']:.1f}%" if "char_acc" in r[s] else "-" for s in ("train", "heldout"))
         print(f"{r['name']} | {r['steps']} | {r['tiles_seen']:,} | {100 * r['train']['read_acc']:.1f}% | "

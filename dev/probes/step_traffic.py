@@ -42,7 +42,8 @@ VIEWS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t
 
 
 def _kind(module: torch.nn.Module, name: str) -> str:
-    """A label for a module: its class and its name with layer indices folded (``layers.3.mixer`` -> ``layers.N.mixer``)."""
+    """A label for a module: its class and its name with layer indices folded (``layers.3.mixer`` ->
+    ``layers.N.mixer``)."""
     return f"{type(module).__name__} {re.sub(r'[.][0-9]+', '.N', name)}"
 
 
@@ -57,7 +58,8 @@ class _Count(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         op = func.overloadpacket.__name__
         if op not in VIEWS:
-            self.bytes[(self.where(), op)] += sum(t.numel() * t.element_size() for t in tree_flatten((args, kwargs, out))[0]
+            self.bytes[(self.where(), op)] += sum(t.numel() * t.element_size()
+                                                  for t in tree_flatten((args, kwargs, out))[0]
                                                   if isinstance(t, torch.Tensor))
         return out
 
@@ -101,7 +103,8 @@ def measure(model_name: str = "holotron-tiny-ui", batch: int = 4, queries: int =
     model = holotron.load(model_name, dtype=torch.float32, device="cpu").train()
     aux = AuxHeads(model.config)
     folder = bundled_path(model_name) or model_name
-    vision = model.config.vision if image_size is None else dataclasses.replace(model.config.vision, image_size=image_size)
+    vision = (model.config.vision if image_size is None
+              else dataclasses.replace(model.config.vision, image_size=image_size))
     b = ScreenBatches(folder, vision, batch, seed=seed, queries=queries, chars=True)[0]
     stack, owner, phase = [], {}, ["forward"]
     hooks = []
@@ -160,8 +163,8 @@ def main(argv=None) -> int:
     except CheckpointError as e:  # a missing or broken checkpoint: one line, not a traceback
         raise SystemExit(f"step_traffic: error: {e}") from None
     tot = r["total_bytes"]
-    print(f"{r['screens']} screens, {r['token_slots']:,} token slots ({r['tokens']:,} not padding), {r['tiles']} tiles of {r['tile_px']} px: "
-          f"{tot / 1e9:.2f} GB read + written by one forward + backward")
+    print(f"{r['screens']} screens, {r['token_slots']:,} token slots ({r['tokens']:,} not padding), "
+          f"{r['tiles']} tiles of {r['tile_px']} px: {tot / 1e9:.2f} GB read + written by one forward + backward")
     print("by module, forward + backward (all layers of a kind together):")
     for mod, v in r["by_module"].most_common(a.top):
         print(f"  {100 * v / tot:5.1f}%  {mod}")

@@ -133,7 +133,8 @@ class Canvas:
     def arc(self, box: BoxT, start: float, end: float, fill: RGB, width: int = 1):
         self.ops.append(("arc", box, start, end, fill, width))
 
-    def text(self, x: int, y: int, text: str, size: int, fill: RGB, bold: bool = False, owner: str | None = None) -> BoxT:
+    def text(self, x: int, y: int, text: str, size: int, fill: RGB, bold: bool = False,
+             owner: str | None = None) -> BoxT:
         """Draw ``text`` with its left edge at x and its vertical middle at y; returns its ink box.
         ``owner``: the label of the element this text belongs to (its caption, value or placeholder)."""
         x0, y0, x1, y1 = ink(text, size)

@@ -88,7 +88,8 @@ def radios(x: Ctx, x0: int, y: int, x1: int, y1: int) -> int | None:
     if y + th + 6 + row_h > y1:
         return None
     caption = x.take("dropdown", st.font_size, x1 - x0)
-    labels = [s_ for s_ in (x.take("radio", st.font_size, x1 - x0 - s - g - 4) for _ in range(x.rng.randint(2, 4))) if s_]
+    labels = [s_ for s_ in (x.take("radio", st.font_size, x1 - x0 - s - g - 4) for _ in range(x.rng.randint(2, 4)))
+              if s_]
     if caption is None or len(labels) < 2:
         return None
     c.text_in((x0, y, x1, y + th + 2), caption, st.font_size, st.p.muted, align="left")

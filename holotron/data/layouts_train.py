@@ -293,5 +293,6 @@ def form_card(x: Ctx):
     with c.beneath(mark):
         c.cover((dx, dy, dx + cw, dy + ch), upto=mark)
         r = min(16, st.radius(st.control_h) * 2)
-        c.rect((dx + 2, dy + 4, dx + cw + 2, dy + ch + 4), fill=mix(p.bg, (0, 0, 0), 0.2 if not p.dark else 0.5), radius=r)
+        c.rect((dx + 2, dy + 4, dx + cw + 2, dy + ch + 4), fill=mix(p.bg, (0, 0, 0), 0.2 if not p.dark else 0.5),
+               radius=r)
         c.rect((dx, dy, dx + cw, dy + ch), fill=p.surface, outline=p.border, width=1, radius=r)

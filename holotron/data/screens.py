@@ -202,7 +202,8 @@ def generate_sample(
         canvas = Canvas(width, height, st.p.bg)
         LAYOUTS[lay](Ctx(canvas, st, rng, LabelPicker(rng)))
         elements = canvas.elements
-        candidates = [e for e in elements if e.role in roles and min(e.box[2] - e.box[0], e.box[3] - e.box[1]) >= _MIN_SIDE
+        candidates = [e for e in elements if e.role in roles
+                      and min(e.box[2] - e.box[0], e.box[3] - e.box[1]) >= _MIN_SIDE
                       and not _ambiguous(e, elements, canvas)]
         if not candidates:
             continue

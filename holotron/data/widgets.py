@@ -55,16 +55,19 @@ def glyph(c: Canvas, box: BoxT, name: str, color: RGB):
             c.line([(L, cy + dy * r), (R, cy + dy * r)], color, w)
     elif name == "search":
         k = r * 0.62
-        c.ellipse((round(cx - r), round(cy - r), round(cx - r + 2 * k) + 1, round(cy - r + 2 * k) + 1), outline=color, width=w)
+        c.ellipse((round(cx - r), round(cy - r), round(cx - r + 2 * k) + 1, round(cy - r + 2 * k) + 1),
+                  outline=color, width=w)
         c.line([(cx - r + 1.7 * k, cy - r + 1.7 * k), (R, B)], color, w + 1)
     elif name in ("back", "forward"):
         d = -1 if name == "back" else 1
         c.line([(cx - d * r, cy), (cx + d * r, cy)], color, w)
-        c.line([(cx + d * r - d * r * 0.7, cy - r * 0.7), (cx + d * r, cy), (cx + d * r - d * r * 0.7, cy + r * 0.7)], color, w)
+        c.line([(cx + d * r - d * r * 0.7, cy - r * 0.7), (cx + d * r, cy), (cx + d * r - d * r * 0.7, cy + r * 0.7)],
+               color, w)
     elif name == "more":
         d = max(1.5, s / 14)
         for dy in (-0.75, 0, 0.75):
-            c.ellipse((round(cx - d), round(cy + dy * r - d), round(cx + d) + 1, round(cy + dy * r + d) + 1), fill=color)
+            c.ellipse((round(cx - d), round(cy + dy * r - d), round(cx + d) + 1, round(cy + dy * r + d) + 1),
+                      fill=color)
     elif name == "add":
         c.line([(L, cy), (R, cy)], color, w)
         c.line([(cx, T), (cx, B)], color, w)
@@ -74,7 +77,8 @@ def glyph(c: Canvas, box: BoxT, name: str, color: RGB):
         c.polygon([(ax - r * 0.45, ay), (ax + r * 0.35, ay), (ax + r * 0.05, ay - r * 0.6)], color)
     elif name == "home":
         c.polygon([(L - r * 0.1, cy - r * 0.05), (cx, T), (R + r * 0.1, cy - r * 0.05)], color)
-        c.rect((round(L + r * 0.25), round(cy - r * 0.1), round(R - r * 0.25) + 1, round(B) + 1), outline=color, width=w)
+        c.rect((round(L + r * 0.25), round(cy - r * 0.1), round(R - r * 0.25) + 1, round(B) + 1),
+               outline=color, width=w)
     elif name == "star":
         pts = []
         for k in range(10):
@@ -94,9 +98,10 @@ def glyph(c: Canvas, box: BoxT, name: str, color: RGB):
         c.ellipse((round(cx - r * 0.7), round(cy - r * 0.7), round(cx + r * 0.7) + 1, round(cy + r * 0.7) + 1),
                   outline=color, width=w)
     elif name == "bell":
-        c.polygon([(cx - r * 0.75, cy + r * 0.55), (cx - r * 0.55, cy - r * 0.5), (cx, T), (cx + r * 0.55, cy - r * 0.5),
-                   (cx + r * 0.75, cy + r * 0.55)], color)
-        c.ellipse((round(cx - r * 0.22), round(cy + r * 0.6), round(cx + r * 0.22) + 1, round(cy + r * 1.0) + 1), fill=color)
+        c.polygon([(cx - r * 0.75, cy + r * 0.55), (cx - r * 0.55, cy - r * 0.5), (cx, T),
+                   (cx + r * 0.55, cy - r * 0.5), (cx + r * 0.75, cy + r * 0.55)], color)
+        c.ellipse((round(cx - r * 0.22), round(cy + r * 0.6), round(cx + r * 0.22) + 1, round(cy + r * 1.0) + 1),
+                  fill=color)
     elif name == "chevron":  # ">" for list rows and dropdown arrows turned sideways
         c.line([(cx - r * 0.35, T + r * 0.3), (cx + r * 0.35, cy), (cx - r * 0.35, B - r * 0.3)], color, w)
     elif name == "down":

@@ -106,14 +106,16 @@ def _check_common(name_x, x, dt, A, B, C, D, z, dt_bias, dt_limit, lead: tuple[i
         _expect(tuple(z.shape) == tuple(x.shape), f"z must have the shape of {name_x} {_shape(x)}, got {_shape(z)}")
         _expect(z.dtype == x.dtype, f"z must have the dtype of {name_x} ({x.dtype}), got {z.dtype}")
     if D is not None:
-        _expect(tuple(D.shape) in ((h,), (h, p)), f"D must have shape (heads={h},) or (heads={h}, headdim={p}), got {_shape(D)}")
+        _expect(tuple(D.shape) in ((h,), (h, p)),
+                f"D must have shape (heads={h},) or (heads={h}, headdim={p}), got {_shape(D)}")
         _expect(D.dtype in _FLOATS, f"D must be floating, got {D.dtype}")
     if dt_bias is not None:
         _expect(tuple(dt_bias.shape) == (h,), f"dt_bias must have shape (heads={h},), got {_shape(dt_bias)}")
         _expect(dt_bias.dtype in _FLOATS, f"dt_bias must be floating, got {dt_bias.dtype}")
     _expect(len(tuple(dt_limit)) == 2, f"dt_limit must be a pair (low, high), got {dt_limit!r}")
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
-    _expect(not math.isnan(lo) and not math.isnan(hi) and lo <= hi, f"dt_limit must satisfy low <= high, got {dt_limit!r}")
+    _expect(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
+            f"dt_limit must satisfy low <= high, got {dt_limit!r}")
     dev = x.device
     for nm, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias)):
         if t is not None:
@@ -142,7 +144,8 @@ def _check_scan(x, dt, A, B, C, D, z, dt_bias, dt_limit, initial_state, cu_seqle
     if initial_state is not None:
         want = (n_seq, h, p, B.shape[-1])
         _expect(tuple(initial_state.shape) == want,
-                f"initial_state must have shape {want} (sequences, heads, headdim, dstate), got {_shape(initial_state)}")
+                f"initial_state must have shape {want} (sequences, heads, headdim, dstate), "
+                f"got {_shape(initial_state)}")
         _expect(initial_state.dtype in (torch.float32, torch.float64),
                 f"initial_state must be float32, got {initial_state.dtype}")
         _expect(initial_state.device == x.device, f"initial_state is on {initial_state.device} but x is on {x.device}")
@@ -154,7 +157,8 @@ def _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit):
     b, h, p = x.shape
     limit = _check_common("x", x, dt, A, B, C, D, z, dt_bias, dt_limit, (b,))
     want = (b, h, p, B.shape[-1])
-    _expect(tuple(state.shape) == want, f"state must have shape {want} (batch, heads, headdim, dstate), got {_shape(state)}")
+    _expect(tuple(state.shape) == want,
+            f"state must have shape {want} (batch, heads, headdim, dstate), got {_shape(state)}")
     _expect(state.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16),
             f"state must be float32 (or bfloat16 / float16 to halve its bytes), got {state.dtype}")
     _expect(state.device == x.device, f"state is on {state.device} but x is on {x.device}")
@@ -232,7 +236,8 @@ def ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
 
 def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
              dt_limit=(0.0, math.inf), backend=None):
-    """One decode step: updates ``state`` (batch, heads, headdim, dstate) in place, returns y (batch, heads, headdim)."""
+    """One decode step: updates ``state`` (batch, heads, headdim, dstate) in place, returns y
+    (batch, heads, headdim)."""
     limit = _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit)
     name = _pick(backend, x.device, "ssd_step", "naive")
     if name in ("naive", "chunked"):  # one token: the chunked algorithm is the recurrence itself

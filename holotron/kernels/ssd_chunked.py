@@ -14,10 +14,10 @@ group's outgoing state into the next group. A group holds as many chunks as fit 
 ["group_bytes"][device type]`` of (b, h, Q, Q) work tensors, so memory stays bounded whatever the
 sequence length. On CUDA (512 MiB) short sequences and training batches run in a handful of large
 kernels instead of dozens of small ones per chunk; on the CPU (0: one chunk per group, the plain
-chunk-by-chunk loop) the small per-chunk tensors stay in cache, which measured faster there. Decays are exps of sums of
-dA <= 0 (never of a difference of two large cumsums, never of a positive number), within a chunk and
-across chunks alike, so large |A dt| decays to 0 instead of overflowing. Math runs in float32 (float64 when x is float64),
-whatever the input dtype; the returned state is float32 (float64 for float64 inputs).
+chunk-by-chunk loop) the small per-chunk tensors stay in cache, which measured faster there. Decays are exps
+of sums of dA <= 0 (never of a difference of two large cumsums, never of a positive number), within a chunk
+and across chunks alike, so large |A dt| decays to 0 instead of overflowing. Math runs in float32 (float64
+when x is float64), whatever the input dtype; the returned state is float32 (float64 for float64 inputs).
 
 Packed sequences (``cu_seqlens``) are scanned one after the other with the state reset (to their
 ``initial_state`` or 0) at each start: chunks never straddle a boundary.

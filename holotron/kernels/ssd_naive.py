@@ -70,7 +70,8 @@ def ssd_scan_naive(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=
         S = (torch.zeros(1, h, p, n, dtype=cd, device=x.device) if initial_state is None
              else initial_state[s:s + 1].to(cd).clone())
         for t in range(t0, t1):
-            y[row, t] = _recur(S, xf[row:row + 1, t], dtf[row:row + 1, t], Af, Bf[row:row + 1, t], Cf[row:row + 1, t])[0]
+            y[row, t] = _recur(S, xf[row:row + 1, t], dtf[row:row + 1, t], Af, Bf[row:row + 1, t],
+                               Cf[row:row + 1, t])[0]
         final[s] = S[0]
     y = y + _d_term(D, xf, cd)
     if z is not None:

@@ -127,7 +127,8 @@ def _scan_fused(
         x0 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p0[None, :], mask=mk[:, None] & mp0[None, :], other=0.0)
         sc0 += _mm(BwT, x0, x0, OPS)
         if P1 > 0:
-            x1 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p1[None, :], mask=mk[:, None] & mp1[None, :], other=0.0)
+            x1 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p1[None, :], mask=mk[:, None] & mp1[None, :],
+                         other=0.0)
             sc1 += _mm(BwT, x1, x1, OPS)
 
     # 2. the state entering the chunk; publish the one leaving it
@@ -139,9 +140,11 @@ def _scan_fused(
     m0s = mn[:, None] & mp0[None, :]
     from_slot = real & (ci > 0)  # (scalar conditions enter masks through tl.where: the interpreter
     # rejects a mask made by & with a scalar)
-    s0 = tl.load(slot_in + ns[:, None] * P + p0[None, :], mask=tl.where(from_slot, m0s, False), other=0.0, cache_modifier=".cg")
+    s0 = tl.load(slot_in + ns[:, None] * P + p0[None, :], mask=tl.where(from_slot, m0s, False), other=0.0,
+                 cache_modifier=".cg")
     if HAS_INIT:
-        s0 += tl.load(init_ptr + (sh * P + p0[None, :]) * N + ns[:, None], mask=tl.where(real & (ci == 0), m0s, False), other=0.0)
+        s0 += tl.load(init_ptr + (sh * P + p0[None, :]) * N + ns[:, None], mask=tl.where(real & (ci == 0), m0s, False),
+                      other=0.0)
     decay_end = tl.exp(cs_end)
     o0 = decay_end * s0 + sc0
     is_last = last != 0
@@ -150,9 +153,11 @@ def _scan_fused(
     tl.store(slot_out + ns[:, None] * P + p0[None, :], o0, mask=tl.where(real & keep, m0s, False))
     if P1 > 0:
         m1s = mn[:, None] & mp1[None, :]
-        s1 = tl.load(slot_in + ns[:, None] * P + p1[None, :], mask=tl.where(from_slot, m1s, False), other=0.0, cache_modifier=".cg")
+        s1 = tl.load(slot_in + ns[:, None] * P + p1[None, :], mask=tl.where(from_slot, m1s, False), other=0.0,
+                     cache_modifier=".cg")
         if HAS_INIT:
-            s1 += tl.load(init_ptr + (sh * P + p1[None, :]) * N + ns[:, None], mask=tl.where(real & (ci == 0), m1s, False), other=0.0)
+            s1 += tl.load(init_ptr + (sh * P + p1[None, :]) * N + ns[:, None],
+                          mask=tl.where(real & (ci == 0), m1s, False), other=0.0)
         o1 = decay_end * s1 + sc1
         tl.store(final_ptr + (sh * P + p1[None, :]) * N + ns[:, None], o1, mask=tl.where(real & is_last, m1s, False))
         tl.store(slot_out + ns[:, None] * P + p1[None, :], o1, mask=tl.where(real & keep, m1s, False))
@@ -166,7 +171,8 @@ def _scan_fused(
         ms = m0 + tl.arange(0, BLOCK_M)
         mm = (ms < Q) & (t0 + ms < t1)
         tok_m = (t0 + ms).to(tl.int64)
-        Cm = tl.load(C_ptr + tok_m[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mm[:, None] & mn[None, :], other=0.0)
+        Cm = tl.load(C_ptr + tok_m[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mm[:, None] & mn[None, :],
+                     other=0.0)
         cs_m = tl.load(cs_ptr + row + ms, mask=ms < QP, other=0.0)
         em = tl.exp(cs_m)[:, None]
         acc0 = _mm(Cm, s0, s0, STATE_OPS) * em  # exp(cs_t) C_t . S_in
@@ -187,10 +193,12 @@ def _scan_fused(
             dt_k = tl.load(dtp_ptr + row + ks, mask=ks < QP, other=0.0)
             # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
             W = CB * tl.exp(tl.where(causal, cs_m[:, None] - cs_k[None, :], float("-inf"))) * dt_k[None, :]
-            x0 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p0[None, :], mask=mk[:, None] & mp0[None, :], other=0.0)
+            x0 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p0[None, :], mask=mk[:, None] & mp0[None, :],
+                         other=0.0)
             acc0 += _mm(W, x0, x0, OPS)
             if P1 > 0:
-                x1 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p1[None, :], mask=mk[:, None] & mp1[None, :], other=0.0)
+                x1 = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + p1[None, :], mask=mk[:, None] & mp1[None, :],
+                             other=0.0)
                 acc1 += _mm(W, x1, x1, OPS)
         _finish_rows(acc0, x_ptr, z_ptr, D_ptr, y_ptr, tok_m, mm, h, p0, mp0, P,
                      s_x_t, s_x_h, s_z_t, s_z_h, s_y_t, s_y_h, HAS_D, D_PER_CHANNEL, HAS_Z)
@@ -241,8 +249,8 @@ def _p_split(p: int) -> tuple[int, int]:
 # reads, instead of once per head: True (the default: buffer in fp32, the same values as recomputed; 7-9%
 # faster at the Nemotron shapes on an H200, docs/benchmarks.md), False (recomputed per head), "half"
 # (buffer in x's dtype: half the bytes, one more rounding, and slower than True on the H200).
-SCAN_CONFIG = dict(fused=True, P_TILE=None, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None, ticket=True,
-                   cb=True)
+SCAN_CONFIG = dict(fused=True, P_TILE=None, BLOCK_M=64, BLOCK_K=64, num_warps=8, num_stages=2, state_ops=None,
+                   ticket=True, cb=True)
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -274,7 +282,8 @@ def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     BLOCK_M = min(cfg["BLOCK_M"], QP)
     BLOCK_K = min(cfg["BLOCK_K"], QP)
     slots = empty(s.n_seq, h, 2, n, p, dtype=torch.float32, device=dev)
-    flags = torch.zeros(1 + s.n_seq * h * npb, dtype=torch.int32, device=dev)  # [ticket counter, one per (seq, head, tile)]
+    # [ticket counter, one per (seq, head, tile)]
+    flags = torch.zeros(1 + s.n_seq * h * npb, dtype=torch.int32, device=dev)
     cb_mode = cfg.get("cb", False)
     if cb_mode:
         if cb_mode not in (True, "half"):

@@ -73,7 +73,8 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
     b, h, p = x.shape
     g, n = B.shape[-2:]
     if state.stride(-1) != 1:  # updated in place, so it cannot be copied to a contiguous one
-        raise ValueError(f"state must have a unit-stride last dim (dstate) for the triton step, got strides {state.stride()}")
+        raise ValueError(f"state must have a unit-stride last dim (dstate) for the triton step, "
+                         f"got strides {state.stride()}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     z = None if z is None else (z if z.stride(-1) == 1 else z.contiguous())
     B = B if B.stride(-1) == 1 else B.contiguous()

@@ -41,10 +41,11 @@ def parser() -> argparse.ArgumentParser:
                         "same tokens; the first question always has the whole prompt, as at inference)")
     p.add_argument("--stage", default="ground", choices=["ground", "read"],
                    help="ground (default): the grounding task on whole screens; read: the vision tower, projector and "
-                        "character and text-class heads alone, on tile mosaics of text crops (start a ground run from it with "
-                        "--init-from)")
+                        "character and text-class heads alone, on tile mosaics of text crops (start a ground run "
+                        "from it with --init-from)")
     p.add_argument("--init-from", metavar="DIR",
-                   help="start from this checkpoint's weights (and its aux_heads.pt), with a fresh optimizer and schedule")
+                   help="start from this checkpoint's weights (and its aux_heads.pt), with a fresh optimizer "
+                        "and schedule")
     p.add_argument("--char-weight", type=float, default=1.0,
                    help="weight of the per-patch character loss (the character under each patch: a local target the "
                         "vision tower learns fast); in a ground run it is further scaled by --aux-weight; 0: off")
@@ -132,20 +133,22 @@ def check_args(args) -> None:
 
         bad = [name for name in args.layouts if name not in LAYOUTS]
         if bad:
-            raise SystemExit(f"holotron.train: error: --layouts: unknown layout {bad[0]!r} (known: {', '.join(LAYOUTS)})")
+            raise SystemExit(f"holotron.train: error: --layouts: unknown layout {bad[0]!r} "
+                             f"(known: {', '.join(LAYOUTS)})")
         if args.stage == "read":
             raise SystemExit("holotron.train: error: --layouts picks grounding screens; leave it out of --stage read")
         scored = SPLITS[args.eval_split].layouts if args.eval_split in SPLITS and args.eval_split != args.split else ()
         held = [name for name in args.layouts if name in scored]
         if held:
-            raise SystemExit(f"holotron.train: error: --layouts: {held[0]!r} is a layout of the {args.eval_split} split, "
-                             "which the evals score: training on it would void them")
+            raise SystemExit(f"holotron.train: error: --layouts: {held[0]!r} is a layout of the "
+                             f"{args.eval_split} split, which the evals score: training on it would void them")
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")
     if args.read_tile is not None:
         if args.stage != "read":
-            raise SystemExit("holotron.train: error: --read-tile sizes the reading stage's mosaics: use it with --stage read")
+            raise SystemExit("holotron.train: error: --read-tile sizes the reading stage's mosaics: "
+                             "use it with --stage read")
         try:
             dataclasses.replace(make_config(args.config, 256, args.set).vision, image_size=args.read_tile)
         except ValueError as e:
@@ -156,8 +159,8 @@ def check_args(args) -> None:
         except ValueError:
             vision = None  # train() reports a bad --config / --set
         if vision is not None and vision.max_num_tiles < 2:
-            raise SystemExit(f"holotron.train: error: --grid-aug draws tiling grids, and --config {args.config} shows a "
-                             "screen as one tile: use a tiled preset (tiny-ui-tiles) or leave --grid-aug out")
+            raise SystemExit(f"holotron.train: error: --grid-aug draws tiling grids, and --config {args.config} "
+                             "shows a screen as one tile: use a tiled preset (tiny-ui-tiles) or leave --grid-aug out")
     if args.pointer_heads < 0:
         raise SystemExit(f"holotron.train: error: --pointer-heads must be >= 0, got {args.pointer_heads}")
     if args.pointer_heads and not args.pointer_weight:

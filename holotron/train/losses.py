@@ -56,7 +56,8 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
         pos = batch["image_positions"].to(device, non_blocking=True)
         if int(is_img.sum()) != cls.numel():
             raise ValueError(f"{int(is_img.sum())} image tokens but {cls.numel()} image-token targets")
-        l_in = F.cross_entropy(aux.label_in(emb[is_img].to(aux.label_in.weight.dtype)).float(), cls, ignore_index=IGNORE)
+        l_in = F.cross_entropy(aux.label_in(emb[is_img].to(aux.label_in.weight.dtype)).float(), cls,
+                               ignore_index=IGNORE)
         hm = mid["h"][is_img].to(aux.label_mid.weight.dtype)
         l_mid = F.cross_entropy(aux.label_mid(hm).float(), cls, ignore_index=IGNORE)
         l_pos = 10 * F.l1_loss(aux.pos_mid(hm).float(), pos)

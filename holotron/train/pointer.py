@@ -97,7 +97,8 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
         pi, ti = match.nonzero(as_tuple=True)
         on[pi, img_pos[tq[ti, 1]]] = True
         on &= visible
-        losses.append((torch.logsumexp(scores, -1) - torch.logsumexp(scores.masked_fill(~on, float("-inf")), -1)).reshape(-1))
+        losses.append((torch.logsumexp(scores, -1)
+                       - torch.logsumexp(scores.masked_fill(~on, float("-inf")), -1)).reshape(-1))
         hits += int(on[None].expand_as(scores).gather(2, scores.argmax(-1, keepdim=True)).sum())
         total += scores.shape[0] * scores.shape[1]
     return torch.cat(losses).mean(), hits / max(1, total)

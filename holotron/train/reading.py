@@ -46,9 +46,9 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
     whose tiling sets those scales, when the mosaics are not its tiles (default ``cfg``). Cells are
     ``cell_tokens`` image tokens on a side, so no token straddles two crops (default: the largest divisor
     of the tokens on a tile's side up to 4). Returns the uint8 tile (S, S, 3) and the text class under each
-    image token (row-major, as ``image_token_targets``); with ``extra`` (a function (sample, px, py) -> int array of the points'
-    shape) also its values on an ``extra_per_side`` x ``extra_per_side`` grid of points inside each
-    token, (tokens, extra_per_side ** 2), points row-major as pixel shuffle reads a token's patches.
+    image token (row-major, as ``image_token_targets``); with ``extra`` (a function (sample, px, py) -> int
+    array of the points' shape) also its values on an ``extra_per_side`` x ``extra_per_side`` grid of points
+    inside each token, (tokens, extra_per_side ** 2), points row-major as pixel shuffle reads a token's patches.
     ``tables``: a dict kept across calls on the same ``samples`` (it caches their box tables)."""
     from PIL import Image
 
@@ -92,7 +92,8 @@ def reading_tile(samples, cfg: VisionConfig, rng: random.Random, cell_tokens: in
             px = left + centre * sw / cell
             py = top + centre * sh / cell
             gx, gy = np.meshgrid(px, py)
-            cls[r * cell_tokens:(r + 1) * cell_tokens, c * cell_tokens:(c + 1) * cell_tokens] = text_classes_at(sm, gx, gy, n_classes, tables[id(sm)])
+            cls[r * cell_tokens:(r + 1) * cell_tokens, c * cell_tokens:(c + 1) * cell_tokens] = text_classes_at(
+                sm, gx, gy, n_classes, tables[id(sm)])
             if more is not None:
                 sx, sy = np.meshgrid(left + sub * sw / cell, top + sub * sh / cell)
                 vals = np.asarray(extra(sm, sx, sy)).reshape(cell_tokens, k, cell_tokens, k)
@@ -128,8 +129,8 @@ class ReadingBatches(torch.utils.data.Dataset):
         def chars_at(sm, px, py):
             return char_classes_at(sm, px, py, char_tables[id(sm)])
 
-        tiles, classes, chars = zip(*(reading_tile(samples, self.mosaic, rng, scale="fit", extra=chars_at, tables=tables,
-                                                   extra_per_side=self.vision.merge, fit=self.vision)
+        tiles, classes, chars = zip(*(reading_tile(samples, self.mosaic, rng, scale="fit", extra=chars_at,
+                                                   tables=tables, extra_per_side=self.vision.merge, fit=self.vision)
                                       for _ in range(self.batch_size)))
         x = torch.from_numpy(np.stack(tiles)).permute(0, 3, 1, 2).contiguous()
         return {"pixel_values": x, "image_classes": torch.from_numpy(np.concatenate(classes)),
@@ -167,5 +168,6 @@ def reading_loss_fn(model: Holotron, aux: AuxHeads, batch: dict, device: torch.d
         if l_char is not None:
             ink = chars >= 2
             parts["char"] = float(l_char.detach())
-            parts["char_acc"] = float((char_logits[ink].argmax(-1) == chars[ink]).float().mean()) if bool(ink.any()) else 0.0
+            parts["char_acc"] = (float((char_logits[ink].argmax(-1) == chars[ink]).float().mean())
+                                 if bool(ink.any()) else 0.0)
     return loss, int(cls.numel())

@@ -87,8 +87,10 @@ def load_image(image, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
         raise ImageError(f"{name}: not an image, or a format PIL cannot read") from e
     except MemoryError:
         raise
-    except Exception as e:  # truncated / corrupt data surfaces as OSError, SyntaxError, ValueError, EOFError, zlib.error
-        raise ImageError(f"{name}: cannot decode the image ({type(e).__name__}: {e}); is the file truncated or corrupt?") from e
+    except Exception as e:  # truncated / corrupt data surfaces as OSError, SyntaxError, ValueError,
+        # EOFError, zlib.error
+        raise ImageError(f"{name}: cannot decode the image ({type(e).__name__}: {e}); "
+                         "is the file truncated or corrupt?") from e
 
 
 def _check_size(size: tuple[int, int], name: str, max_pixels: int) -> None:
@@ -178,7 +180,8 @@ def normalize(tiles: list[Image.Image], mean, std) -> torch.Tensor:
     return (x - mean) / std
 
 
-def preprocess_image(image, cfg: VisionConfig | None = None, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> PreprocessedImage:
+def preprocess_image(image, cfg: VisionConfig | None = None, *,
+                     max_pixels: int = DEFAULT_MAX_PIXELS) -> PreprocessedImage:
     """Image (path, bytes, file object or PIL image) -> (pixel_values (tiles, 3, S, S), number of image tokens)."""
     cfg = cfg or VisionConfig()
     rgb = load_image(image, max_pixels=max_pixels)

@@ -53,7 +53,8 @@ class Projector(nn.Sequential):
 
     @classmethod
     def from_config(cls, cfg: VisionConfig) -> "Projector":
-        return cls(cfg.projector_input_size, cfg.projector_hidden_size, cfg.projector_output_size, cfg.projector_norm_eps)
+        return cls(cfg.projector_input_size, cfg.projector_hidden_size, cfg.projector_output_size,
+                   cfg.projector_norm_eps)
 
     @torch.no_grad()
     def init_weights(self, generator: torch.Generator) -> "Projector":

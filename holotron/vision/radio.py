@@ -3,7 +3,8 @@
 The module tree is the checkpoint's, so the real tensors load by name:
 
     vision_model                       RadioVisionModel   forward: tiles -> patch features
-      radio_model                      RadioModel         (+ input_conditioner, summary_idxs when the checkpoint has them)
+      radio_model                      RadioModel         (+ input_conditioner, summary_idxs when the checkpoint
+                                                           has them)
         model                          RadioViT
           patch_generator              PatchGenerator
             embedder                   Linear(3 P^2 -> D, no bias) on (c, yy, xx)-flattened patches
