@@ -23,62 +23,7 @@ __all__ = ["NEMOTRON_CHAT_TEMPLATE", "END_OF_TURN", "TemplateLimits", "ChatTempl
 #   ... <SPECIAL_11>Assistant\n<think></think>      ("/no_think" in a system or user text, or enable_thinking=False)
 # A message whose content is a list puts its images first: "<image>\n" for one, "<image 1><image> <image 2><image>\n"
 # for several (unless its text already holds "<image>" placeholders).
-# (Three long template lines are split by a """ / r""" seam: implicit concatenation, no line break in the template.)
-NEMOTRON_CHAT_TEMPLATE = (r"""
-{%- macro text_of(content) -%}
-  {%- if content is string -%}{{ content }}
-  {%- elif content is iterable -%}
-    {%- for part in content -%}{%- if part.type == 'text' -%}{{ part.text }}{%- endif -%}{%- endfor -%}
-  {%- endif -%}
-{%- endmacro -%}
-{%- macro without_flags(text) -%}
-  {{- text.replace('</think>', '\x00').replace('/no_think', '').replace('/think', '').replace('\x00', '</think>') -}}
-{%- endmacro -%}
-{%- set ns = namespace(think=true, system='') -%}
-{%- for message in messages -%}
-  {%- if message.role == 'system' or message.role == 'user' -%}
-    {%- set text = text_of(message.content) -%}
-    {%- if '/think' in text.replace('</think>', '') -%}{%- set ns.think = true -%}
-    {%- elif '/no_think' in text -%}{%- set ns.think = false -%}{%- endif -%}
-  {%- endif -%}
-{%- endfor -%}
-{%- if enable_thinking is defined and enable_thinking is not none -%}{%- set ns.think = enable_thinking -%}{%- endif -%}
-{%- if messages and messages[0].role == 'system' -%}
-  {%- set ns.system = without_flags(text_of(messages[0].content)).strip() -%}
-  {%- set messages = messages[1:] -%}
-{%- endif -%}
-{{- '<SPECIAL_10>System\n' + ns.system + '\n' -}}
-{%- for message in messages -%}
-  {%- set text = text_of(message.content) -%}
-  {%- if message.content is not string and message.content is iterable -%}
-    {%- set n = namespace(images=0) -%}
-    {%- for part in message.content -%}{%- if part.type == 'image' -%}{%- set n.images = n.images + 1 -%}"""
-r"""{%- endif -%}{%- endfor -%}
-    {%- if '<image>' not in text -%}
-      {%- if n.images == 1 -%}{%- set text = '<image>\n' + text.lstrip('\n') -%}
-      {%- elif n.images > 1 -%}
-        {%- set tags = namespace(s='') -%}
-        {%- for i in range(n.images) -%}"""
-r"""{%- set tags.s = tags.s + ('' if loop.first else ' ') + '<image ' + (i + 1)|string + '><image>' -%}{%- endfor -%}
-        {%- set text = tags.s + '\n' + text.lstrip('\n') -%}
-      {%- endif -%}
-    {%- endif -%}
-  {%- endif -%}
-  {%- if message.role == 'user' -%}
-    {{- '<SPECIAL_11>User\n' + without_flags(text).strip() + '\n' -}}
-  {%- elif message.role == 'assistant' -%}
-    {{- '<SPECIAL_11>Assistant\n' + text.strip() + '\n<SPECIAL_12>\n' -}}
-  {%- elif message.role == 'system' -%}
-    {{- raise_exception('a system message is only allowed first') -}}
-  {%- else -%}
-    {{- raise_exception("role '" + message.role|string"""
-r""" + "' is not supported by the built-in template (system, user, assistant)") -}}
-  {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-  {{- '<SPECIAL_11>Assistant\n' + ('<think>\n' if ns.think else '<think></think>') -}}
-{%- endif -%}
-""")
+NEMOTRON_CHAT_TEMPLATE = (Path(__file__).parent / "nemotron_chat_template.jinja").read_text(encoding="utf-8")
 
 END_OF_TURN = "<SPECIAL_12>"  # the Nemotron chat format's end-of-answer token (its id is read from the tokenizer)
 
