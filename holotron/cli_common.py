@@ -1,4 +1,4 @@
-"""What the command lines share (``python -m holotron.generate`` in cli.py, ``python -m holotron.eval`` in
+"""What the command lines share (``python -m holotron.generate`` in generate.py, ``python -m holotron.eval`` in
 eval.py): the one-line error class, the --device / --dtype checks, the --out checks made before a model is
 loaded, and writing a file through a temporary one that honours the umask."""
 
