@@ -150,12 +150,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="issue shapes only, no sweeps or variants")
+    ap.add_argument("--quick", action="store_true", help="the 12B layer shapes only, no sweeps or variants")
     ap.add_argument("--unfused", action="store_true", help="the four-kernel scan (when the fused one hangs)")
     ap.add_argument("--step-only", action="store_true",
                     help="copy bandwidth and the decode step (fp32 and bf16 state) only")
     ap.add_argument("--cb-compare", action="store_true",
-                    help="only the fused scan with and without SCAN_CONFIG['cb'] at the issue shapes, "
+                    help="only the fused scan with and without SCAN_CONFIG['cb'] at the 12B layer shapes, "
                          "time and accuracy")
     ap.add_argument("--plot", default=None)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; later sections are skipped past it")
@@ -296,7 +296,7 @@ def run(args):
             ms = bench(ours(kw))
             row = dict(b=b, l=l, ms=ms, GBps=scan_bytes(b, l) / ms / 1e6, TFLOPs=scan_flops(b, l) / ms / 1e9,
                        floor_bytes_ms=scan_bytes(b, l) / bw * 1e3, floor_flops_ms=scan_flops(b, l) / mm * 1e3,
-                       mamba_ssm_issue_ms=MAMBA_SSM_MS.get((b, l)))
+                       mamba_ssm_quoted_ms=MAMBA_SSM_MS.get((b, l)))
             row["floor_ms"] = max(row["floor_bytes_ms"], row["floor_flops_ms"])
             if fla is not None and not late(0.6):
                 fa = fla_args(kw)
@@ -340,7 +340,7 @@ def run(args):
                 row = dict(b=b, state_dtype=sname, config=dict(v), layers=layers, graph_us=us, eager_us=eager_us,
                            state_bytes=2 * sbytes, bytes=bytes_step, TBps=bytes_step / us / 1e6,
                            floor_us=bytes_step / bw * 1e6,
-                           mamba_ssm_issue_us=MAMBA_SSM_STEP_US.get(b) if sname == "fp32" else None)
+                           mamba_ssm_quoted_us=MAMBA_SSM_STEP_US.get(b) if sname == "fp32" else None)
                 ref = [r for r in out["step"]
                        if r["b"] == b and r["config"] == row["config"] and r["state_dtype"] == "fp32"]
                 row["speedup_vs_fp32"] = ref[-1]["graph_us"] / us if ref and sname != "fp32" else None
@@ -362,12 +362,12 @@ def run(args):
 
 
 def print_scan_table(rows):
-    print("\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (issue) | floor ms | x floor | "
+    print("\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (quoted) | floor ms | x floor | "
           "FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     for r in rows:
-        fl, mb = r.get("fla_ms"), r.get("mamba_ssm_issue_ms")
+        fl, mb = r.get("fla_ms"), r.get("mamba_ssm_quoted_ms")
         print(f"| {r['b']} x {r['l']} | {r['ms']:.3f} | {f(r.get('graph_ms'), '.3f')} | {f(fl, '.3f')} | "
               f"{f(mb, '.2f')} | {r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | "
               f"{f(fl and fl / r['ms'], '.2f')} | {f(mb and mb / r['ms'], '.2f')} | {r['GBps']:.0f} | "
@@ -380,13 +380,13 @@ def _fmt(v, fmt):
 
 def print_step_table(rows):
     print("\n| batch | state | step config | graph us/layer | state MB moved | TB/s | floor us | x floor | "
-          "speed-up vs fp32 state | mamba_ssm us (issue) | eager us |")
+          "speed-up vs fp32 state | mamba_ssm us (quoted) | eager us |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['b']} | {r.get('state_dtype', 'fp32')} | {r['config']} | {r['graph_us']:.2f} | "
               f"{_fmt(r.get('state_bytes') and r['state_bytes'] / 1e6, '.1f')} | {r['TBps']:.2f} | "
               f"{r['floor_us']:.2f} | {r['graph_us'] / r['floor_us']:.2f} | {_fmt(r.get('speedup_vs_fp32'), '.2f')} | "
-              f"{_fmt(r['mamba_ssm_issue_us'], '.1f')} | {r['eager_us']:.1f} |")
+              f"{_fmt(r['mamba_ssm_quoted_us'], '.1f')} | {r['eager_us']:.1f} |")
 
 
 CB_MODES = [("per head", dict(cb=False)), ("cb fp32", dict(cb=True)), ("cb half", dict(cb="half"))]
@@ -484,9 +484,9 @@ def plot(path, png):
     if any(r.get("fla_ms") for r in rows):
         ax.plot(L, [r.get("fla_ms") for r in rows], "s-",
                 label=f"FLA chunk_simple_gla {d['meta'].get('fla')} (measured)")
-    mb = [(r["l"], r["mamba_ssm_issue_ms"]) for r in rows if r.get("mamba_ssm_issue_ms")]
+    mb = [(r["l"], r["mamba_ssm_quoted_ms"]) for r in rows if r.get("mamba_ssm_quoted_ms")]
     if mb:
-        ax.plot(*zip(*mb), "^--", label="mamba_ssm 2.3.2 (issue 7's figures, not measured here)")
+        ax.plot(*zip(*mb), "^--", label="mamba_ssm 2.3.2 (quoted figures, not measured here)")
     ax.plot(L, [r["floor_ms"] for r in rows], "k:", label="floor (bytes at copy bandwidth / FLOPs at matmul rate)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
