@@ -3,8 +3,9 @@
     q = q_proj(u) (B, Hq, T, hd);  k, v = k_proj(u), v_proj(u) (B, Hkv, T, hd);  KV head j serves
     query heads j*r .. j*r + r-1 (r = Hq / Hkv);  softmax(q k^T / sqrt(hd) + mask) v;  o_proj.
 
-The mask is built once per forward by the model (``causal_mask``) and shared by every attention layer.
-``step`` is the static-shape decode of one token per row at per-row positions (the decode engine's).
+The mask is built once per forward by the model (``causal_mask``) and shared by every attention layer
+(``Positions.attn_mask``). ``step`` is the static-shape decode of one token per row at per-row positions
+(``Positions.lengths`` / ``key_mask``): ``HybridLM.step``'s, which the decode engine captures.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from .state import KVCache
+from .state import KVCache, Positions
 
 __all__ = ["Attention", "causal_mask"]
 
@@ -48,17 +49,17 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(n_heads * head_dim, d_model, bias=False)
 
-    def new_state(self, batch_size: int, capacity: int) -> KVCache:
+    def new_state(self, batch_size: int, capacity: int, zero: bool = True) -> KVCache:
         w = self.k_proj.weight
+        new = torch.zeros if zero else torch.empty
         shape = (batch_size, self.n_kv_heads, capacity, self.head_dim)
-        return KVCache(k=torch.zeros(shape, device=w.device, dtype=w.dtype),
-                       v=torch.zeros(shape, device=w.device, dtype=w.dtype))
+        return KVCache(k=new(shape, device=w.device, dtype=w.dtype), v=new(shape, device=w.device, dtype=w.dtype))
 
-    def forward(self, u: torch.Tensor, cache: KVCache | None = None, pos: int = 0,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, u: torch.Tensor, cache: KVCache | None = None, where: Positions | None = None) -> torch.Tensor:
         """u (B, T, D) -> (B, T, D). With ``cache``: writes slots [pos, pos+T) and attends to [0, pos+T).
 
-        ``mask``: from ``causal_mask`` (None = plain causal)."""
+        ``where.attn_mask``: from ``causal_mask`` (None = plain causal); ``where.pos``: the first position."""
+        pos, mask = (0, None) if where is None else (where.pos, where.attn_mask)
         b, t, _ = u.shape
         q = rearrange(self.q_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hq, T, hd)
         k = rearrange(self.k_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hkv, T, hd)
@@ -74,14 +75,15 @@ class Attention(nn.Module):
                                            enable_gqa=self.n_heads != self.n_kv_heads)  # (B, Hq, T, hd)
         return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
-    def step(self, u: torch.Tensor, cache: KVCache, lengths: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    def step(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
         """One token per row, every shape static (CUDA-graph safe, no host sync).
 
-        u (B, 1, D); cache k, v (B, Hkv, L, hd); lengths (B,) int64: row b's new key and value go to
-        slot ``lengths[b]``; key_mask (B, 1, 1, L) bool, True at the slots row b attends to (its
-        filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r queries
-        of one head, so the cache is read once, without a GQA expansion.
+        u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
+        go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
+        to (its filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r
+        queries of one head, so the cache is read once, without a GQA expansion.
         """
+        lengths, key_mask = where.lengths, where.key_mask
         b = u.shape[0]
         hkv, hd = self.n_kv_heads, self.head_dim
         q = self.q_proj(u).view(b, hkv, self.n_heads // hkv, hd)     # (B, Hkv, r, hd): heads j*r .. j*r+r-1

@@ -9,10 +9,10 @@
     a = eng.submit(task_a_ids, prefix=screen, max_new_tokens=32)      # each continuation starts from a copy of it
     b = eng.submit(task_b_ids, prefix=screen, max_new_tokens=32)
 
-One decode step, ``_step(b)``: embed the rows' last tokens -> every layer (Mamba2 through the mixer's
-own one-token path, attention through ``Attention.step`` on the row's KV slots) -> norm_f -> lm_head ->
-greedy or sampled token, written back as the next step's input. Every shape is fixed by ``b`` and
-``max_len``; positions are the ``lengths`` tensor; nothing reads a value back to the host. On CUDA
+One decode step, ``_step(b)``: ``HybridLM.step`` on the first b rows of the ``DecodeState`` (every
+layer's own one-token ``step``; ``torch.compile``d as a whole with ``compile=True``) -> greedy or sampled
+token (``holotron/sampling.py``), written back as the next step's input. Every shape is fixed by ``b``
+and ``max_len``; positions are the ``lengths`` tensor; nothing reads a value back to the host. On CUDA
 ``_step(b)`` is captured once per batch size in ``batch_sizes`` (a torch.cuda.CUDAGraph each, one
 memory pool) and replayed per token; elsewhere, or with ``cuda_graph=False``, it runs eagerly: the
 same code, which is what the CPU tests compare with ``holotron.generate``.
@@ -21,7 +21,7 @@ Rows: a request gets a free row of the ``DecodeState``, its prompt prefilled in 
 (``holotron/engine_prefill.py``). A finished row is freed, refilled from the queue, or filled by moving
 the last live row into it, so the live rows are always rows [0, n) and a step runs on the smallest
 captured batch >= n: finished rows stop costing work. Requests, prefixes and the per-row token choice
-are ``holotron/engine_requests.py``'s; the ``fuse=True`` step is ``holotron/engine_fused.py``'s.
+are ``holotron/engine_requests.py``'s.
 ``generate()`` uses this engine on CUDA (``engine=False`` or HOLOTRON_ENGINE=0 opts out).
 """
 
@@ -36,12 +36,12 @@ from collections.abc import Iterator
 import torch
 
 from . import kernels
-from .engine_fused import FusedStep
 from .engine_prefill import Admission
-from .engine_requests import Prefix, Request, choose_tokens, default_batch_sizes
+from .engine_requests import Prefix, Request, default_batch_sizes
+from .sampling import choose_tokens
 from .state import DecodeState
 
-__all__ = ["Engine", "Request", "Prefix", "EngineUnsupported", "engine_for", "release"]
+__all__ = ["Engine", "Request", "Prefix", "EngineUnsupported", "engine_for", "release", "choose_tokens"]
 
 log = logging.getLogger("holotron.engine")
 
@@ -52,24 +52,26 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(FusedStep, Admission):
+class Engine(Admission):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of requests, chunked prefill, prefix snapshots.
 
     ``sampling``: False for a greedy-only engine (argmax in the step); True adds per-row temperature /
-    top-k / top-p to the step (a sort over the vocabulary per step) and an own ``generator`` on the
-    model's device. ``cuda_graph``: None = on when the model is on CUDA. ``keep_logits``: keep each
-    step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised
-    (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32;
+    top-k / top-p to the step (``holotron/sampling.py``: top-k candidates, no sort of the vocabulary)
+    and an own ``generator`` on the model's device. ``cuda_graph``: None = on when the model is on CUDA.
+    ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
+    state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32;
     bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32 and
-    rounds the stored state once per token). ``fuse``: the step's element-wise work through
-    ``torch.compile``d per-layer pieces (``holotron/engine_fused.py``; logits agree to rounding).
+    rounds the stored state once per token). ``compile``: ``torch.compile`` the whole ``HybridLM.step``
+    (True, or the name of a torch.compile backend; off by default: the first capture then costs the
+    compile); the Mamba kernels stay one opaque op (``mamba_step`` in ``holotron/mamba2.py``). A step that
+    cannot be compiled falls back to the eager one, with a warning in ``note``.
     """
 
     def __init__(self, model, max_batch: int, max_len: int, *, sampling: bool = False,
                  cuda_graph: bool | None = None, batch_sizes: list[int] | None = None,
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
-                 keep_logits: bool = False, zero_state: bool = True, fuse: bool = False):
+                 keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         self.model = model
@@ -81,6 +83,7 @@ class Engine(FusedStep, Admission):
         self.vocab = self.lm.config.vocab_size
         self.max_len = -(-max_len // _ALIGN) * _ALIGN
         self.sampling = bool(sampling)
+        self.ssm_dtype = ssm_dtype
         self.prefill_tokens = prefill_tokens
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else bool(cuda_graph)
         if self.cuda_graph and self.device.type != "cuda":
@@ -104,16 +107,19 @@ class Engine(FusedStep, Admission):
             self.top_k = torch.full((R,), self.vocab, dtype=torch.long, device=dev)
             self.top_p = torch.full((R,), 2.0, dtype=torch.float32, device=dev)
             self.logits = torch.zeros(R, self.vocab, dtype=torch.float32, device=dev) if keep_logits else None
-            self._slots = torch.arange(self.max_len, device=dev)
         self.generator = torch.Generator(device=dev) if self.sampling else None
-        self._views = {b: self.state.view(b) for b in self.batch_sizes}
+        self._rows = {b: self.state.rows(b) for b in self.batch_sizes}
         self.rows: list[Request | None] = [None] * R   # host side: the request in each row
         self.lens = [0] * R                            # host mirror of state.lengths
         self.queue: deque[Request] = deque()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.fuse = bool(fuse)
         self.naive_step = False   # True when the Mamba step had to be captured through the naive torch path
         self.note: str | None = None
+        self.compile = compile
+        self._model_step = self.lm.step
+        if compile:
+            backend = compile if isinstance(compile, str) else "inductor"
+            self._model_step = torch.compile(self.lm.step, backend=backend, dynamic=True)
         if self.cuda_graph:
             self._capture_all()
 
@@ -135,33 +141,19 @@ class Engine(FusedStep, Admission):
         """One token for rows [0, b): reads ``tokens``, writes the next ``tokens``; static shapes, no sync."""
         if self.naive_step:
             with kernels.use_backend("naive"):
-                return self._step_body(b)
-        return self._step_body(b)
+                return self._step_once(b)
+        return self._step_once(b)
 
-    def _step_body(self, b: int) -> None:
-        if self.fuse:
-            return self._step_fused(b)
-        lm = self.lm
-        lengths = self.state.lengths[:b].clamp(max=self.max_len - 1)       # (b,) the slot of this token
-        key_mask = (self._slots[None, :] <= lengths[:, None])[:, None, None]  # (b, 1, 1, L)
-        x = lm.backbone.embeddings(self.tokens[:b, None])                    # (b, 1, D)
-        if lm.config.residual_in_fp32:
-            x = x.float()
-        for blk, st in zip(lm.backbone.layers, self._views[b]):
-            h = blk.norm(x.to(blk.norm.weight.dtype))
-            if blk.kind == "mamba":
-                h = blk.mixer(h, st)
-            elif blk.kind == "attention":
-                h = blk.mixer.step(h, st, lengths, key_mask)
-            else:
-                h = blk.mixer(h)
-            x = x + h
-        h = lm.backbone.norm_f(x.to(lm.backbone.norm_f.weight.dtype))
-        logits = lm.lm_head(h[:, 0].to(lm.lm_head.weight.dtype)).float()   # (b, V)
-        self._finish_step(logits, b)
-
-    def _finish_step(self, logits: torch.Tensor, b: int) -> None:
-        """The end of a step: keep the logits (when asked), choose the next tokens, advance live rows."""
+    def _step_once(self, b: int) -> None:
+        try:
+            logits = self._model_step(self.tokens[:b], self._rows[b], self.active[:b])
+        except Exception as e:  # noqa: BLE001 - a step torch.compile cannot build: the eager one, said once
+            if self._model_step == self.lm.step:
+                raise
+            self._model_step = self.lm.step
+            self.note = f"torch.compile of the step failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); eager"
+            log.warning("holotron.engine: %s", self.note)
+            logits = self._model_step(self.tokens[:b], self._rows[b], self.active[:b])
         if self.logits is not None:
             self.logits[:b].copy_(logits)
         if self.sampling:
@@ -169,7 +161,6 @@ class Engine(FusedStep, Admission):
         else:
             nxt = logits.argmax(-1)
         self.tokens[:b].copy_(nxt)
-        self.state.lengths[:b].add_(self.active[:b])
 
     def _capture_all(self) -> None:
         if self.live:
@@ -370,17 +361,19 @@ def _fingerprint(model) -> tuple:
     return tuple(p.data_ptr() for p in model.parameters()) + (str(next(model.parameters()).device),)
 
 
-def engine_for(model, batch: int, max_len: int, sampling: bool = False) -> Engine:
-    """The model's cached engine when it fits (batch, length, sampling, weights unmoved), else a new one
-    (the old one is released first). ``release(model)`` frees it."""
+def engine_for(model, batch: int, max_len: int, sampling: bool = False,
+               ssm_dtype: torch.dtype = torch.float32) -> Engine:
+    """The model's cached engine when it fits (batch, length, sampling, state dtype, weights unmoved), else
+    a new one (the old one is released first). ``release(model)`` frees it."""
     fp = _fingerprint(model)
     hit = _engines.get(model)
     if hit is not None:
         key, eng = hit
-        if key == fp and eng.idle and eng.sampling == sampling and eng.max_batch >= batch and eng.max_len >= max_len:
+        if (key == fp and eng.idle and eng.sampling == sampling and eng.ssm_dtype == ssm_dtype
+                and eng.max_batch >= batch and eng.max_len >= max_len):
             return eng
         release(model)
-    eng = Engine(model, max_batch=batch, max_len=-(-max_len // 256) * 256, sampling=sampling)
+    eng = Engine(model, max_batch=batch, max_len=-(-max_len // 256) * 256, sampling=sampling, ssm_dtype=ssm_dtype)
     _engines[model] = (fp, eng)
     return eng
 

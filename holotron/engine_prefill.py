@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .engine_requests import Prefix, Request, choose_tokens
+from .engine_requests import Prefix, Request
+from .sampling import choose_tokens
 from .state import KVCache, MambaState
 
 __all__ = ["Admission"]

@@ -30,27 +30,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from .sampling import sample
+
 __all__ = ["generate", "generate_text", "stream", "sample", "eos_ids", "stop_ids"]
-
-
-def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-           generator: torch.Generator | None = None) -> torch.Tensor:
-    """Next token ids (B,) from logits (B, V): argmax when ``temperature`` is 0, else a draw from
-    softmax(logits / temperature) restricted to the ``top_k`` largest and to the smallest set whose
-    probability reaches ``top_p``."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        srt, idx = torch.sort(logits, dim=-1, descending=True)
-        cum = srt.softmax(-1).cumsum(-1)
-        drop = cum - srt.softmax(-1) >= top_p  # mass before this token already reaches top_p (the first always stays)
-        logits = logits.scatter(-1, idx, srt.masked_fill(drop, float("-inf")))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
 def eos_ids(model) -> tuple[int, ...]:
@@ -97,7 +79,7 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
            generator: torch.Generator | None = None, seed: int | None = None,
            eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
            engine=None, prefill_chunk: int | None = None, on_prefill: Callable[[int, int], None] | None = None,
-           **prefill_kwargs) -> Iterator[torch.Tensor]:
+           ssm_dtype: torch.dtype = torch.float32, **prefill_kwargs) -> Iterator[torch.Tensor]:
     """Yield the new token of every row, (B,) per step; finished rows yield ``pad_token_id``.
 
     ``eos_token_id``: stop ids (default: the model's, see ``eos_ids``; ``[]`` never stops early).
@@ -106,6 +88,8 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
     plain loop's, greedy tokens do not). ``engine``: None (the engine on CUDA), False, True, or an Engine.
     ``prefill_chunk``: prefill a longer prompt in pieces of this many tokens (the plain loop; a model with
     images needs ``embed_inputs``); ``on_prefill(done, total)`` is called after each piece.
+    ``ssm_dtype``: the Mamba state's dtype during decode (float32; float16 / bfloat16 halve its bytes,
+    ``dev/probes/state_drift.py`` measures what they change).
     """
     _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask)
     if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
@@ -121,7 +105,7 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
         generator = torch.Generator(device=input_ids.device).manual_seed(seed)
     if max_new_tokens == 0:
         return
-    eng = _engine(model, engine, b, t + max_new_tokens, temperature > 0, prefill_kwargs)
+    eng = _engine(model, engine, b, t + max_new_tokens, temperature > 0, prefill_kwargs, ssm_dtype)
     if eng is not None:
         if eng.sampling:  # the engine's generator, seeded reproducibly from seed / generator / the global RNG
             if seed is None:
@@ -134,7 +118,7 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
     eos_t = torch.tensor(eos, dtype=torch.long, device=input_ids.device)
 
     with torch.inference_mode():
-        state = model.new_state(b, capacity=t + max_new_tokens)
+        state = model.new_state(b, capacity=t + max_new_tokens, ssm_dtype=ssm_dtype)
         logits = _prefill(model, input_ids, state, attention_mask, prefill_chunk, on_prefill, prefill_kwargs)
         rows = torch.arange(b, device=input_ids.device)  # which original rows are still in the state
         for step in range(max_new_tokens):
@@ -178,7 +162,7 @@ def _prefill(model, input_ids, state, attention_mask, chunk, on_prefill, prefill
     return logits[:, -1]
 
 
-def _engine(model, engine, batch: int, max_len: int, sampling: bool, prefill_kwargs: dict):
+def _engine(model, engine, batch: int, max_len: int, sampling: bool, prefill_kwargs: dict, ssm_dtype):
     """The Engine to decode on, or None for the plain loop (see the module docstring)."""
     from . import engine as engine_mod
 
@@ -195,7 +179,7 @@ def _engine(model, engine, batch: int, max_len: int, sampling: bool, prefill_kwa
             raise ValueError(f"engine=True: the engine does not take {sorted(prefill_kwargs)}")
         return None
     try:
-        return engine_mod.engine_for(model, batch, max_len, sampling=sampling)
+        return engine_mod.engine_for(model, batch, max_len, sampling=sampling, ssm_dtype=ssm_dtype)
     except engine_mod.EngineUnsupported as e:
         if engine:
             raise

@@ -41,22 +41,28 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # y, z (..., dim)
-        v = y.float() * F.silu(z.float())
-        vg = v.unflatten(-1, (self.groups, -1))  # (..., G, dim / G)
+        return self.normed(y.float() * F.silu(z.float()), y.dtype)
+
+    def normed(self, v: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The norm of an already gated ``v = y * silu(z)`` (the decode step gates inside its kernel)."""
+        vg = v.float().unflatten(-1, (self.groups, -1))  # (..., G, dim / G)
         vg = F.rms_norm(vg, (vg.shape[-1],), None, self.eps)
-        return (self.weight.float() * vg.flatten(-2)).to(y.dtype)
+        return (self.weight.float() * vg.flatten(-2)).to(v.dtype if dtype is None else dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, groups={self.groups}, eps={self.eps}"
 
 
 class MLP(nn.Module):
-    """``down(relu(up(x))^2)``: no gate, no bias (Nemotron-H's relu2 MLP)."""
+    """``down(relu(up(x))^2)``: no gate, no bias (Nemotron-H's relu2 MLP). Stateless: its one-token
+    ``step`` is its ``forward``."""
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+    def forward(self, x: torch.Tensor, state=None, pos=None) -> torch.Tensor:  # (B, T, D)
         return self.down_proj(F.relu(self.up_proj(x)).square())
+
+    step = forward

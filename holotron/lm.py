@@ -8,6 +8,9 @@
 
 Module and parameter names are the checkpoint's. ``model(input_ids)`` returns fp32 logits; pass an
 ``InferenceState`` from ``model.new_state(batch)`` to prefill (in one call or several) and decode.
+``model.step(tokens, state)`` decodes one token per row of a static ``DecodeState`` (fixed shapes, no
+host sync): the step the decode engine captures in a CUDA graph (``holotron/engine.py``). Every mixer
+has the same two entry points, ``forward(u, state, where)`` and the one-token ``step(u, state, where)``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from .attention import Attention, causal_mask
 from .config import TextConfig
 from .layers import MLP, RMSNorm
 from .mamba2 import Mamba2Mixer
-from .state import InferenceState
+from .state import DecodeState, InferenceState, Positions
 
 __all__ = ["HybridLM", "Block"]
 
@@ -44,15 +47,12 @@ class Block(nn.Module):
         else:
             raise ValueError(f"unknown layer kind {kind!r}")
 
-    def forward(self, x, layer_state=None, mask=None, attn_mask=None, pos: int = 0):
-        h = self.norm(x.to(self.norm.weight.dtype))
-        if self.kind == "mamba":
-            h = self.mixer(h, layer_state, mask)
-        elif self.kind == "attention":
-            h = self.mixer(h, layer_state, pos, attn_mask)
-        else:
-            h = self.mixer(h)
-        return x + h  # the residual keeps x's dtype (fp32 when residual_in_fp32)
+    def forward(self, x, layer_state=None, where: Positions | None = None):
+        # the residual keeps x's dtype (fp32 when residual_in_fp32)
+        return x + self.mixer(self.norm(x.to(self.norm.weight.dtype)), layer_state, where)
+
+    def step(self, x, layer_state, where: Positions):
+        return x + self.mixer.step(self.norm(x.to(self.norm.weight.dtype)), layer_state, where)
 
 
 class Backbone(nn.Module):
@@ -75,18 +75,35 @@ class HybridLM(nn.Module):
         self.generation_config: dict = {}  # generation_config.json of a loaded checkpoint, when it has one
 
     # ------------------------------------------------------------------ state
+    def layer_states(self, batch_size: int, capacity: int, ssm_dtype: torch.dtype = torch.float32,
+                     zero: bool = True) -> list:
+        """Each layer's own decode state (MambaState, KVCache of ``capacity`` slots, None for an MLP):
+        the one allocator of ``new_state`` and ``DecodeState.allocate``."""
+        return [blk.mixer.new_state(batch_size, ssm_dtype, zero) if blk.kind == "mamba"
+                else blk.mixer.new_state(batch_size, capacity, zero) if blk.kind == "attention" else None
+                for blk in self.backbone.layers]
+
     def new_state(self, batch_size: int, capacity: int = 0, ssm_dtype: torch.dtype = torch.float32) -> InferenceState:
-        """An empty inference state; ``capacity`` reserves KV slots up front (it grows when exceeded)."""
-        layers = []
-        for blk in self.backbone.layers:
-            if blk.kind == "mamba":
-                layers.append(blk.mixer.new_state(batch_size, ssm_dtype))
-            elif blk.kind == "attention":
-                layers.append(blk.mixer.new_state(batch_size, capacity))
-            else:
-                layers.append(None)
+        """An empty inference state; ``capacity`` reserves KV slots up front (it grows when exceeded).
+        ``ssm_dtype``: the Mamba state's dtype (float32; float16 / bfloat16 halve its bytes)."""
         valid = torch.ones(batch_size, capacity, dtype=torch.bool, device=self.backbone.embeddings.weight.device)
-        return InferenceState(layers, valid)
+        return InferenceState(self.layer_states(batch_size, capacity, ssm_dtype), valid)
+
+    # ------------------------------------------------------------------ one decode step
+    def step(self, tokens: torch.Tensor, state: DecodeState, active: torch.Tensor | None = None) -> torch.Tensor:
+        """One token per row of ``state`` (a ``DecodeState``, or its ``rows(b)``): tokens (b,) -> fp32
+        logits (b, V). Row r's token goes to KV slot ``state.lengths[r]`` (clamped to the last slot);
+        the lengths then advance by ``active`` (b,) (default 1 each). Static shapes, no host sync."""
+        lengths = state.lengths.clamp(max=state.max_len - 1)
+        where = Positions(lengths=lengths, key_mask=(state.slots[None, :] <= lengths[:, None])[:, None, None])
+        x = self.backbone.embeddings(tokens[:, None])                           # (b, 1, D)
+        if self.config.residual_in_fp32:
+            x = x.float()
+        for blk, st in zip(self.backbone.layers, state.layers):
+            x = blk.step(x, st, where)
+        h = self.backbone.norm_f(x.to(self.backbone.norm_f.weight.dtype))
+        state.lengths.add_(1 if active is None else active)
+        return self.lm_head(h[:, 0].to(self.lm_head.weight.dtype)).float()
 
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
@@ -143,8 +160,9 @@ class HybridLM(nn.Module):
 
         if self.config.residual_in_fp32:
             x = x.float()
+        where = Positions(mask=mask, attn_mask=attn_mask, pos=pos)
         for i, blk in enumerate(self.backbone.layers):
-            x = blk(x, None if state is None else state.layers[i], mask, attn_mask, pos)
+            x = blk(x, None if state is None else state.layers[i], where)
         if state is not None:
             state.seqlen += t  # the one place the position counter advances
         return self.backbone.norm_f(x.to(self.backbone.norm_f.weight.dtype))

@@ -9,6 +9,12 @@
     y   = GatedRMSNorm(y, z)                     norm after the gate, per group of d_inner / G channels
     out = out_proj(y)
 
+``step`` is the one-token decode (``HybridLM.step``, and ``forward`` of one unpadded token with a state):
+in_proj, then one op (``mamba_step`` below, registered as ``holotron::mamba_step`` so that a
+``torch.compile``d step keeps it whole) for the conv window (``kernels.conv_step``) and the SSD step with
+dt_bias / softplus / clamp, D and the silu(z) gate fused (``kernels.ssd_step``), then the gated norm's
+normalisation and out_proj. ``A = -exp(A_log)`` is computed once per version of ``A_log`` (``neg_A``).
+
 Padding (``mask`` False): a masked token leaves the state as if it never existed: its dt is 0
 (decay 1, no input) and its x is 0, and the conv sees each row's real tokens only (they are moved
 together before the convolution, so the conv window is taken from real tokens).
@@ -24,9 +30,49 @@ from torch import nn
 
 from . import kernels
 from .layers import GatedRMSNorm
-from .state import MambaState
+from .state import MambaState, Positions
 
-__all__ = ["Mamba2Mixer"]
+__all__ = ["Mamba2Mixer", "mamba_step", "neg_A"]
+
+_A_cache: dict[int, tuple[tuple, torch.Tensor]] = {}
+
+
+def neg_A(A_log: torch.Tensor) -> torch.Tensor:
+    """-exp(A_log) in fp32, recomputed only when A_log changes (its storage, device or version); always
+    fresh when autograd records it (training)."""
+    if A_log.requires_grad and torch.is_grad_enabled():
+        return -torch.exp(A_log.float())
+    try:
+        key = (A_log.data_ptr(), A_log.device, A_log._version)
+    except RuntimeError:  # an inference tensor has no version counter: no caching
+        return -torch.exp(A_log.float())
+    hit = _A_cache.get(id(A_log))
+    if hit is None or hit[0] != key:
+        hit = (key, -torch.exp(A_log.float()))
+        _A_cache[id(A_log)] = hit
+    return hit[1]
+
+
+@torch.library.custom_op("holotron::mamba_step", mutates_args=("conv_state", "ssm_state"))
+def mamba_step(xBC: torch.Tensor, dt: torch.Tensor, z: torch.Tensor, conv_state: torch.Tensor,
+               ssm_state: torch.Tensor, conv_weight: torch.Tensor, conv_bias: torch.Tensor | None,
+               A_log: torch.Tensor, D: torch.Tensor, dt_bias: torch.Tensor, dt_lo: float, dt_hi: float,
+               n_groups: int) -> torch.Tensor:
+    """One decode token after in_proj: xBC (b, conv_dim), dt (b, H) raw, z (b, H*P); conv_state and
+    ssm_state updated in place. Returns (S C + D x) * silu(z), (b, H*P), before the gated norm's norm."""
+    b = xBC.shape[0]
+    _, H, P, N = ssm_state.shape
+    xc = kernels.conv_step(conv_state, xBC, conv_weight, conv_bias)
+    x, B, C = xc.split([H * P, n_groups * N, n_groups * N], dim=-1)
+    y = kernels.ssd_step(ssm_state, x.reshape(b, H, P), dt, neg_A(A_log), B.reshape(b, n_groups, N),
+                         C.reshape(b, n_groups, N), D=D, z=z.reshape(b, H, P), dt_bias=dt_bias, dt_softplus=True,
+                         dt_limit=(dt_lo, dt_hi))
+    return y.reshape(b, H * P)
+
+
+@mamba_step.register_fake
+def _(xBC, dt, z, conv_state, ssm_state, conv_weight, conv_bias, A_log, D, dt_bias, dt_lo, dt_hi, n_groups):
+    return z.new_empty(z.shape[0], ssm_state.shape[1] * ssm_state.shape[2])
 
 
 class Mamba2Mixer(nn.Module):
@@ -47,11 +93,12 @@ class Mamba2Mixer(nn.Module):
         self.norm = GatedRMSNorm(self.d_inner, groups=n_groups, eps=eps)
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
-    def new_state(self, batch_size: int, ssm_dtype: torch.dtype = torch.float32) -> MambaState:
+    def new_state(self, batch_size: int, ssm_dtype: torch.dtype = torch.float32, zero: bool = True) -> MambaState:
         w = self.conv1d.weight
+        new = torch.zeros if zero else torch.empty
         return MambaState(
-            conv=torch.zeros(batch_size, self.conv_dim, self.d_conv, device=w.device, dtype=w.dtype),
-            ssm=torch.zeros(batch_size, self.n_heads, self.head_dim, self.d_state, device=w.device, dtype=ssm_dtype),
+            conv=new(batch_size, self.conv_dim, self.d_conv, device=w.device, dtype=w.dtype),
+            ssm=new(batch_size, self.n_heads, self.head_dim, self.d_state, device=w.device, dtype=ssm_dtype),
         )
 
     def _conv(self, xBC: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None) -> torch.Tensor:
@@ -79,10 +126,20 @@ class Mamba2Mixer(nn.Module):
             out = torch.empty_like(out).scatter_(2, order[:, None, :].expand(b, c, t), out)
         return F.silu(out).transpose(1, 2).to(xBC.dtype)                   # (B, T, c)
 
-    def forward(self, u: torch.Tensor, state: MambaState | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``mask`` (B, T) bool, False at pads."""
+    def step(self, u: torch.Tensor, state: MambaState, where: Positions | None = None) -> torch.Tensor:
+        """One token per row: u (B, 1, D) -> (B, 1, D); ``state`` updated in place. Static shapes, no host sync."""
+        b = u.shape[0]
+        z, xBC, dt = self.in_proj(u)[:, 0].split([self.d_inner, self.conv_dim, self.n_heads], dim=-1)
+        y = mamba_step(xBC, dt, z, state.conv, state.ssm, self.conv1d.weight, self.conv1d.bias, self.A_log,
+                       self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]), self.n_groups)
+        return self.out_proj(self.norm.normed(y.float(), y.dtype).view(b, 1, self.d_inner))
+
+    def forward(self, u: torch.Tensor, state: MambaState | None = None, where: Positions | None = None) -> torch.Tensor:
+        """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``where.mask`` (B, T) bool, False at pads."""
+        mask = None if where is None else where.mask
         b, t, _ = u.shape
+        if state is not None and t == 1 and mask is None:
+            return self.step(u, state)
         H, P, N, G = self.n_heads, self.head_dim, self.d_state, self.n_groups
         z, xBC, dt = self.in_proj(u).split([self.d_inner, self.conv_dim, H], dim=-1)
         if mask is not None:
@@ -97,15 +154,12 @@ class Mamba2Mixer(nn.Module):
         if mask is not None:
             dt = dt * mask[..., None]
             x = x * mask[..., None].to(x.dtype)
-        A = -torch.exp(self.A_log.float())                                  # (H,) fp32
+        A = neg_A(self.A_log)                                               # (H,) fp32
 
-        if state is not None and t == 1:
-            y = kernels.ssd_step(state.ssm, x.view(b, H, P), dt[:, 0], A, B.view(b, G, N), C.view(b, G, N), D=self.D)
-        else:
-            y, final = kernels.ssd_scan(x.reshape(b, t, H, P), dt, A, B.reshape(b, t, G, N), C.reshape(b, t, G, N),
-                                        D=self.D, initial_state=None if state is None else state.ssm,
-                                        chunk_size=self.chunk_size)
-            if state is not None:
-                state.ssm.copy_(final)
+        y, final = kernels.ssd_scan(x.reshape(b, t, H, P), dt, A, B.reshape(b, t, G, N), C.reshape(b, t, G, N),
+                                    D=self.D, initial_state=None if state is None else state.ssm.float(),
+                                    chunk_size=self.chunk_size)
+        if state is not None:
+            state.ssm.copy_(final)
         y = self.norm(y.reshape(b, t, self.d_inner), z)
         return self.out_proj(y)

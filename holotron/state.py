@@ -2,7 +2,8 @@
 
     InferenceState
       layers[i]  MambaState  for a Mamba2 layer:  conv (B, conv_dim, K)  the last K real xBC inputs
-                                                  ssm  (B, H, P, N)      fp32 recurrent state
+                                                  ssm  (B, H, P, N)      recurrent state (fp32 by default;
+                                                                         ssm_dtype float16 / bfloat16)
                  KVCache     for an attention layer: k, v (B, Hkv, capacity, head_dim)
                  None        for an MLP layer
       seqlen     the one position counter: tokens consumed so far (pads included), advanced by the model
@@ -15,8 +16,10 @@ beam search).
 
 ``DecodeState`` is the static-shape variant the decode engine (``holotron/engine.py``) uses: every
 tensor allocated once for ``max_batch`` rows and ``max_len`` KV slots, one length per row, so one
-decode step has fixed shapes and can be captured in a CUDA graph. Its rows hold real tokens only
-(a padded prompt is compacted when it is loaded); rows are loaded, moved and reset by tensor copies.
+decode step (``HybridLM.step``) has fixed shapes and can be captured in a CUDA graph. Its rows hold
+real tokens only (a padded prompt is compacted when it is loaded); rows are loaded, moved and reset by
+tensor copies. Both states are allocated by the layers' own ``new_state`` (``HybridLM.layer_states``).
+``Positions`` tells every layer of one call where its tokens sit.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState"]
+__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions"]
 
 
 def _rows(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -37,7 +40,7 @@ class MambaState:
     """One Mamba2 layer: the causal-conv window and the SSD recurrent state."""
 
     conv: torch.Tensor  # (B, conv_dim, K): xBC inputs of the last K real tokens, oldest first
-    ssm: torch.Tensor   # (B, H, P, N) fp32
+    ssm: torch.Tensor   # (B, H, P, N) fp32 (or the ssm_dtype asked for)
 
     def nbytes(self) -> int:
         return self.conv.nbytes + self.ssm.nbytes
@@ -139,6 +142,23 @@ class InferenceState:
                 f"layers={kinds!r}, bytes={self.nbytes()['total']})")
 
 
+@dataclass
+class Positions:
+    """Where the tokens of one call sit, shared by every layer of that call.
+
+    Prefill / ``forward`` (an ``InferenceState``): ``mask`` (B, T) bool, False at pads (None: no pads);
+    ``attn_mask`` from ``causal_mask``; ``pos`` the first position of the call.
+    Decode ``step`` (a ``DecodeState``, one token per row): ``lengths`` (B,) int64, the KV slot of each
+    row's token; ``key_mask`` (B, 1, 1, L) bool, the slots each row attends to.
+    """
+
+    mask: torch.Tensor | None = None
+    attn_mask: torch.Tensor | None = None
+    pos: int = 0
+    lengths: torch.Tensor | None = None
+    key_mask: torch.Tensor | None = None
+
+
 class DecodeState:
     """Preallocated state for ``max_batch`` rows of at most ``max_len`` tokens each.
 
@@ -148,37 +168,31 @@ class DecodeState:
 
     No position counter is shared between rows: each row's next token is written at slot ``lengths[r]``
     (there is no positional encoding, so a row's slots need only hold its own tokens, in any order of
-    arrival). ``view(b)`` gives the per-layer states of the first b rows (views, updated in place).
+    arrival). ``rows(b)`` is the DecodeState of the first b rows (views, updated in place): what
+    ``HybridLM.step`` takes.
     """
 
     def __init__(self, layers: list, lengths: torch.Tensor, max_len: int):
         self.layers: list[MambaState | KVCache | None] = layers
         self.lengths = lengths
         self.max_len = max_len
+        self.slots = torch.arange(max_len, device=lengths.device)
 
     @classmethod
     def allocate(cls, lm, max_batch: int, max_len: int, ssm_dtype: torch.dtype = torch.float32,
                  zero: bool = True) -> "DecodeState":
-        """For a ``HybridLM``. ``zero=False`` leaves the tensors uninitialised (benchmarks that time
-        steps on synthetic states; masked KV slots must otherwise be finite, so the default zeroes)."""
-        new = torch.zeros if zero else torch.empty
-        layers: list[MambaState | KVCache | None] = []
-        for blk in lm.backbone.layers:
-            m = blk.mixer
-            if blk.kind == "mamba":
-                w = m.conv1d.weight
-                layers.append(MambaState(conv=new(max_batch, m.conv_dim, m.d_conv, device=w.device, dtype=w.dtype),
-                                         ssm=new(max_batch, m.n_heads, m.head_dim, m.d_state, device=w.device,
-                                                 dtype=ssm_dtype)))
-            elif blk.kind == "attention":
-                w = m.k_proj.weight
-                shape = (max_batch, m.n_kv_heads, max_len, m.head_dim)
-                layers.append(KVCache(k=new(shape, device=w.device, dtype=w.dtype),
-                                      v=new(shape, device=w.device, dtype=w.dtype)))
-            else:
-                layers.append(None)
+        """For a ``HybridLM`` (its layers' own ``new_state``, the one allocator). ``zero=False`` leaves the
+        tensors uninitialised (benchmarks that time steps on synthetic states; masked KV slots must
+        otherwise be finite, so the default zeroes)."""
+        layers = lm.layer_states(max_batch, max_len, ssm_dtype, zero=zero)
         lengths = torch.zeros(max_batch, dtype=torch.long, device=lm.backbone.embeddings.weight.device)
         return cls(layers, lengths, max_len)
+
+    def rows(self, b: int) -> "DecodeState":
+        """The first b rows as a DecodeState of views (in-place updates reach this state)."""
+        out = DecodeState.__new__(DecodeState)
+        out.layers, out.lengths, out.max_len, out.slots = self.view(b), self.lengths[:b], self.max_len, self.slots
+        return out
 
     @property
     def max_batch(self) -> int:

@@ -5,6 +5,7 @@
                               chunk_size=128, backend=None)
     y = ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                  dt_limit=(0.0, inf), backend=None)
+    y = conv_step(conv, x, weight, bias=None, backend=None)     # Mamba2's conv window, one decode token
 
 Shapes (b batch, l seqlen, h heads, p headdim, g groups, n dstate):
     x (b, l, h, p)   dt (b, l, h)   A (h,) fp32 < 0   B, C (b, l, g, n)   D (h,) or (h, p)
@@ -29,7 +30,7 @@ import os
 
 import torch
 
-__all__ = ["ssd_scan", "ssd_step", "available_backends", "use_backend", "BACKENDS"]
+__all__ = ["ssd_scan", "ssd_step", "conv_step", "available_backends", "use_backend", "BACKENDS"]
 
 BACKENDS = ("naive", "chunked", "triton")
 
@@ -245,3 +246,23 @@ def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     else:
         from .ssd_triton_step import ssd_step_triton as fn
     return fn(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit)
+
+
+def conv_step(conv, x, weight, bias=None, backend=None):
+    """The causal depthwise conv of one decode token: ``conv`` (batch, channels, K) holds the last K
+    inputs, oldest first, and slides by one in place (x (batch, channels) enters last); returns
+    silu(sum_k conv[..., k] * weight[:, k] + bias) (batch, channels) in x's dtype. weight (channels, K)
+    or (channels, 1, K). Naive twin: ``holotron/kernels/conv_naive.py``; Triton:
+    ``holotron/kernels/conv_step_triton.py``."""
+    c, K = conv.shape[1:]
+    weight = weight.reshape(weight.shape[0], -1)
+    _expect(x.dim() == 2 and tuple(x.shape) == (conv.shape[0], c),
+            f"x must have shape (batch={conv.shape[0]}, channels={c}), got {_shape(x)}")
+    _expect(tuple(weight.shape) == (c, K), f"weight must have shape (channels={c}, K={K}), got {_shape(weight)}")
+    _expect(bias is None or tuple(bias.shape) == (c,), f"bias must have shape (channels={c},), got "
+            f"{_shape(bias) if bias is not None else None}")
+    if _pick(backend, x.device, "conv_step", "naive") == "triton":
+        from .conv_step_triton import conv_step_triton
+        return conv_step_triton(conv, x, weight.contiguous(), bias)
+    from .conv_naive import conv_step_naive
+    return conv_step_naive(conv, x, weight, bias)
