@@ -151,13 +151,14 @@ def _no_init():
 
 
 def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.dtype | None = None,
-              device=None, progress: bool | None = None, where: str | None = None) -> nn.Module:
+              device=None, progress: bool | None = None, where: str | None = None, after=None) -> nn.Module:
     """Strictly fill ``model`` (typically built on the meta device) from safetensors ``files``.
 
     ``files``: one file, or {tensor name: file} as in an index. Every header is read and every name and
     shape checked before any tensor is loaded; then each file is read once, its tensors cast to
     ``dtype`` (floating ones; names in a module's ``keep_fp32`` stay fp32 under a 16-bit dtype) and
     moved to ``device``, and assigned in place of the model's tensors. ``progress``: see ``_bar``.
+    ``after(name)``, when given, is called once each tensor is assigned (``holotron.quant.quantizer``).
     """
     device = resolve_device(device)  # (device and dtype before any file is opened)
     dtype = resolve_dtype(dtype, device)
@@ -197,7 +198,10 @@ def load_into(model: nn.Module, files: dict[str, Path] | Path, *, dtype: torch.d
                             want = torch.float32
                         t = t.to(want)
                     _assign(model, n, t)
-                    bar.update(t.numel() * dtype_size(headers[p][n][0]))
+                    del t
+                    if after is not None:
+                        after(n)
+                    bar.update(math.prod(headers[p][n][1]) * dtype_size(headers[p][n][0]))
         except CheckpointError:
             raise
         except Exception as e:  # noqa: BLE001 - safetensors/IO failures become one line naming the file
@@ -216,7 +220,7 @@ def _checkpoint_dtype(cfg: dict) -> torch.dtype | None:
 
 
 def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *, revision: str | None = None,
-         cache_dir=None, progress: bool | None = None) -> nn.Module:
+         cache_dir=None, progress: bool | None = None, quantize: str | None = None) -> nn.Module:
     """Build the model that ``config.json`` describes and load its weights strictly.
 
     ``path_or_repo_id``: a local folder (or a file in it) or a Hugging Face repo id. ``dtype``: the
@@ -225,8 +229,13 @@ def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *
     ``device``: where tensors are loaded (default CPU; "cpu", "cuda", "cuda:N", "auto"). Both are checked
     before any file is read (``DeviceError``, e.g. CUDA asked for where torch sees no GPU).
     ``revision`` / ``cache_dir``: for a Hub id. A progress bar per shard is shown on a terminal when
-    loading is slow (``progress`` forces it on or off). Returns the model in eval mode.
+    loading is slow (``progress`` forces it on or off). ``quantize``: None, or "fp8" for float8_e4m3fn
+    weights with per-output-channel scales in the language model's linear layers (lm_head excepted;
+    ``holotron/quant.py``), each layer quantised as soon as its tensors are read, so the full-precision
+    weights are never all held at once. Returns the model in eval mode.
     """
+    if quantize is not None and quantize != "fp8":
+        raise CheckpointError(f"load: quantize must be None or 'fp8', got {quantize!r}")
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     folder = resolve(path_or_repo_id, revision, cache_dir)
@@ -253,7 +262,14 @@ def load(path_or_repo_id, dtype: torch.dtype | str | None = None, device=None, *
     except ConfigError as e:
         raise ConfigError(f"{cfg_path}: {e}") from None
     dtype = dtype or _checkpoint_dtype(cfg)
-    load_into(model, files, dtype=dtype, device=device, progress=progress, where=str(folder))
+    after = None
+    if quantize is not None:
+        from .quant import quantizer
+        try:
+            after = quantizer(model, quantize)
+        except ValueError as e:
+            raise CheckpointError(f"{cfg_path}: {e}") from None
+    load_into(model, files, dtype=dtype, device=device, progress=progress, where=str(folder), after=after)
     gen = folder / "generation_config.json"
     if gen.is_file() and hasattr(model, "generation_config"):
         try:
@@ -284,13 +300,19 @@ def save_pretrained(model: nn.Module, folder, max_shard_size: int | str = "5GB")
     ``model.safetensors.index.json``. Through ``atomic_folder``: ``folder`` (or the parents it needs) is
     checked before anything is written (an OSError of one line naming it otherwise), everything is written
     to a temporary folder and moved into place at the end, so a failure never leaves a half-written
-    checkpoint; weights an earlier save left there are removed; modes follow the process umask.
+    checkpoint; weights an earlier save left there are removed; modes follow the process umask. A model
+    with float8 weights (``load(..., quantize="fp8")``) is refused with a CheckpointError: there is no
+    float8 checkpoint layout; save the unquantised model.
     """
     from safetensors.torch import save_file
 
     limit = _parse_size(max_shard_size)
     folder = Path(folder)
     sd = {n: t.detach() for n, t in model.state_dict().items()}
+    fp8 = [n for n, t in sd.items() if t.dtype == torch.float8_e4m3fn]
+    if fp8:
+        raise CheckpointError(f"save_pretrained: the model holds float8 weights ({fp8[0]}, ...; loaded with "
+                              "quantize='fp8'); save the unquantised model and quantise when loading")
     if any(t.is_meta for t in sd.values()):
         raise ValueError("save_pretrained: the model still has tensors on the meta device (load weights first)")
     shards: list[dict[str, torch.Tensor]] = [{}]

@@ -1,0 +1,250 @@
+"""FP8 weights for the language model's linear layers, and the skinny matrix product they decode through.
+
+    model = holotron.load(path, device="cuda", quantize="fp8")   # or quantize_(model, "fp8") on a loaded one
+    y = gemv(x, weight, scale, residual)                          # x @ W^T * scale + residual, M <= 16 rows
+
+Format: float8_e4m3fn weights (out, in) with one fp32 scale per output channel, ``scale = absmax(row) / 448``
+(448 is e4m3's largest finite value), so every row uses the whole e4m3 range; ``W ~ q * scale[:, None]``.
+Quantised: the LM's Mamba in_proj / out_proj, attention q / k / v / o, MLP up / down, and lm_head only when
+asked (``lm_head=True``). The embedding, the norms, the Mamba A_log / D / dt_bias, conv1d and the whole
+vision tower and projector keep their dtype. Activations are never quantised: x stays bf16 (or fp32), the
+weights are widened in registers (exact: every e4m3 value is a bf16 value), sums are fp32, and the scale is
+applied once per output. Accuracy against bf16: ``dev/probes/fp8_accuracy.py`` and docs/benchmarks.md.
+
+``gemv`` is the dispatcher: the Triton kernel (``holotron/kernels/gemv_triton.py``) on CUDA, or under
+TRITON_INTERPRET=1 on the CPU, for at most 16 rows; its PyTorch twin ``gemv_ref`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["FP8Linear", "quantize_", "quantize_weight", "quantizer", "gemv", "gemv_ref", "MODES", "FP8_MAX"]
+
+MODES = ("fp8",)
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0           # torch.finfo(torch.float8_e4m3fn).max
+GEMV_MAX_ROWS = 16        # above this, a matmul on the dequantised weight
+_W_DTYPES = (torch.bfloat16, torch.float16, torch.float32, FP8)
+_X_TRITON = (torch.bfloat16, torch.float16, torch.float32)
+
+
+# ----------------------------------------------------------------------------- the skinny matrix product
+
+
+def gemv_ref(x, weight, scale=None, residual=None, *, out_dtype=None, config=None):
+    """The naive twin of the kernel: ``(x @ W^T) * scale + residual`` in fp32 (float64 for float64 x), cast
+    to ``out_dtype`` (default x's). x (..., K), weight (N, K), scale (N,), residual (..., N). ``config`` is
+    ignored (the kernel's launch settings)."""
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = x.to(ct) @ weight.to(ct).T
+    if scale is not None:
+        y = y * scale.to(ct)
+    if residual is not None:
+        y = y + residual.to(ct)
+    return y.to(out_dtype or x.dtype)
+
+
+def _check(x, weight, scale, residual):
+    def expect(ok, msg):
+        if not ok:
+            raise ValueError(f"gemv: {msg}")
+
+    expect(x.is_floating_point() and x.dim() >= 1, f"x must be a floating tensor (..., K), got {x.dtype} "
+                                                   f"{tuple(x.shape)}")
+    expect(weight.dim() == 2 and weight.shape[1] == x.shape[-1],
+           f"weight must be (N, K={x.shape[-1]}), got {tuple(weight.shape)}")
+    expect(weight.dtype in _W_DTYPES, f"weight dtype must be one of {_W_DTYPES}, got {weight.dtype}")
+    expect(weight.dtype != FP8 or scale is not None, "a float8 weight needs its per-channel scale")
+    if scale is not None:
+        expect(tuple(scale.shape) == (weight.shape[0],) and scale.dtype == torch.float32,
+               f"scale must be float32 ({weight.shape[0]},), got {scale.dtype} {tuple(scale.shape)}")
+    if residual is not None:
+        want = (*x.shape[:-1], weight.shape[0])
+        expect(tuple(residual.shape) == want, f"residual must be {want}, got {tuple(residual.shape)}")
+    for name, t in (("weight", weight), ("scale", scale), ("residual", residual)):
+        expect(t is None or t.device == x.device, f"{name} is on {t.device if t is not None else ''}, x on {x.device}")
+
+
+def gemv(x, weight, scale=None, residual=None, *, out_dtype=None, config=None, backend=None):
+    """``y = x @ W^T (* scale) (+ residual)``, y (..., N) in ``out_dtype`` (default x's dtype).
+
+    x (..., K) bf16 / fp16 / fp32; weight (N, K) bf16 / fp16 / fp32 or float8_e4m3fn (then ``scale`` (N,)
+    fp32 is required); residual (..., N). ``backend``: None (the Triton kernel where it can run and
+    M = x.numel() / K <= 16, else ``gemv_ref``), "triton" or "ref". ``config``: the kernel's launch
+    settings (``pick_config``'s keys), for benchmarks."""
+    from .kernels import _triton_usable
+
+    _check(x, weight, scale, residual)
+    k, n = x.shape[-1], weight.shape[0]
+    m = math.prod(x.shape[:-1])
+    if backend is None:
+        ok = m <= GEMV_MAX_ROWS and x.dtype in _X_TRITON and _triton_usable(x.device) is None and k > 0
+        backend = "triton" if ok else "ref"
+    if backend == "ref":
+        return gemv_ref(x, weight, scale, residual, out_dtype=out_dtype)
+    if backend != "triton":
+        raise ValueError(f"gemv: backend must be None, 'triton' or 'ref', got {backend!r}")
+    why = _triton_usable(x.device)
+    if why is not None or m > GEMV_MAX_ROWS or x.dtype not in _X_TRITON:
+        raise ValueError(f"gemv: the Triton kernel cannot run here: {why or f'{m} rows of {x.dtype} x'}")
+    from .kernels.gemv_triton import gemv_triton
+
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    r = None if residual is None else residual.reshape(m, n)
+    y = gemv_triton(x.reshape(m, k), w, scale, r, out_dtype=out_dtype, config=config)
+    return y.view(*x.shape[:-1], n)
+
+
+# ----------------------------------------------------------------------------- FP8 weights
+
+
+@torch.no_grad()
+def quantize_weight(w: torch.Tensor, rows: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) weight -> (float8_e4m3fn codes (out, in), fp32 scales (out,)), ``absmax(row) / 448`` per
+    row (1 for an all-zero row). Done ``rows`` rows at a time: the fp32 temporary stays small."""
+    q = torch.empty(w.shape, dtype=FP8, device=w.device)
+    scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+    for i in range(0, w.shape[0], rows):
+        blk = w[i:i + rows].float()
+        s = blk.abs().amax(dim=1) / FP8_MAX
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        q[i:i + rows] = (blk / s[:, None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
+        scale[i:i + rows] = s
+    return q, scale
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """What ``FP8Linear.weight`` answers: the shape, dtype and device an ``nn.Linear`` weight would have.
+    Callers read ``lin.weight.dtype`` / ``.device`` to cast inputs and to allocate caches (holotron/lm.py's
+    lm_head call, holotron/attention.py's ``new_state``); those keep working. It holds no values: code that
+    multiplies by ``.weight`` directly fails loudly instead of reading float8 codes as numbers."""
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+
+
+class FP8Linear(nn.Module):
+    """A bias-optional linear layer with float8_e4m3fn weights and per-output-channel fp32 scales.
+
+    Buffers: ``weight_fp8`` (out, in) float8_e4m3fn, ``weight_scale`` (out,) fp32, ``bias`` (out,) or None.
+    ``forward(x)`` is ``nn.Linear``'s: y (..., out) in x's dtype. On CUDA, up to 16 rows go through the GEMV
+    kernel (``gemv``); more rows, and any other device, multiply by the widened codes (exact) and apply the
+    scales to the fp32 / output values. ``.to(dtype)`` changes the compute dtype (``weight.dtype``), never
+    the stored codes; ``.to(device)`` moves them.
+    """
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        self.out_features, self.in_features = q.shape
+        self.register_buffer("weight_fp8", q)
+        self.register_buffer("weight_scale", scale)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        # the compute dtype and device, carried by an empty tensor so nn.Module's .to() / .half() move it
+        self.register_buffer("_like", torch.empty(0, dtype=dtype, device=q.device), persistent=False)
+
+    @classmethod
+    def from_linear(cls, lin: nn.Linear) -> FP8Linear:
+        q, s = quantize_weight(lin.weight.detach())
+        bias = None if lin.bias is None else lin.bias.detach()
+        return cls(q, s, bias, dtype=lin.weight.dtype)
+
+    @property
+    def weight(self) -> WeightSpec:
+        return WeightSpec(self.weight_fp8.shape, self._like.dtype, self.weight_fp8.device)
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The dense weight ``q * scale`` (out, in) in ``dtype`` (default the compute dtype)."""
+        return (self.weight_fp8.float() * self.weight_scale[:, None]).to(dtype or self._like.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = x.numel() // max(x.shape[-1], 1)
+        if x.is_cuda and m <= GEMV_MAX_ROWS:
+            y = gemv(x, self.weight_fp8, self.weight_scale)
+        else:
+            ct = x.dtype if x.dtype in _X_TRITON else torch.float32
+            y = (F.linear(x.to(ct), self.weight_fp8.to(ct)).float() * self.weight_scale).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def _apply(self, fn, recurse=True):
+        q, s = self._buffers.pop("weight_fp8"), self._buffers.pop("weight_scale")
+        try:
+            super()._apply(fn, recurse)  # the compute dtype / device probe and the bias
+        finally:
+            dev = self._like.device
+            self._buffers["weight_fp8"], self._buffers["weight_scale"] = q.to(dev), s.to(dev)
+        return self
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"float8_e4m3fn per-channel scales, compute {self._like.dtype}")
+
+
+# ----------------------------------------------------------------------------- swapping a model's layers
+
+
+def _language_model(model: nn.Module) -> nn.Module:
+    lm = getattr(model, "language_model", model)  # a Holotron holds its HybridLM there
+    if not (hasattr(lm, "backbone") and hasattr(lm.backbone, "layers") and hasattr(lm, "lm_head")):
+        raise ValueError(f"quantize: {type(model).__name__} has no Nemotron-H language model "
+                         "(backbone.layers and lm_head)")
+    return lm
+
+
+def targets(model: nn.Module, lm_head: bool = False) -> list[str]:
+    """Names (in ``model``) of the linear layers ``quantize_`` swaps: every ``nn.Linear`` of the LM's blocks
+    (Mamba in_proj / out_proj, attention q / k / v / o, MLP up / down), and lm_head when asked."""
+    lm = _language_model(model)
+    prefix = "language_model." if lm is not model else ""
+    names = [f"{prefix}backbone.layers.{n}" for n, m in lm.backbone.layers.named_modules() if isinstance(m, nn.Linear)]
+    if lm_head and isinstance(lm.lm_head, nn.Linear):
+        names.append(f"{prefix}lm_head")
+    return names
+
+
+def _swap(model: nn.Module, name: str) -> None:
+    parent, _, leaf = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    lin = getattr(owner, leaf)
+    if isinstance(lin, nn.Linear):
+        setattr(owner, leaf, FP8Linear.from_linear(lin))
+
+
+def _check_mode(mode) -> None:
+    if mode not in MODES:
+        raise ValueError(f"quantize must be None or one of {', '.join(map(repr, MODES))}, got {mode!r}")
+
+
+@torch.no_grad()
+def quantize_(model: nn.Module, mode: str = "fp8", *, lm_head: bool = False) -> nn.Module:
+    """Swap the LM's linear layers (``targets``) for ``FP8Linear`` in place, one layer at a time; returns
+    ``model``. Everything else (embedding, norms, Mamba A_log / D / dt_bias, conv1d, vision tower) is left as
+    it is. Already-swapped layers are skipped."""
+    _check_mode(mode)
+    for name in targets(model, lm_head):
+        _swap(model, name)
+    return model
+
+
+def quantizer(model: nn.Module, mode: str = "fp8", *, lm_head: bool = False):
+    """For loading shard by shard: a callable ``after(tensor_name)`` to call once each tensor is assigned;
+    it swaps a target layer as soon as all its tensors are loaded, so its bf16 weight is freed right away."""
+    _check_mode(mode)
+    pending = set(targets(model, lm_head))
+
+    def after(name: str) -> None:
+        owner = name.rpartition(".")[0]
+        if owner in pending:
+            lin = model.get_submodule(owner)
+            if not any(t.is_meta for t in lin.parameters()):
+                _swap(model, owner)
+                pending.discard(owner)
+
+    return after
