@@ -3,10 +3,13 @@ hybrid Nemotron-H 12B and for a pure-attention model of the same parameter count
 
     PYTHONPATH=. python3 benchmarks/bench_serving.py [--budget 210]   # CUDA; JSON + PNG to $OUT (or .)
     PYTHONPATH=. python3 benchmarks/bench_serving.py --small          # tiny configs, any device (smoke test)
+    PYTHONPATH=. python3 benchmarks/bench_serving.py --decode-only    # the decode sweeps alone (below)
 
 Measured, random bf16 weights initialised on the GPU, fp32 Mamba state:
   decode   tokens/s at batch 1..256 after a 1,024-token prompt (hybrid): per step, the CUDA-graph replay
-           alone (CUDA events) and the engine's whole step (replay, token read-back, host bookkeeping);
+           alone (CUDA events) and the engine's whole step (replay, token read-back, host bookkeeping),
+           for the fp32 and the bf16 Mamba state, the eager HybridLM.step and the torch.compiled one;
+           the GPU kernels (and copies) of one step, counted by the torch profiler;
   context  at 4k, 16k and 64k tokens, for both models: the largest batch whose state fits next to the
            weights, and tokens/s at batch 1, 8, 32, ... up to it (graph replay);
   prefill  tokens/s at 16,384 tokens, batch 1, in one call and in 8,192-token chunks;
@@ -151,8 +154,9 @@ def ceilings(dev, small: bool) -> dict:
     return {"copy_GBps": bw / 1e9, "bf16_matmul_TFLOPs": 2 * k**3 / (ms * 1e-3) / 1e12}
 
 
-def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict) -> float:
-    """The larger of: bytes of one decode step at the copy bandwidth, matmul FLOPs at the matmul rate."""
+def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict, ssm_bytes: int = 4) -> float:
+    """The larger of: bytes of one decode step at the copy bandwidth, matmul FLOPs at the matmul rate
+    (``ssm_bytes``: bytes per element of the Mamba state, 4 for fp32, 2 for a 16-bit state)."""
     cfg = lm.config
     emb = cfg.vocab_size * cfg.hidden_size
     n_w = lm.num_parameters() - emb
@@ -160,7 +164,7 @@ def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict) -> float:
     kinds = cfg.layer_kinds
     mamba_row = kinds.count("mamba") * (
         (cfg.mamba_num_heads * cfg.mamba_head_dim + 2 * cfg.n_groups * cfg.ssm_state_size) * cfg.conv_kernel * 2
-        + cfg.mamba_num_heads * cfg.mamba_head_dim * cfg.ssm_state_size * 4)
+        + cfg.mamba_num_heads * cfg.mamba_head_dim * cfg.ssm_state_size * ssm_bytes)
     kv_row = kinds.count("attention") * 2 * cfg.num_key_value_heads * cfg.head_dim * 2 * ctx
     nbytes = wbytes + b * (2 * mamba_row + kv_row)
     flops = 2 * n_w * b
@@ -232,23 +236,44 @@ def engine_step_ms(eng: Engine, b: int, ctx: int, steps: int) -> float:
     return ms
 
 
-def make_engine(lm, batches, max_len, small, fuse=False):
-    return Engine(lm, max_batch=max(batches), max_len=max_len, batch_sizes=batches, zero_state=small, fuse=fuse)
+def make_engine(lm, batches, max_len, small, compile=False, ssm_dtype=torch.float32):
+    return Engine(lm, max_batch=max(batches), max_len=max_len, batch_sizes=batches, zero_state=small,
+                  compile=compile, ssm_dtype=ssm_dtype)
 
 
-def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, fuse=False) -> list[dict]:
+def kernels_per_step(eng: Engine, b: int) -> int | None:
+    """GPU kernels and copies one step of batch b launches (the nodes its CUDA graph replays): the torch
+    profiler over one eager call of the same step."""
+    if eng.device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with torch.inference_mode():
+        eng._step(b)
+        sync(eng.device)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            eng._step(b)
+            sync(eng.device)
+        eng.state.lengths.zero_()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, compile=False,
+                 ssm_dtype=torch.float32) -> list[dict]:
     """Decode after a ctx-token prompt at each batch size; rows [0, 8) hold ``prefix`` when given."""
     rows = []
     eng = None
     t = time.perf_counter()
     try:
-        eng = make_engine(lm, batches, ctx + steps + 16, small, fuse)
+        eng = make_engine(lm, batches, ctx + steps + 16, small, compile, ssm_dtype)
     except Exception as e:  # noqa: BLE001
         if not is_oom(e):
             raise
         free_cuda()
         return [{"batch": b, "context": ctx, "status": "OOM"} for b in batches]
     capture_s = time.perf_counter() - t
+    label = f"{'compiled' if compile else 'eager'} step, {str(ssm_dtype).split('.')[-1]} state"
+    n_kernels = {b: kernels_per_step(eng, b) for b in (batches[0], batches[-1])}
+    print(f"  {label}: capture {capture_s:.1f} s, kernels per step {n_kernels}", flush=True)
     if prefix is not None:
         with torch.inference_mode():
             for r in range(min(8, eng.max_batch)):
@@ -266,12 +291,14 @@ def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, fuse=Fa
             clear_rows(eng)
             rows.append({"batch": b, "context": ctx, "status": "OOM"})
             continue
-        floor = step_floor_ms(lm, b, ctx, ceil) if not small else float("nan")
+        floor = step_floor_ms(lm, b, ctx, ceil, torch.empty(0, dtype=ssm_dtype).element_size()) \
+            if not small else float("nan")
         rows.append({"batch": b, "context": ctx, "status": "ok", "graph_ms": ms, "engine_step_ms": host,
                      "tokens_per_s": b / (host * 1e-3), "graph_tokens_per_s": b / (ms * 1e-3),
                      "floor_ms": floor, "fraction_of_floor": floor / ms if floor == floor else float("nan"),
-                     "capture_s": capture_s, "naive_step": eng.naive_step, "fused": fuse})
-        print(f"  decode{' fused' if fuse else ''} ctx {ctx:>6} batch {b:>4}: graph {ms:7.2f} ms/step, "
+                     "capture_s": capture_s, "naive_step": eng.naive_step, "compiled": bool(compile),
+                     "ssm_dtype": str(ssm_dtype), "kernels_per_step": n_kernels.get(b), "note": eng.note})
+        print(f"  decode ({label}) ctx {ctx:>6} batch {b:>4}: graph {ms:7.2f} ms/step, "
               f"engine.step {host:7.2f} ms -> {b / (host * 1e-3):9.0f} tok/s (floor {floor:.2f} ms)", flush=True)
     del eng
     free_cuda()
@@ -356,7 +383,7 @@ def e2e(lm, dev, n_prompt: int, n_new: int) -> dict:
 
 
 def agreement(lm, prefix, steps: int) -> dict:
-    """The graph step (plain and fused) against the plain loop (``HybridLM.forward`` on an
+    """The graph step (eager and compiled) against the plain loop (``HybridLM.forward`` on an
     InferenceState), all fed the plain loop's greedy tokens from the same prefilled prompt: per step,
     max |logit difference| / max |logit| and whether the argmax agrees; where it does not, the plain
     loop's gap between its two largest logits (a near-tie that rounding flips)."""
@@ -373,7 +400,7 @@ def agreement(lm, prefix, steps: int) -> dict:
                 d.v[:, :, :P].copy_(s.v[:, :, :P])
         st.seqlen = P
         engs = {"graph": Engine(lm, 1, P + steps + 16, keep_logits=True),
-                "fused_graph": Engine(lm, 1, P + steps + 16, keep_logits=True, fuse=True)}
+                "compiled_graph": Engine(lm, 1, P + steps + 16, keep_logits=True, compile=True)}
         for e in engs.values():
             e.state.load(0, prefix.state, 0)
             e.active[0] = 1
@@ -459,7 +486,7 @@ def chart(res: dict, png: str) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = {4096: "tab:blue", 16384: "tab:orange", 65536: "tab:red", 1024: "tab:green"}
-    for key, style, lab in (("decode_1k", "o-", ""), ("decode_1k_fused", "^:", ", fused step")):
+    for key, style, lab in (("decode_1k", "o-", ""), ("decode_1k_compiled", "^:", ", compiled step")):
         ok = [r for r in res.get(key, []) if isinstance(r, dict) and r.get("status") == "ok"]
         if ok:
             ax.plot([r["batch"] for r in ok], [r["tokens_per_s"] for r in ok], style, color=colors[1024],
@@ -484,17 +511,17 @@ def chart(res: dict, png: str) -> str | None:
 
 def table(res: dict) -> None:
     print("\n== decode after a 1,024-token prompt (hybrid 12B) ==")
-    print(f"{'batch':>6} {'graph ms':>9} {'step ms':>8} {'tok/s':>9} {'floor ms':>9} {'of floor':>8}")
-    d1 = res.get("decode_1k") if isinstance(res.get("decode_1k"), list) else []
-    d2 = res.get("decode_1k_fused") if isinstance(res.get("decode_1k_fused"), list) else []
-    for r in d1 + d2:
-        if d2 and r is d2[0]:
-            print("fused:")
-        if r.get("status") != "ok":
-            print(f"{r['batch']:>6} {r['status']}")
-            continue
-        print(f"{r['batch']:>6} {r['graph_ms']:9.2f} {r['engine_step_ms']:8.2f} {r['tokens_per_s']:9.0f} "
-              f"{r['floor_ms']:9.2f} {r['fraction_of_floor']:8.0%}")
+    print(f"{'step':>9} {'state':>9} {'batch':>6} {'kernels':>8} {'graph ms':>9} {'step ms':>8} {'tok/s':>9} "
+          f"{'graph tok/s':>11} {'floor ms':>9} {'of floor':>8}")
+    for key in [k for k in res if k.startswith("decode_1k")]:
+        for r in res[key] if isinstance(res[key], list) else []:
+            if r.get("status") != "ok":
+                print(f"{key:>9} {r['batch']:>6} {r['status']}")
+                continue
+            print(f"{'compiled' if r['compiled'] else 'eager':>9} {r['ssm_dtype'].split('.')[-1]:>9} {r['batch']:>6} "
+                  f"{r['kernels_per_step'] or '':>8} {r['graph_ms']:9.2f} {r['engine_step_ms']:8.2f} "
+                  f"{r['tokens_per_s']:9.0f} {r['graph_tokens_per_s']:11.0f} {r['floor_ms']:9.2f} "
+                  f"{r['fraction_of_floor']:8.0%}")
     print("\n== largest batch by context ==")
     ctxs = sorted({r["context"] for r in res.get("contexts", [])})
     for model in ("hybrid", "attention"):
@@ -521,6 +548,8 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny configs (smoke test on any device)")
     ap.add_argument("--budget", type=float, default=210.0, help="seconds; later sections are skipped near it")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--decode-only", action="store_true",
+                    help="only the decode sweeps at batch 1, 8, 64, 128: fp32 / bf16 state, eager / compiled step")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.small:
@@ -594,6 +623,17 @@ def main() -> int:
     logits_ok = bool(torch.isfinite(pre.logits).all())
     res["prompt_logits_finite"] = logits_ok
     # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
+    if args.decode_only:
+        batches = [1, 2, 4, 8] if small else [1, 8, 64, 128]
+        for comp, sdt in ((False, torch.float32), (False, torch.bfloat16), (True, torch.bfloat16),
+                          (True, torch.float32)):
+            key = "decode_1k" + ("_compiled" if comp else "") + ("_bf16" if sdt == torch.bfloat16 else "")
+            section(key, lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre,  # noqa: F821
+                                              compile=comp, ssm_dtype=sdt))  # noqa: B023
+        res["elapsed_s"] = clk.elapsed()
+        save()
+        table(res)
+        return 0
     section("decode_1k", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre))  # noqa: F821
     section("prefill", lambda: [prefill_tps(helper, 1024 if small else 16384, c, dev, 3)  # noqa: F821
                                 for c in ((256, 1024) if small else (8192, 16384))])
@@ -605,14 +645,14 @@ def main() -> int:
     section("contexts_hybrid", lambda: context_sweep(lm, "hybrid", contexts, 8, ceil, clk, small, 512))
     if isinstance(res.get("contexts_hybrid"), list):
         res["contexts"] += res["contexts_hybrid"]
-    if clk.left() > 110:  # torch.compile of the fused pieces: tens of seconds on a cold cache
+    if clk.left() > 110:  # torch.compile of the whole step: tens of seconds on a cold cache
         t = time.perf_counter()
-        section("decode_1k_fused", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small,
-                                                        prefix=pre, fuse=True))  # noqa: F821
-        res["fused_compile_and_sweep_s"] = time.perf_counter() - t
+        section("decode_1k_compiled", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small,
+                                                           prefix=pre, compile=True))  # noqa: F821
+        res["compile_and_sweep_s"] = time.perf_counter() - t
         section("agreement", lambda: agreement(lm, pre, 32))  # noqa: F821
     else:
-        res["decode_1k_fused"] = "skipped (time)"
+        res["decode_1k_compiled"] = "skipped (time)"
     del pre
     del lm
     free_cuda()
