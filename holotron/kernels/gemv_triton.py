@@ -97,12 +97,13 @@ def _sm_count(index: int | None) -> int:
 
 
 def pick_config(m: int, n: int, k: int, w_bytes: int, device: torch.device) -> dict:
-    """Launch settings by shape: BLOCK_K covers 512 bytes of a weight row per step; BLOCK_N 16 for N <= 8192,
-    32 up to 65536, 64 above (the vocabulary projection); then K is split in two until there are at least
-    four programs per multiprocessor (132 on an H200), keeping two BLOCK_K steps per slice."""
+    """Launch settings by shape: BLOCK_N 16 for N <= 8192, 32 up to 65536, 64 above (the vocabulary
+    projection); BLOCK_K covers 512 bytes of a weight row per step, at most 8192 weights per tile (the one-row
+    path holds the tile's products in registers); then K is split in two until there are at least four
+    programs per multiprocessor (132 on an H200), keeping two BLOCK_K steps per slice."""
     sms = _sm_count(device.index) if device.type == "cuda" else 132
-    block_k = max(32, 512 // w_bytes)
     block_n = 16 if n <= 8192 else 32 if n <= 65536 else 64
+    block_k = max(32, min(512 // w_bytes, 8192 // block_n))
     split = 1
     while triton.cdiv(n, block_n) * split < 4 * sms and k // (2 * split) >= 2 * block_k and split < 16:
         split *= 2

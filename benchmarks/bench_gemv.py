@@ -1,0 +1,183 @@
+"""The decode step's linear layers at the 12B's shapes: torch bf16, torch FP8 (_scaled_mm), our Triton GEMV.
+
+    PYTHONPATH=. python3 benchmarks/bench_gemv.py [--out DIR] [--sweep-budget 60]
+
+For each linear shape of the 12B LM (holotron/config.py's TextConfig defaults) and M in {1, 8, 16, 32, 128}
+rows: ``F.linear`` with bf16 weights (cuBLAS), ``torch._scaled_mm`` with float8_e4m3fn weights and row-wise
+scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), and the Triton GEMV
+of holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16 only), at its shape-picked
+launch settings; then a small sweep of launch settings at M = 1 and 16 (best kept, within a time budget).
+Time: ``triton.testing.do_bench`` median (L2 flushed between calls). GB/s: weight bytes / time (the weight
+is read once per call; x and y are small). Floor: a device-to-device copy of a 1 GB tensor in the same run
+(2 GB moved per copy). Last, a whole-LM estimate at M = 1: the sum over the 12B's layers (28 Mamba, 28 MLP,
+6 attention, lm_head). Prints a table last; JSON to ``$OUT/bench_gemv.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+from holotron.config import TextConfig
+from holotron.kernels import gemv_triton
+from holotron.quant import gemv, quantize_weight
+
+MS = (1, 8, 16, 32, 128)
+
+
+def shapes(cfg: TextConfig) -> dict[str, tuple[int, int]]:
+    """name -> (K in, N out) of the LM's linear layers."""
+    d = cfg.hidden_size
+    return {"in_proj": (d, cfg.mamba_in_proj_size),
+            "out_proj": (cfg.mamba_d_inner, d), "up": (d, cfg.intermediate_size), "down": (cfg.intermediate_size, d),
+            "q": (d, cfg.num_attention_heads * cfg.head_dim), "k/v": (d, cfg.num_key_value_heads * cfg.head_dim),
+            "o": (cfg.num_attention_heads * cfg.head_dim, d), "lm_head": (d, cfg.vocab_size)}
+
+
+def per_layer(cfg: TextConfig) -> dict[str, int]:
+    """How many times each shape runs in one decode step."""
+    kinds = cfg.layer_kinds
+    nm, na, nl = kinds.count("mamba"), kinds.count("attention"), kinds.count("mlp")
+    return {"in_proj": nm, "out_proj": nm, "up": nl, "down": nl, "q": na, "k/v": 2 * na, "o": na, "lm_head": 1}
+
+
+def bench(fn) -> float:
+    return float(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+def copy_gbs() -> float:
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a))
+    return 2 * (1 << 30) / ms / 1e6
+
+
+def sweep_configs(n: int, k: int, w_bytes: int, m: int) -> list[dict]:
+    """The shape-picked settings first, then BLOCK_N x BLOCK_K (bytes of a row per step) with the split the
+    picker's rule gives for that BLOCK_N and twice it."""
+    dev = torch.device("cuda")
+    base = gemv_triton.pick_config(m, n, k, w_bytes, dev)
+    sms = gemv_triton._sm_count(dev.index)
+    out = []
+    for bn in (16, 32, 8, 64) if m == 1 else (16, 32, 64):
+        split = 1
+        while triton.cdiv(n, bn) * split < 4 * sms and split < 16:
+            split *= 2
+        for bk_bytes in (256, 512, 1024):
+            bk = bk_bytes // w_bytes
+            if m == 1 and bk * bn > 16384:
+                continue
+            for sp in (split, 2 * split):
+                if k // sp >= 2 * bk:
+                    out.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=sp, num_warps=4))
+    return [base] + [c for c in out if c != base]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--sweep-budget", type=float, default=60.0, help="seconds for the launch-settings sweep")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    cfg = TextConfig()
+    shp, count = shapes(cfg), per_layer(cfg)
+    floor = copy_gbs()
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}; "
+          f"copy {floor:,.0f} GB/s", flush=True)
+    rows, weights = [], {}
+    has_smm = hasattr(torch, "_scaled_mm")
+    for name, (k, n) in shp.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        q, s = quantize_weight(w)
+        weights[name] = (w, q, s)
+        for m in MS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            r = dict(shape=name, K=k, N=n, M=m)
+            r["torch_bf16"] = bench(lambda: F.linear(x, w))
+            if has_smm:
+                xs = (x.float().abs().amax(1, keepdim=True) / 448).clamp_min(1e-12)
+                xq = (x.float() / xs).to(torch.float8_e4m3fn)
+                try:
+                    r["torch_fp8"] = bench(lambda: torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=s[None, :],
+                                                                    out_dtype=torch.bfloat16))
+                except (RuntimeError, ValueError) as e:
+                    r["torch_fp8"], r["torch_fp8_error"] = None, str(e).splitlines()[0][:160]
+            if m <= 16:
+                r["triton_bf16"] = bench(lambda: gemv(x, w))
+                r["triton_fp8"] = bench(lambda: gemv(x, q, s))
+            for key, nbytes in (("torch_bf16", 2), ("torch_fp8", 1), ("triton_bf16", 2), ("triton_fp8", 1)):
+                if r.get(key):
+                    r[key + "_gbs"] = n * k * nbytes / r[key] / 1e6
+            rows.append(r)
+            print(r, flush=True)
+
+    # the sweep: best launch settings at M = 1 and 16, within the budget
+    best, t_end = {}, time.perf_counter() + a.sweep_budget
+    for m in (1, 16):  # M = 1 first: the batch-1 decode step
+        for name, (k, n) in shp.items():
+            w, q, s = weights[name]
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            for label, wt, sc in (("bf16", w, None), ("fp8", q, s)):
+                found = None
+                for c in sweep_configs(n, k, wt.element_size(), m)[:10 if m == 1 else 5]:
+                    if time.perf_counter() > t_end:
+                        break
+                    t = bench(lambda: gemv(x, wt, sc, config=c))
+                    if found is None or t < found[0]:
+                        found = (t, c)
+                if found:
+                    best[f"{name}/{label}/{m}"] = dict(ms=found[0], config=found[1],
+                                                       gbs=n * k * wt.element_size() / found[0] / 1e6)
+
+    # whole-LM estimate at M = 1
+    one = {r["shape"]: r for r in rows if r["M"] == 1}
+    est = {}
+    for key in ("torch_bf16", "torch_fp8", "triton_bf16", "triton_fp8"):
+        if all(one[nm].get(key) for nm in shp):
+            est[key] = sum(count[nm] * one[nm][key] for nm in shp)
+    est["triton_fp8_lm_head_bf16"] = est["triton_fp8"] - one["lm_head"]["triton_fp8"] + one["lm_head"]["triton_bf16"]
+    for lab in ("bf16", "fp8"):
+        if all(f"{nm}/{lab}/1" in best for nm in shp):
+            est[f"triton_{lab}_best_of_sweep"] = sum(count[nm] * best[f"{nm}/{lab}/1"]["ms"] for nm in shp)
+    wbytes = sum(count[nm] * shp[nm][0] * shp[nm][1] for nm in shp)
+    est["floor_bf16_ms"] = 2 * wbytes / floor / 1e6
+    est["floor_fp8_ms"] = wbytes / floor / 1e6
+    est["floor_fp8_lm_head_bf16_ms"] = (wbytes + shp["lm_head"][0] * shp["lm_head"][1]) / floor / 1e6
+
+    res = dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+               triton=triton.__version__, copy_gbs=floor, rows=rows, sweep_best=best, step_estimate_ms=est,
+               layer_counts=count, weight_params=wbytes)
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "bench_gemv.json").write_text(json.dumps(res, indent=1) + "\n")
+
+    def f(v, w=7):
+        return f"{v:{w}.4f}" if v else " " * (w - 1) + "-"
+
+    def pct(r, key):
+        return f"{r[key + '_gbs'] / floor:4.0%}" if r.get(key) else "   -"
+
+    print(f"\ncopy floor {floor:,.0f} GB/s; ms (median) and fraction of copy bandwidth in weight bytes")
+    print(f"{'shape':>8} {'K':>6} {'N':>6} {'M':>4} | {'bf16':>7} {'%':>4} | {'smm fp8':>7} {'%':>4} | "
+          f"{'tri bf16':>8} {'%':>4} | {'tri fp8':>7} {'%':>4}")
+    for r in rows:
+        print(f"{r['shape']:>8} {r['K']:>6} {r['N']:>6} {r['M']:>4} | {f(r['torch_bf16'])} {pct(r, 'torch_bf16')} | "
+              f"{f(r.get('torch_fp8'))} {pct(r, 'torch_fp8')} | {f(r.get('triton_bf16'), 8)} "
+              f"{pct(r, 'triton_bf16')} | {f(r.get('triton_fp8'))} {pct(r, 'triton_fp8')}")
+    print("\nbest of sweep (ms, % of copy):")
+    for key, b in best.items():
+        print(f"  {key:>18} {b['ms']:.4f} {b['gbs'] / floor:4.0%} {b['config']}")
+    print("\none decode step's linear layers at M = 1, ms:")
+    for key, v in est.items():
+        print(f"  {key:>28} {v:.3f}")
+
+
+if __name__ == "__main__":
+    main()
