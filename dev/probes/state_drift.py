@@ -82,7 +82,8 @@ def main() -> int:
         model, name = build(TextConfig(), torch.device("cuda"), torch.bfloat16), "random 12B (bf16 weights)"
     else:
         import holotron
-        model, name = holotron.load("holotron-tiny-ui"), "holotron-tiny-ui (trained, fp32, CPU)"
+        model = holotron.load("holotron-tiny-ui")
+        name = f"holotron-tiny-ui (trained, {str(model.language_model.dtype).split('.')[-1]} weights, CPU)"
     lm = getattr(model, "language_model", model)
     prompt = torch.randint(3, lm.config.vocab_size, (args.prompt,), device=lm.device)
     res = {"model": name, "steps": args.steps, "prompt_tokens": args.prompt, "torch": torch.__version__,
