@@ -4,14 +4,15 @@
 
 For each linear shape of the 12B LM (holotron/config.py's TextConfig defaults) and M in {1, 8, 16, 32, 128}
 rows: ``F.linear`` with bf16 weights (cuBLAS), ``torch._scaled_mm`` with float8_e4m3fn weights and row-wise
-scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), and the Triton GEMV
-of holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16 only), at its shape-picked
-launch settings; then a small sweep of launch settings at M = 1 and 16 (best kept, within a time budget).
-Time: ``triton.testing.do_bench`` median (L2 flushed between calls). GB/s: weight bytes / time (the weight
-is read once per call; x and y are small). Floor: a device-to-device copy of a 1 GB tensor in the same run
-(2 GB moved per copy). Last, a whole-LM estimate at M = 1: the sum over the 12B's layers (28 Mamba, 28 MLP,
-6 attention, lm_head). Prints a table last; JSON to ``$OUT/bench_gemv.json``.
-"""
+scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), and the Triton GEMV of
+holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16 only), at its shape-picked launch
+settings; then a small sweep of launch settings at M = 1 and 16 (best kept, within a time budget). Time:
+``triton.testing.do_bench`` median of a CUDA graph of 16 calls cycling through copies of the weight (at least
+256 MB, or 8 copies, so the L2 cache does not hold them), per call: kernel time without Python's launch
+overhead, as in the decode engine's graphs (``triton_fp8_eager`` in the JSON: one eager call). GB/s: weight
+bytes / time (the weight is read once per call; x and y are small). Floor: a device-to-device copy of a 1 GB
+tensor in the same run (2 GB moved per copy). Last, a whole-LM estimate at M = 1: the sum over the 12B's
+layers (28 Mamba, 28 MLP, 6 attention, lm_head). Prints a table last; JSON to ``$OUT/bench_gemv.json``."""
 
 from __future__ import annotations
 
@@ -53,6 +54,25 @@ def bench(fn) -> float:
     return float(do_bench(fn, warmup=10, rep=40, return_mode="median"))
 
 
+def gbench(fns: list, calls: int = 16) -> float:
+    """ms per call of a CUDA graph that calls ``fns`` in turn (``calls`` calls, at least one of each): the
+    decode engine's setting, without Python's launch overhead. Each fn reads its own weight copy, so the
+    weights read within one replay exceed the L2 cache."""
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    n = max(calls, len(fns))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n):
+            fns[i % len(fns)]()
+    return bench(g.replay) / n
+
+
+def copies(nbytes: int) -> int:
+    return max(1, min(8, -(-256 * 2**20 // nbytes)))
+
+
 def copy_gbs() -> float:
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -78,7 +98,9 @@ def sweep_configs(n: int, k: int, w_bytes: int, m: int) -> list[dict]:
             for sp in (split, 2 * split):
                 if k // sp >= 2 * bk:
                     out.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=sp, num_warps=4))
-    return [base] + [c for c in out if c != base]
+    out = [c for c in out if c != base]
+    dot = [dict(c, DOT=True) for c in out if m == 1 and c["BLOCK_N"] >= 16][:3]  # one row through tl.dot
+    return [base] + dot + out
 
 
 def main():
@@ -95,24 +117,25 @@ def main():
     rows, weights = [], {}
     has_smm = hasattr(torch, "_scaled_mm")
     for name, (k, n) in shp.items():
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
-        q, s = quantize_weight(w)
-        weights[name] = (w, q, s)
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies(2 * n * k))]
+        qs = [quantize_weight(w) for w in ws]
+        weights[name] = (ws, qs)
         for m in MS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             r = dict(shape=name, K=k, N=n, M=m)
-            r["torch_bf16"] = bench(lambda: F.linear(x, w))
+            r["torch_bf16"] = gbench([lambda w=w: F.linear(x, w) for w in ws])
             if has_smm:
                 xs = (x.float().abs().amax(1, keepdim=True) / 448).clamp_min(1e-12)
                 xq = (x.float() / xs).to(torch.float8_e4m3fn)
                 try:
-                    r["torch_fp8"] = bench(lambda: torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=s[None, :],
-                                                                    out_dtype=torch.bfloat16))
+                    r["torch_fp8"] = gbench([lambda q=q, s=s: torch._scaled_mm(
+                        xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.bfloat16) for q, s in qs])
                 except (RuntimeError, ValueError) as e:
                     r["torch_fp8"], r["torch_fp8_error"] = None, str(e).splitlines()[0][:160]
             if m <= 16:
-                r["triton_bf16"] = bench(lambda: gemv(x, w))
-                r["triton_fp8"] = bench(lambda: gemv(x, q, s))
+                r["triton_bf16"] = gbench([lambda w=w: gemv(x, w) for w in ws])
+                r["triton_fp8"] = gbench([lambda q=q, s=s: gemv(x, q, s) for q, s in qs])
+                r["triton_fp8_eager"] = bench(lambda: gemv(x, *qs[0]))  # with Python's launch overhead
             for key, nbytes in (("torch_bf16", 2), ("torch_fp8", 1), ("triton_bf16", 2), ("triton_fp8", 1)):
                 if r.get(key):
                     r[key + "_gbs"] = n * k * nbytes / r[key] / 1e6
@@ -123,19 +146,19 @@ def main():
     best, t_end = {}, time.perf_counter() + a.sweep_budget
     for m in (1, 16):  # M = 1 first: the batch-1 decode step
         for name, (k, n) in shp.items():
-            w, q, s = weights[name]
+            ws, qs = weights[name]
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            for label, wt, sc in (("bf16", w, None), ("fp8", q, s)):
+            for label, args in (("bf16", [(w, None) for w in ws]), ("fp8", qs)):
                 found = None
-                for c in sweep_configs(n, k, wt.element_size(), m)[:10 if m == 1 else 5]:
+                for c in sweep_configs(n, k, args[0][0].element_size(), m)[:10 if m == 1 else 5]:
                     if time.perf_counter() > t_end:
                         break
-                    t = bench(lambda: gemv(x, wt, sc, config=c))
+                    t = gbench([lambda wt=wt, sc=sc, c=c: gemv(x, wt, sc, config=c) for wt, sc in args])
                     if found is None or t < found[0]:
                         found = (t, c)
                 if found:
                     best[f"{name}/{label}/{m}"] = dict(ms=found[0], config=found[1],
-                                                       gbs=n * k * wt.element_size() / found[0] / 1e6)
+                                                       gbs=n * k * args[0][0].element_size() / found[0] / 1e6)
 
     # whole-LM estimate at M = 1
     one = {r["shape"]: r for r in rows if r["M"] == 1}

@@ -1,19 +1,18 @@
 """A skinny matrix product as a Triton kernel: ``y = x @ W^T (* scale) (+ residual)`` for at most 16 rows.
 
-The decode step's linear layers read every weight once per token, so their time is the weight bytes over
-the memory bandwidth. This kernel streams W (bf16 / fp16 / fp32, or float8_e4m3fn with one fp32 scale per
-output channel, dequantised in registers) with fp32 accumulation. Call it through ``holotron.quant.gemv``
-(argument checks, and the PyTorch twin ``gemv_ref`` where Triton cannot run).
+The decode step's linear layers read every weight once per token, so their time is the weight bytes over the
+memory bandwidth. This kernel streams W (bf16 / fp16 / fp32, or float8_e4m3fn with one fp32 scale per output
+channel, dequantised in registers) with fp32 accumulation. Call it through ``holotron.quant.gemv`` (argument
+checks, and the PyTorch twin ``gemv_ref`` where Triton cannot run).
 
-Grid: (output blocks of BLOCK_N channels, SPLIT slices of K). With SPLIT == 1 a program owns its outputs
-and finishes them (scale, residual, cast). With SPLIT > 1 (narrow N: too few output blocks to fill the GPU)
-each program writes an fp32 partial sum to a (SPLIT, M, N) buffer and a second launch adds the SPLIT
-partials in a fixed order (deterministic) and finishes. One row (M == 1): a broadcast multiply and a sum over
-K in fp32; 2-16 rows: ``tl.dot`` on a 16-row tile (bf16 / fp16 operands, fp32 accumulation; fp32 inputs in
-IEEE precision). A per-channel scale factors out of the sum over K, so it is applied once, at the end.
-Launch settings are picked by shape (``pick_config``), never autotuned: nothing is timed or synchronised at
-call time, so the launches can be captured in a CUDA graph.
-"""
+Grid: (output blocks of BLOCK_N channels, SPLIT slices of K). With SPLIT == 1 a program owns its outputs and
+finishes them (scale, residual, cast). With SPLIT > 1 (narrow N: too few output blocks to fill the GPU) each
+program writes an fp32 partial sum to a (SPLIT, M, N) buffer and a second launch adds the SPLIT partials in a
+fixed order (deterministic) and finishes. One row (M == 1): products summed elementwise in an fp32 tile over
+the K steps, reduced once at the end; 2-16 rows: ``tl.dot`` on a 16-row tile (bf16 / fp16 operands, fp32
+accumulation; fp32 inputs in IEEE precision). A per-channel scale factors out of the sum over K, so it is
+applied once, at the end. Launch settings are picked by shape (``pick_config``), never autotuned: nothing is
+timed or synchronised at call time, so the launches can be captured in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -27,7 +26,8 @@ import triton.language as tl
 # element the kernel should have written but did not shows up as NaN.
 _empty = torch.empty
 
-# overrides of pick_config (the benchmark sweeps them): keys BLOCK_N, BLOCK_K, SPLIT, num_warps
+# overrides of pick_config (the benchmark sweeps them): keys BLOCK_N, BLOCK_K, SPLIT, num_warps, DOT (one row
+# through tl.dot on a 16-row tile too)
 GEMV_CONFIG: dict = {}
 
 
@@ -58,6 +58,7 @@ def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, M, N, K, K_SPLIT, s_xm, s_wn
     w_rows = w_ptr + ns.to(tl.int64)[:, None] * s_wn        # lm_head: N * K is near 2^31
     x_rows = x_ptr + ms[:, None] * s_xm
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # one row: products summed elementwise, reduced once
     k0 = pid_k * K_SPLIT
     for kk in range(0, K_SPLIT, BLOCK_K):
         ks = k0 + kk + tl.arange(0, BLOCK_K)
@@ -70,7 +71,9 @@ def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, M, N, K, K_SPLIT, s_xm, s_wn
             else:
                 acc += tl.dot(x, tl.trans(w.to(x.dtype)))
         else:
-            acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+            acc1 += w.to(tl.float32) * tl.sum(x.to(tl.float32), axis=0)[None, :]
+    if not DOT:
+        acc += tl.sum(acc1, axis=1)[None, :]
     if PARTIAL:
         mask = mm[:, None] & mn[None, :]
         tl.store(p_ptr + (pid_k * M + ms[:, None]) * N + ns[None, :], acc, mask=mask)
@@ -125,7 +128,7 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
     y = _empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
-    dot = m > 1
+    dot = m > 1 or cfg.get("DOT", False)
     # fp32 operands in IEEE precision for fp32 inputs; and for bf16 ones in Triton's CPU interpreter, whose
     # bf16 x bf16 tl.dot returns garbage (triton 3.9). Same result: bf16 products are exact in fp32.
     ieee = torch.float32 in (x.dtype, weight.dtype) or (x.dtype == torch.bfloat16 and x.device.type != "cuda")
