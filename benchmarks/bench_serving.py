@@ -158,9 +158,11 @@ def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict, ssm_bytes: int = 4
     """The larger of: bytes of one decode step at the copy bandwidth, matmul FLOPs at the matmul rate
     (``ssm_bytes``: bytes per element of the Mamba state, 4 for fp32, 2 for a 16-bit state)."""
     cfg = lm.config
-    emb = cfg.vocab_size * cfg.hidden_size
-    n_w = lm.num_parameters() - emb
-    wbytes = n_w * 2 + b * cfg.hidden_size * 2
+    emb = lm.backbone.embeddings.weight
+    # the weights as stored (bf16, or FP8 codes + fp32 scales after --quantize), embedding excluded (one row read)
+    tensors = [t for t in [*lm.parameters(), *lm.buffers()] if t is not emb and t.dim() >= 1]
+    n_w = sum(t.numel() for t in tensors if t.dim() == 2)
+    wbytes = sum(t.numel() * t.element_size() for t in tensors) + b * cfg.hidden_size * 2
     kinds = cfg.layer_kinds
     mamba_row = kinds.count("mamba") * (
         (cfg.mamba_num_heads * cfg.mamba_head_dim + 2 * cfg.n_groups * cfg.ssm_state_size) * cfg.conv_kernel * 2
@@ -550,6 +552,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--decode-only", action="store_true",
                     help="only the decode sweeps at batch 1, 8, 64, 128: fp32 / bf16 state, eager / compiled step")
+    ap.add_argument("--quantize", choices=["fp8"], default=None,
+                    help="FP8 weights for the language model's linear layers (holotron.quant.quantize_); with "
+                         "--decode-only the eager step only (fp32 and bf16 state)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.small:
@@ -568,7 +573,8 @@ def main() -> int:
     res: dict = {
         "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "small": small,
-        "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else ""),
+        "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else "")
+                   + (" --decode-only" if args.decode_only else ""),
     }
     try:
         import triton
@@ -609,6 +615,12 @@ def main() -> int:
 
     t = time.perf_counter()
     lm = build(hyb_cfg, dev, dtype)
+    if args.quantize:
+        from holotron.quant import quantize_
+
+        quantize_(lm, args.quantize)
+        res["command"] += f" --quantize {args.quantize}"
+    res["quantize"] = args.quantize
     res["hybrid"] = {"params": lm.num_parameters(), "pattern": hyb_cfg.hybrid_override_pattern,
                      "build_s": time.perf_counter() - t}
     print(f"hybrid: {lm.num_parameters() / 1e9:.2f} B parameters, built in {time.perf_counter() - t:.1f} s", flush=True)
@@ -625,8 +637,8 @@ def main() -> int:
     # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
     if args.decode_only:
         batches = [1, 2, 4, 8] if small else [1, 8, 64, 128]
-        for comp, sdt in ((False, torch.float32), (False, torch.bfloat16), (True, torch.bfloat16),
-                          (True, torch.float32)):
+        configs = ((False, torch.float32), (False, torch.bfloat16), (True, torch.bfloat16), (True, torch.float32))
+        for comp, sdt in configs[:2] if args.quantize else configs:
             key = "decode_1k" + ("_compiled" if comp else "") + ("_bf16" if sdt == torch.bfloat16 else "")
             section(key, lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre,  # noqa: F821
                                               compile=comp, ssm_dtype=sdt))  # noqa: B023

@@ -164,6 +164,18 @@ def test_quantized_lm_runs_prefill_and_decode(scan_backend_of_the_device):  # no
     torch.testing.assert_close(model(ids[:, 8:], state=state)[:, -1], out[:, -1], rtol=1e-4, atol=1e-4)
 
 
+def test_quantized_model_through_the_engine_equals_the_plain_loop(scan_backend_of_the_device):  # noqa: F811
+    """The decode step calls the Linear modules, so FP8Linear plugs into the engine's step unchanged: the
+    engine (its HybridLM.step) and the plain loop give the same greedy tokens on the quantised model."""
+    from holotron.generate import generate
+
+    model = quantize_(tiny_lm(seed=3), "fp8", lm_head=True)
+    ids = torch.randint(3, 96, (3, 7), generator=torch.Generator().manual_seed(4))
+    plain = generate(model, ids, 10, eos_token_id=[], engine=False)
+    fast = generate(model, ids, 10, eos_token_id=[], engine=True)
+    assert torch.equal(fast, plain)
+
+
 def test_load_quantize(tmp_path):
     src = write_checkpoint(tiny_lm(), tmp_path / "ckpt", max_shard_size=4000)
     plain = holotron.load(src)
