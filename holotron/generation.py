@@ -20,8 +20,8 @@ the state the engine keeps between calls.
 
 A long prompt can be prefilled in pieces (``prefill_chunk``, plain loop only), each piece continuing
 the state of the one before, with ``on_prefill(done, total)`` called after each: the command line uses
-it to show progress on the CPU. ``python -m holotron.generate`` is the command line (``holotron/cli.py``;
-``holotron/generate.py`` is its entry module and re-exports these functions).
+it to show progress on the CPU. ``python -m holotron.generate`` is the command line
+(``holotron/generate.py``, which also re-exports these functions).
 """
 
 from __future__ import annotations
