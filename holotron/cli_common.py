@@ -8,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .atomic_folder import umask
+
 __all__ = ["CLIError", "cli_device", "cli_dtype", "check_out_file", "check_out_dir", "write_atomically"]
 
 
@@ -79,12 +81,6 @@ def check_out_dir(path, flag: str = "--out") -> Path:
     return p
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_atomically(path: Path, write) -> None:
     """``write(tmp_path)`` next to ``path``, then rename: a failure leaves nothing half-written. The file
     gets the permissions a plain open() would give (0o666 less the umask), not mkstemp's 0o600."""
@@ -93,7 +89,7 @@ def write_atomically(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

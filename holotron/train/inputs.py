@@ -5,14 +5,13 @@ into OUT/tokenizer)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from ..bundled import bundled_path
+from ..cli_common import CLIError, check_out_dir
 from ..devices import DeviceError, resolve_device
 from ..processor import Processor, ProcessorError
 from ..weights import CheckpointError, load
@@ -21,30 +20,13 @@ __all__ = ["check_out", "pick_device", "given_tokenizer", "check_inputs", "prepa
 
 
 def check_out(out) -> Path:
-    """``--out``: a folder this run can write into, or one it can create. Checked by writing (and removing) a
-    probe file in the folder, or, where it does not exist yet, in its nearest existing parent; nothing is
-    created or left behind. Exits with one line naming ``out`` otherwise (an existing file, a parent that is
-    a file, a location this process may not write to)."""
-    path = Path(out)
-
-    def fail(why: str):
-        raise SystemExit(f"holotron.train: error: --out {out}: {why}")
-
-    if path.exists() and not path.is_dir():
-        fail("is a file, not a folder")
-    base = path
-    while not os.path.lexists(base):
-        base = base.parent
-    if not base.is_dir():
-        fail(f"cannot create it: {base} is not a folder")
+    """``--out``: a folder this run can write into, or one it can create (``check_out_dir``, shared with the
+    other command lines: a probe file written and removed, nothing left behind). Exits with one line naming
+    ``out`` otherwise."""
     try:
-        fd, probe = tempfile.mkstemp(prefix=".holotron-write-check-", dir=base)
-    except OSError as e:
-        why = e.strerror or str(e)
-        fail(f"cannot write into it ({why})" if base == path else f"cannot create it: cannot write in {base} ({why})")
-    os.close(fd)
-    os.unlink(probe)
-    return path
+        return check_out_dir(out)
+    except CLIError as e:
+        raise SystemExit(f"holotron.train: error: {e}") from None
 
 
 def pick_device(name: str) -> torch.device:
