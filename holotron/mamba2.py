@@ -23,6 +23,7 @@ together before the convolution, so the conv window is taken from real tokens).
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,9 @@ from .state import MambaState, Positions
 
 __all__ = ["Mamba2Mixer", "mamba_step", "neg_A"]
 
-_A_cache: dict[int, tuple[tuple, torch.Tensor]] = {}
+# id(A_log) -> (a weak reference to that very tensor, its (storage, device, version), -exp(A_log));
+# an entry leaves with its tensor (the weakref's callback), so a later tensor reusing the id never hits it
+_A_cache: dict[int, tuple[weakref.ref, tuple, torch.Tensor]] = {}
 
 
 def neg_A(A_log: torch.Tensor) -> torch.Tensor:
@@ -47,10 +50,11 @@ def neg_A(A_log: torch.Tensor) -> torch.Tensor:
     except RuntimeError:  # an inference tensor has no version counter: no caching
         return -torch.exp(A_log.float())
     hit = _A_cache.get(id(A_log))
-    if hit is None or hit[0] != key:
-        hit = (key, -torch.exp(A_log.float()))
+    if hit is None or hit[0]() is not A_log or hit[1] != key:
+        ref = weakref.ref(A_log, lambda _, i=id(A_log): _A_cache.pop(i, None))
+        hit = (ref, key, -torch.exp(A_log.float()))
         _A_cache[id(A_log)] = hit
-    return hit[1]
+    return hit[2]
 
 
 @torch.library.custom_op("holotron::mamba_step", mutates_args=("conv_state", "ssm_state"))

@@ -124,6 +124,21 @@ def test_neg_A_is_cached_until_A_log_changes():
     assert neg_A(A_log).requires_grad  # training: never a cached (freed) graph
 
 
+def test_neg_A_cache_leaves_with_its_tensor():
+    """A cached -exp(A_log) is never served to another tensor that reuses a dead one's id or storage."""
+    from holotron import mamba2
+
+    with torch.no_grad():
+        A_log = torch.zeros(4)
+        neg_A(A_log)
+        key = id(A_log)
+        assert key in mamba2._A_cache
+        del A_log
+        assert key not in mamba2._A_cache
+        fresh = torch.full((4,), math.log(3.0))
+        assert torch.allclose(neg_A(fresh), -3 * torch.ones(4))
+
+
 # ------------------------------------------------------------------------------------- compiled step
 
 
