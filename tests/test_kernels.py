@@ -252,10 +252,10 @@ def nan_buffers(monkeypatch):
 def test_nan_fill_is_in_force():
     """The fixture above reaches the wrappers (else the NaN checks would prove nothing): the scans and the
     step allocate through ``ssd_triton_common.empty`` only."""
-    from holotron.kernels import ssd_triton_chunks, ssd_triton_common, ssd_triton_scan, ssd_triton_step
+    from holotron.kernels import ssd_triton_common, ssd_triton_scan, ssd_triton_step
 
     assert torch.isnan(ssd_triton_common.empty(3, dtype=torch.float32, device="cpu")).all()
-    for mod in (ssd_triton_chunks, ssd_triton_scan, ssd_triton_step):
+    for mod in (ssd_triton_scan, ssd_triton_step):
         assert mod.empty is ssd_triton_common.empty and "_empty" not in vars(mod), mod.__name__
 
 
@@ -603,66 +603,77 @@ def test_gpu_graph_capture_step_and_scan():
     assert torch.equal(y_scan, y_ref) and torch.equal(s_scan, s_ref)
 
 
-@pytest.mark.parametrize("cfg", [dict(P_TILE=16), dict(P_TILE=32, BLOCK_M=32, BLOCK_K=16), dict(fused=False),
-                                 dict(cb=False), dict(cb="half", BLOCK_M=32, BLOCK_K=16), dict(cb=True, P_TILE=16),
-                                 dict(cb=False, P_TILE=16)],
-                         ids=["tiles16", "tiles32-blocks", "four-kernel", "cb-per-head", "cb-half-blocks", "cb-tiles16",
-                              "cb-per-head-tiles16"])
+@pytest.mark.parametrize("cfg", [dict(BLOCK_P=16), dict(BLOCK_P=32, num_stages=1), dict(BLOCK_P=128, num_warps=8),
+                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64)],
+                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64"])
 def test_triton_scan_configs(monkeypatch, cfg):
-    """The fused scan's other launch settings (P in tiles, smaller row blocks, C B^T once per group
-    through a buffer) and the four-kernel version compute the same function (P=80: P0=64 + P1=16,
-    a packed boundary, Q=100: several row blocks)."""
+    """The scan's launch settings (headdim blocks of 16 to 128 columns, the kernel's own chunk length,
+    pipelining depth, warps) compute the same function: P=80 (ragged last block), packed sequences
+    with boundaries inside chunks, Q=100 unless overridden, several chunks per sequence."""
     from holotron.kernels import ssd_triton_scan
 
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
-    kw = make_inputs(1, 130, 2, 80, 1, 16, chunk_size=100, seed=26, cu_seqlens=[0, 110, 130],
+    kw = make_inputs(1, 230, 2, 80, 1, 16, chunk_size=100, seed=26, cu_seqlens=[0, 110, 111, 230],
                      D="channel", z=True, dt_softplus=True, initial_state=True)
     check(kw, "triton", str(cfg))
     check(make_inputs(2, 21, 4, 5, 2, 4, chunk_size=8, seed=27, D="head", dt_bias=True, dt_softplus=True,
                       initial_state=True), "triton", str(cfg))
 
 
-@pytest.mark.parametrize("cb,dtype", [(True, torch.float32), (True, torch.bfloat16), ("half", torch.bfloat16)],
-                         ids=["fp32", "bf16-fp32-buffer", "bf16-bf16-buffer"])
-def test_triton_scan_cb_buffer_packed_groups(monkeypatch, cb, dtype):
-    """SCAN_CONFIG["cb"]: C B^T from _chunk_cb's per-group buffer, with packed sequences (a full chunk,
-    a 1-token sequence, a sequence of a full and a partial chunk, one padding chunk at the table's end),
-    2 groups of 3 heads, P=40 (P0=32 + P1=16), several row and source blocks (Q=40, BLOCK_M=BLOCK_K=16)."""
+def test_triton_scan_bad_block(monkeypatch):
     from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG",
-                        {**ssd_triton_scan.SCAN_CONFIG, "cb": cb, "BLOCK_M": 16, "BLOCK_K": 16})
-    assert ssd_triton_scan._p_split(40) == (32, 16)
-    kw = make_inputs(1, 90, 6, 40, 2, 8, dtype=dtype, chunk_size=40, seed=28, cu_seqlens=[0, 40, 41, 90],
-                     D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True)
-    y, s = check(kw, "triton", f"cb={cb} {dtype}")
-    if cb is True and dtype == torch.float32 and DEV == "cpu":
-        # an fp32 buffer holds exactly the values the per-head path computes (interpreter: same dots)
-        monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": False})
-        y0, s0 = scan(kw, "triton")
-        assert torch.equal(y, y0) and torch.equal(s, s0)
-
-
-def test_triton_scan_cb_bad_value(monkeypatch):
-    from holotron.kernels import ssd_triton_scan
-
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": "fp8"})
-    with pytest.raises(ValueError, match="cb"):
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "BLOCK_P": 24})
+    with pytest.raises(ValueError, match="BLOCK_P"):
         scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
 
 
+@pytest.mark.parametrize("cu", [None, [0, 9, 10, 40]], ids=["batch", "packed"])
+def test_triton_scan_stores_chunk_states(cu):
+    """``store_states`` (what the backward reads): row choff[s] + c is the state of sequence s entering
+    its chunk c, equal to the naive scan's final state over the tokens before that chunk."""
+    from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
+
+    Q = 8
+    kw = make_inputs(2 if cu is None else 1, 40, 3, 6, 1, 4, chunk_size=Q, seed=31, cu_seqlens=cu, D="head",
+                     dt_bias=True, dt_softplus=True, initial_state=True)
+    a = dict(kw)
+    x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
+    out = ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, **a)
+    assert out.Q == Q
+    bounds = [(r * 40, r * 40 + 40) for r in range(2)] if cu is None else list(zip(cu[:-1], cu[1:]))
+    choff = out.choff.tolist()
+    flat = {k: (v.reshape(1, -1, *v.shape[2:]) if k in ("x", "dt", "B", "C") else v) for k, v in as64(kw).items()}
+    for s, (t0, t1) in enumerate(bounds):
+        assert choff[s + 1] - choff[s] == math.ceil((t1 - t0) / Q)
+        for c in range(choff[s + 1] - choff[s]):
+            ref = flat["initial_state"][s:s + 1]
+            if c:
+                sub = dict(flat, cu_seqlens=None, initial_state=ref, chunk_size=Q)
+                for k in ("x", "dt", "B", "C"):
+                    sub[k] = flat[k][:, t0:t0 + c * Q]
+                sub["z"] = None
+                _, ref = scan(sub, "naive")
+            assert_close(out.states[choff[s] + c, :].double(), ref[0], 1e-5, 1e-6, f"seq {s} chunk {c}")
+
+
+REAL_PACKED = [0, 1000, 1001, 2500, 4096]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("cb", [True, "half"])
-def test_gpu_cb_real_size_packed_and_graph(monkeypatch, cb):
-    """SCAN_CONFIG["cb"] at the real size: packed (boundaries inside chunks) against float64, and captured
-    in a CUDA graph (no host sync) whose replay equals the eager call."""
+@pytest.mark.parametrize("cfg", [dict(), dict(BLOCK_P=128, Q=128, num_warps=8), dict(BLOCK_P=32, Q=64),
+                                 dict(BLOCK_P=16, Q=64)],
+                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64"])
+def test_gpu_real_size_packed_and_graph(monkeypatch, cfg):
+    """The scan's settings at the real size: packed (boundaries inside chunks) against float64, and
+    captured in a CUDA graph (no host sync) whose replay equals the eager call."""
     from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "cb": cb})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
     r = REAL
     kw = make_inputs(1, r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=29,
                      D="channel", z=True, dt_bias=True, dt_softplus=True, initial_state=True,
-                     cu_seqlens=[0, 1000, 1001, 2500, 4096], chunk_size=128)
+                     cu_seqlens=REAL_PACKED, chunk_size=128)
     y, s = scan(kw, "triton")
     _gpu_check(kw, y, s, torch.bfloat16)
     kw2 = make_inputs(2, 256, r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=30,
