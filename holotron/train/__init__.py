@@ -37,9 +37,9 @@ label classes beside them after ``--labels-after`` of the run (the order the rea
 work, docs/tiny-model.md); ``--init-from DIR`` starts a run from a checkpoint's weights (fresh optimizer)
 and, without ``--tokenizer``, its tokenizer.
 
-The scan: Triton's SSD scan has a forward only, so training runs every Mamba layer through the
-pure-PyTorch ``chunked`` backend (autograd works through it) on every device:
-``holotron.kernels.use_backend("chunked")``.
+The scan: ``holotron.kernels.ssd_scan`` picks its backend per device, so on CUDA every Mamba layer
+trains through the Triton scan and its Triton backward, on the CPU through the PyTorch ``chunked``
+scan (autograd). ``HOLOTRON_SSD_BACKEND=chunked`` in the environment forces the PyTorch scan anywhere.
 
 The package, one concept a file (the names below are re-exported here):
   cli.py         the command line: ``parser``, ``main`` (``python -m holotron.train`` runs __main__.py)

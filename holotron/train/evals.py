@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import torch
 
-from .. import kernels
 from ..processor import Processor
 from ..vision.preprocess import preprocess_image
 from .reading import ReadingBatches, reading_loss_fn
@@ -37,8 +36,7 @@ def grounding_eval(model, processor, examples, device, step, log) -> dict:
     from ..eval import evaluate
 
     model.eval()
-    with kernels.use_backend("chunked"):
-        rep = evaluate(model, processor, examples, batch_size=16, device=device, progress=False)
+    rep = evaluate(model, processor, examples, batch_size=16, device=device, progress=False)
     model.train()
     log(f"eval at step {step}: {rep.hits}/{rep.n} = {100 * rep.accuracy:.1f}% point-in-box "
         f"(95% CI {100 * rep.ci[0]:.1f}-{100 * rep.ci[1]:.1f}), {rep.unparseable} unparseable")

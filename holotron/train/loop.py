@@ -14,7 +14,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .. import kernels
 from ..model import Holotron
 from ..processor import Processor
 from .batches import ScreenBatches
@@ -93,8 +92,7 @@ def train(args) -> dict:
     prof, prof_end = start_profiler(args.profile, device), step + PROFILE_SKIP + 1 + args.profile
     model.train()
     try:
-        # Triton's scan has no backward: train every Mamba layer through the chunked PyTorch scan
-        with _sigterm_flag() as stop, kernels.use_backend("chunked"):
+        with _sigterm_flag() as stop:  # the scan's backend: ssd_scan's choice (Triton + its backward on CUDA)
             t_ready = time.perf_counter()
             for batch in _repeat(loader, args.reuse, skip=step % args.reuse):
                 meter.waited(time.perf_counter() - t_ready)  # time the GPU / CPU sat waiting for data
