@@ -682,12 +682,15 @@ def test_gpu_real_size_packed_and_graph(monkeypatch, cfg):
     st.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(st):
         scan(kw2, "triton")
+        scan(kw, "triton")
     torch.cuda.current_stream().wait_stream(st)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         yg, sg = scan(kw2, "triton")
+        yp, sp = scan(kw, "triton")  # packed sequences too: no host sync
     g.replay()
     torch.cuda.synchronize()
     y2, s2 = scan(kw2, "triton")
     assert torch.equal(yg, y2) and torch.equal(sg, s2)
+    assert torch.equal(yp, y) and torch.equal(sp, s)
