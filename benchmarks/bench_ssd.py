@@ -1,60 +1,72 @@
-"""The SSD scan and decode step on a CUDA GPU, next to the floor and a peer; prints tables, writes JSON.
+"""The SSD scan (forward, forward + backward) and the decode step on a CUDA GPU, next to the floor and two
+peers measured in the same run; prints a short table per section last, writes JSON.
 
-    python benchmarks/bench_ssd.py [--out DIR] [--quick]      JSON to DIR/bench_ssd.json (DIR=$OUT if set)
-    python benchmarks/bench_ssd.py --smoke                    one fused scan per path (a hang check)
-    python benchmarks/bench_ssd.py --step-only                copy bandwidth and the decode step only
-                                                              (fp32 and bf16 state; ~1 min)
-    python benchmarks/bench_ssd.py --cb-compare               the fused scan with C B^T per head (default)
-                                                              vs once per group (SCAN_CONFIG["cb"] True /
-                                                              "half"), timed and checked against float64
-    python benchmarks/bench_ssd.py --plot JSON --png FILE     the chart of time vs seqlen (CPU is fine)
+    python benchmarks/bench_ssd.py [--out DIR] [--budget S]    JSON to DIR/bench_ssd.json (DIR=$OUT if set)
+    python benchmarks/bench_ssd.py --sections fwd,fwdbwd       pick sections (default: ceilings,sweep,fwd,fwdbwd)
+    python benchmarks/bench_ssd.py --configs '{"Q": [128], "BLOCK_P": [32, 64]}'    narrow the sweep
+                                   (a dict of lists: their product; a list of dicts; '[]': no sweep)
+    python benchmarks/bench_ssd.py --step-only                 copy bandwidth and the decode step (~1 min)
+    python benchmarks/bench_ssd.py --dry                       the whole plumbing on the CPU: tiny shapes,
+                                                               TRITON_INTERPRET=1, timings meaningless
+    python benchmarks/bench_ssd.py --plot JSON --png FILE      the chart (time per shape, ours vs peers)
 
-Shape: the Nemotron-Nano-12B / Holotron-12B Mamba layer, H=128, P=80, N=128, G=8, chunk 128, bf16,
-with D per head, dt_bias and softplus, at four (batch, seqlen) shapes (SHAPES). Times are medians of
-triton.testing.do_bench (CUDA events). Ceilings measured in the same run: device copy bandwidth and
-a bf16 8192^3 matmul. Floors: the fewest bytes (x, dt, B, C read once, y written once, the fp32 final
-state written once; the step reads and writes its state, fp32 or bf16) at the copy bandwidth, and the
-chunked algorithm's matmul FLOPs at the matmul rate.
+Shape: the Nemotron-Nano-12B / Holotron-12B Mamba layer, H=128, P=80, N=128, G=8, bf16, with D per head,
+dt_bias and softplus, at four (batch, seqlen) shapes (SHAPES). Sections, each in its own subprocess (a
+crash such as an illegal memory access kills the CUDA context, and a hang is cut by a timeout; either is
+recorded and the next section runs):
 
-Peer: flash-linear-attention's chunk_simple_gla (fla-core, pure Python + Triton), when importable:
-the same recurrence with B, C expanded to every head, k = B dt, g = dt A, inputs prepared outside the
-timing (its time has no D term). mamba_ssm is not on the GPU image; its figures (MAMBA_SSM_MS,
-measured elsewhere) are quoted and labelled as such, never measured here. Baselines are benchmark-only:
-never a dependency.
+- ceilings: device copy bandwidth (bytes read + written) and a bf16 8192^3 matmul.
+- sweep: our forward over SCAN_CONFIG settings (Q x BLOCK_P x num_warps x num_stages, the automatic
+  setting first, risky ones last), each checked against the float64 chunked scan at every shape before a
+  short do_bench; a config that crashes its process is recorded and the sweep goes on in a new one.
+- fwd: per shape the automatic setting and the sweep's three fastest re-timed; mamba_ssm's
+  mamba_chunk_scan_combined (chunk 128, D, dt_bias, softplus, grouped B and C) and FLA's chunk_simple_gla
+  (q = C, k = B dt, v = x, g = dt A, B and C expanded to every head outside the timing, no D term);
+  relative RMS error of y and of the final state of each against ssd_scan(backend="chunked") in float64 on
+  the same inputs (FLA against the same reference less its D x term); the floor; ours in a CUDA graph at
+  1 x 4096. Runs with an empty TRITON_CACHE_DIR: its first call of each library is the first-call time.
+- fwdbwd: forward + backward with a fixed upstream gradient (autograd.grad of y, no state gradient) for
+  ours (the automatic setting), mamba_ssm and FLA (its backward over q, k, v, g; the expansion outside);
+  the error of every gradient against float64 autograd through the chunked scan at 1 x 4096 (FLA's through
+  a differentiable expansion, against the reference without D). Also with an empty TRITON_CACHE_DIR: its
+  first call of each library is the first forward + backward time, compiles included.
+- step: ssd_step in a CUDA graph over distinct per-layer states, fp32 and bf16 state (--step-only).
+
+Times are medians of triton.testing.do_bench (CUDA events). Floors: the fewest bytes at the copy bandwidth
+and the chunked algorithm's matmul FLOPs at the matmul rate (forward + backward: the backward's reads and
+writes added, 3x the forward's FLOPs). Peers are benchmark-only, loaded by benchmarks/peers.py from the
+ignored folders .peers/ (mamba_ssm) and a carried fla-core wheel; never dependencies.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
+import queue
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 H, P, N, G, Q = 128, 80, 128, 8, 128
 SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # the four benchmark shapes (batch, seqlen)
-SWEEP_L = [1024, 2048, 4096, 8192, 16384, 32768]  # batch 1
-SWEEP_B = [1, 2, 4, 8, 16]  # seqlen 4096
+SWEEP = dict(Q=[128, 64], BLOCK_P=[32, 64, 16, 128], num_warps=[4, 8], num_stages=[2, 1, 3])
+GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias")
+TOL = 1e-2  # the sweep's check: relative RMS error of y and of the final state vs float64 (bf16 gives ~2e-3)
 STEP_B = [1, 8, 64, 128]
-DEVICE = "cuda"  # (a CPU dry run of the code paths may set it to "cpu")
-# quoted figures for mamba_ssm 2.3.2 (measured elsewhere: H200, torch 2.11, triton 3.6), not measured here
-MAMBA_SSM_MS = {(1, 4096): 0.58, (1, 16384): 1.56, (4, 8192): 3.28, (8, 16384): 13.6}  # 1x4096: 0.50-0.66
-MAMBA_SSM_STEP_US = {1: 5.2, 8: 25.5, 64: 190.0, 128: 412.0}  # selective_state_update in a CUDA graph
-
-
-def inputs(b, l, dtype, dev, seed=0):
-    import torch
-    g = torch.Generator(device=dev).manual_seed(seed)
-    r = lambda *s: torch.randn(*s, device=dev, generator=g)  # noqa: E731
-    return dict(
-        x=r(b, l, H, P).to(dtype), dt=(r(b, l, H) - 1).to(dtype), A=-torch.rand(H, device=dev, generator=g) - 0.5,
-        B=(r(b, l, G, N) / N**0.5).to(dtype), C=r(b, l, G, N).to(dtype),
-        D=r(H), dt_bias=r(H) * 0.5,
-    )
+MAMBA_SSM_STEP_US = {1: 5.2, 8: 25.5, 64: 190.0, 128: 412.0}  # quoted: selective_state_update, CUDA graph
+DEVICE = "cuda"
+DRY = dict(H=4, P=24, N=16, G=2, SHAPES=[(1, 160), (2, 96)], STEP_B=[1, 2])
+DRY_CONFIGS = [{}, dict(Q=64, BLOCK_P=16, num_warps=4, num_stages=1)]
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def scan_bytes(b, l):
+    """x, dt, B, C read and y written once (bf16), the fp32 final state written once."""
     return 2 * (2 * b * l * H * P + b * l * H + 2 * b * l * G * N) + 4 * b * H * P * N
 
 
@@ -65,50 +77,645 @@ def scan_flops(b, l):
     return nc * (G * 2 * Q * Q * N + H * (2 * Q * Q * P + 2 * Q * P * N + 2 * Q * N * P))
 
 
-def copy_bandwidth(dev):
-    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
-    import torch
-    from triton.testing import do_bench
-    src = torch.randn(1 << 28, device=dev)  # 1 GiB
-    dst = torch.empty_like(src)
-    # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
-    t = do_bench(lambda: dst.copy_(src), return_mode="median") * 1e-3  # noqa: F821
-    del src, dst
-    return 2 * (1 << 28) * 4 / t
+def fwdbwd_bytes(b, l):
+    """The forward's, plus the backward reading x, dy, dt, B, C and writing dx, ddt, dB, dC once (bf16)."""
+    return scan_bytes(b, l) + 2 * (3 * b * l * H * P + 2 * b * l * H + 4 * b * l * G * N)
 
 
-def matmul_rate(dev):
-    """FLOP/s of a bf16 8192^3 matmul."""
-    import torch
-    from triton.testing import do_bench
-    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    bm = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    t = do_bench(lambda: a @ bm, return_mode="median") * 1e-3
-    return 2 * 8192**3 / t
+def fwdbwd_flops(b, l):
+    """The forward's, plus two products per forward product in the backward (no recomputation)."""
+    return 3 * scan_flops(b, l)
 
 
-def ceilings(dev):
-    return copy_bandwidth(dev), matmul_rate(dev)
+# ============================================================================ the driver (no CUDA here)
 
 
-def load_fla():
-    try:
-        import fla
-        from fla.ops.simple_gla import chunk_simple_gla
-        return chunk_simple_gla, getattr(fla, "__version__", "?")
-    except Exception as e:  # noqa: BLE001  (a benchmark-only peer: report and go on)
-        print(f"# fla not importable ({type(e).__name__}: {e}); no peer timed")
-        return None, None
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--sections", default="ceilings,sweep,fwd,fwdbwd",
+                    help="comma list of ceilings, sweep, fwd, fwdbwd, step")
+    ap.add_argument("--step-only", action="store_true", help="copy bandwidth and the decode step only")
+    ap.add_argument("--budget", type=float, default=330.0,
+                    help="seconds for the whole run; a section that would start past it is skipped")
+    ap.add_argument("--sweep-s", type=float, default=150.0, help="seconds at most for the config sweep")
+    ap.add_argument("--sweep-rep", type=float, default=25.0, help="do_bench rep (ms) of each swept config")
+    ap.add_argument("--configs", default=None, help="JSON: a dict of lists or a list of SCAN_CONFIG dicts")
+    ap.add_argument("--shapes", default=None, help="e.g. 1x4096,4x8192 (default: the four benchmark shapes)")
+    ap.add_argument("--dry", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes: a plumbing check")
+    ap.add_argument("--plot", default=None, help="a bench_ssd.json to chart (no GPU needed)")
+    ap.add_argument("--png", default="docs/ssd_scan_time.png")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--state", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.plot:
+        return plot(args.plot, args.png)
+    if args.dry:
+        dry_dims()
+    if args.worker:
+        return worker(args)
+    drive(args)
 
 
-def fla_args(kw):
-    """chunk_simple_gla's inputs for the same recurrence (no D): q = C, k = B dt, v = x, g = dt A."""
-    import torch.nn.functional as F
-    dt = F.softplus(kw["dt"].float() + kw["dt_bias"])  # (b, l, H)
-    rep = H // G
-    q = kw["C"].repeat_interleave(rep, dim=2).contiguous()
-    k = (kw["B"].float().repeat_interleave(rep, dim=2) * dt[..., None]).to(kw["x"].dtype).contiguous()
-    return dict(q=q, k=k, v=kw["x"].contiguous(), g=(dt * kw["A"]).contiguous(), scale=1.0, output_final_state=True)
+def dry_dims():
+    global H, P, N, G, SHAPES, STEP_B, DEVICE
+    H, P, N, G, SHAPES, STEP_B = (DRY[k] for k in ("H", "P", "N", "G", "SHAPES", "STEP_B"))
+    DEVICE = "cpu"
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def sweep_configs(spec, dry):
+    """The configs to sweep, the automatic one ({}) first, the likeliest next, the risky ones last
+    (16-column dots with 8 warps faulted once on triton 3.6; 3 stages or a 128-wide P block may not fit)."""
+    if spec is None and dry:
+        return [dict(c) for c in DRY_CONFIGS]
+    s = json.loads(spec) if spec is not None else SWEEP
+    if isinstance(s, dict):
+        keys = list(s)
+        cfgs = [dict(zip(keys, v)) for v in itertools.product(*(s[k] if isinstance(s[k], list) else [s[k]]
+                                                                 for k in keys))]
+    else:
+        cfgs = [dict(c) for c in s]
+
+    def risk(c):
+        bp, nw, ns = c.get("BLOCK_P"), c.get("num_warps"), c.get("num_stages")
+        return ((bp == 16 and nw == 8) * 4 + (ns == 3) * 2 + (bp == 128) * 2 + (c.get("Q") not in (None, 128)),
+                nw != 4, ns != 2, abs(math.log2(bp or 32) - 5))
+    if spec is not None and not cfgs:
+        return []  # '[]': no sweep, the automatic setting alone (in fwd)
+    return [{}] + sorted((c for c in cfgs if c), key=risk)
+
+
+class Section:
+    """One worker subprocess; its `@@` lines are records, the rest is echoed. Killed past ``deadline`` or
+    after ``idle`` seconds without a line (a hang in the kernel)."""
+
+    def __init__(self, args, name, state, fresh_cache=False, deadline=None, idle=150.0):
+        self.records, self.tail, self.rc, self.killed = [], [], None, None
+        path = os.path.join(state["tmp"], f"state-{name}.json")
+        with open(path, "w") as fh:
+            json.dump(state, fh)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--state", path]
+        if args.dry:
+            cmd.append("--dry")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if args.dry:
+            env["TRITON_INTERPRET"] = "1"
+        if fresh_cache:  # compiles (and the peers' autotuning) from scratch: the first calls are cold
+            env["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"triton-{name}-", dir=state["tmp"])
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
+                             cwd=os.path.dirname(HERE))
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: ([lines.put(ln) for ln in p.stdout], lines.put(None)), daemon=True).start()
+        last = time.time()
+        while True:
+            try:
+                ln = lines.get(timeout=1.0)
+            except queue.Empty:
+                now = time.time()
+                if deadline is not None and now > deadline:
+                    self.killed = f"past its deadline ({now - t0:.0f} s)"
+                elif now - last > idle:
+                    self.killed = f"no output for {idle:.0f} s (a hang?)"
+                if self.killed:
+                    p.kill()
+                    break
+                continue
+            if ln is None:
+                break
+            last = time.time()
+            if ln.startswith("@@"):
+                self.records.append(json.loads(ln[2:]))
+            else:
+                print(ln, end="", flush=True)
+                self.tail = (self.tail + [ln.rstrip()])[-25:]
+        self.rc = p.wait()
+        self.seconds = time.time() - t0
+
+    def failure(self):
+        if self.rc == 0 and not self.killed:
+            return None
+        return dict(rc=self.rc, killed=self.killed, tail=self.tail[-12:])
+
+
+def drive(args):
+    t_start = time.time()
+    end = t_start + args.budget
+    if args.step_only:
+        args.sections = "ceilings,step"
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    out = dict(meta=dict(date=time.strftime("%Y-%m-%d"), command=" ".join(sys.argv), budget_s=args.budget,
+                         dims=dict(H=H, P=P, N=N, G=G, Q=Q), dry=args.dry),
+               ceilings={}, sweep=[], fwd=[], first_call=[], fwdbwd=[], grad_accuracy=[], step=[],
+               failures=[], skipped=[])
+    os.makedirs(args.out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="bench_ssd-")
+    base_state = dict(tmp=tmp, shapes=shapes, out=args.out, sweep_rep=args.sweep_rep)
+
+    def save():
+        with open(os.path.join(args.out, "bench_ssd.json"), "w") as fh:
+            json.dump(out, fh, indent=1)
+
+    def take(sec, name):
+        for r in sec.records:
+            k, v = r["k"], r["v"]
+            if k == "meta":
+                out["meta"].update(v)
+            elif k == "ceilings":
+                out["ceilings"].update(v)
+            elif k in ("fwd", "first_call", "fwdbwd", "grad_accuracy", "step"):
+                out[k].append(v)
+            elif k == "fail":
+                out["failures"].append(dict(section=name, **v))
+        f = sec.failure()
+        if f:
+            out["failures"].append(dict(section=name, **f))
+            print(f"# section {name} failed: {f['killed'] or 'exit ' + str(f['rc'])}", flush=True)
+        save()
+
+    need = dict(ceilings=15, sweep=40, fwd=40, fwdbwd=60, step=40)  # seconds a section needs to be worth starting
+    for name in sections:
+        left = end - time.time()
+        if name not in need:
+            print(f"# unknown section {name!r} (one of {', '.join(need)})")
+            continue
+        if left < need[name]:
+            out["skipped"].append(dict(section=name, why=f"{left:.0f} s of the budget left"))
+            print(f"# section {name} skipped: over the time budget", flush=True)
+            continue
+        print(f"# ---- section {name} ({left:.0f} s of the budget left)", flush=True)
+        state = dict(base_state, ceilings=out["ceilings"])
+        if name == "sweep":
+            reserve = sum(need[s] + 20 for s in sections[sections.index(name) + 1:])
+            run_sweep(args, state, out, save, min(time.time() + args.sweep_s, end - reserve))
+            continue
+        if name == "fwd":
+            state["best"] = best_configs(out["sweep"], shapes)
+        take(Section(args, name, state, fresh_cache=name in ("fwd", "fwdbwd"), deadline=end + 30), name)
+
+    out["meta"]["wall_s"] = time.time() - t_start
+    save()
+    print_tables(out)
+    print(f"# wrote {os.path.join(args.out, 'bench_ssd.json')} ({out['meta']['wall_s']:.0f} s)")
+
+
+def run_sweep(args, state, out, save, deadline):
+    """The sweep in a worker; a worker that dies mid-config has that config recorded as crashed and the rest
+    go on in a new worker (the Triton cache keeps what was compiled)."""
+    todo = sweep_configs(args.configs, args.dry)
+    key = lambda c: json.dumps(c, sort_keys=True)
+    crashes = 0
+    while todo and time.time() < deadline - 10 and crashes < 6:
+        sec = Section(args, "sweep", dict(state, configs=todo, deadline=deadline), deadline=deadline + 20, idle=90)
+        started, done = None, set()
+        for r in sec.records:
+            if r["k"] == "start":
+                started = r["v"]
+            elif r["k"] == "cfg":
+                out["sweep"].append(r["v"])
+                done.add(key(r["v"]["config"]))
+                started = None
+            elif r["k"] == "fail":
+                out["failures"].append(dict(section="sweep", **r["v"]))
+        todo = [c for c in todo if key(c) not in done]
+        f = sec.failure()
+        if f is None or started is None:
+            if f is not None:
+                out["failures"].append(dict(section="sweep", **f))
+            break
+        crashes += 1
+        out["sweep"].append(dict(config=started, crashed=f, shapes=[]))
+        print(f"# sweep: config {started} crashed its worker ({f['killed'] or 'exit ' + str(f['rc'])}); "
+              "going on in a new one", flush=True)
+        todo = [c for c in todo if key(c) != key(started)]
+        save()
+    if todo:
+        out["skipped"].append(dict(section="sweep", why=f"{len(todo)} configs not run (time or crashes)",
+                                   configs=todo))
+    save()
+
+
+def best_configs(rows, shapes, k=3):
+    """Per shape, the k fastest configs that passed the check there (the automatic one if none)."""
+    best = {}
+    for b, l in shapes:
+        timed = [(s["ms"], r["config"]) for r in rows for s in r.get("shapes", [])
+                 if (s["b"], s["l"]) == (b, l) and s.get("ok") and s.get("ms") is not None]
+        best[f"{b}x{l}"] = [c for _, c in sorted(timed, key=lambda t: t[0])[:k]] or [{}]
+    return best
+
+
+# ============================================================================ workers (one per section)
+
+
+def emit(k, v):
+    print("@@" + json.dumps(dict(k=k, v=v)), flush=True)
+
+
+def worker(args):
+    sys.path.insert(0, os.path.dirname(HERE))
+    sys.path.insert(0, HERE)
+    state = json.load(open(args.state))
+    global SHAPES
+    SHAPES = [tuple(s) for s in state["shapes"]]
+    W = Worker(args, state)
+    getattr(W, args.worker)()
+
+
+class Worker:
+    def __init__(self, args, state):
+        import torch
+        self.torch, self.args, self.state = torch, args, state
+        self.dev = torch.device(DEVICE)
+        self.cuda = self.dev.type == "cuda"
+        if self.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+
+    # ---------------------------------------------------------------- helpers
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def bench(self, fn, rep=200.0):
+        """Median ms: do_bench on a GPU, a few timed calls on the CPU (dry runs: meaningless figures)."""
+        if self.cuda:
+            from triton.testing import do_bench
+            return do_bench(fn, warmup=max(5.0, rep / 4), rep=rep, return_mode="median")
+        ts = []
+        for _ in range(2):
+            t = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t) * 1e3)
+        return sorted(ts)[len(ts) // 2]
+
+    def inputs(self, b, l, seed=0, grad=False):
+        torch = self.torch
+        g = torch.Generator(device=self.dev).manual_seed(seed)
+        r = lambda *s: torch.randn(*s, device=self.dev, generator=g)
+        kw = dict(x=r(b, l, H, P).bfloat16(), dt=(r(b, l, H) - 1).bfloat16(),
+                  A=-torch.rand(H, device=self.dev, generator=g) - 0.5,
+                  B=(r(b, l, G, N) / N**0.5).bfloat16(), C=r(b, l, G, N).bfloat16(), D=r(H), dt_bias=r(H) * 0.5)
+        if grad:
+            for v in kw.values():
+                v.requires_grad_(True)
+        return kw
+
+    def reference(self, kw, with_D=True):
+        """ssd_scan(backend="chunked") in float64, a batch row at a time: (y, final state) in fp32."""
+        from holotron.kernels import ssd_scan
+        torch = self.torch
+        ys, ss = [], []
+        with torch.no_grad():
+            for i in range(kw["x"].shape[0]):
+                d = {n: (v[i:i + 1] if v.dim() > 1 else v).detach().double() for n, v in kw.items()}
+                y, s = ssd_scan(d["x"], d["dt"], d["A"], d["B"], d["C"], D=d["D"] if with_D else None,
+                                dt_bias=d["dt_bias"], dt_softplus=True, chunk_size=Q, backend="chunked")
+                ys.append(y.float())
+                ss.append(s.float())
+                del d, y, s
+        return torch.cat(ys), torch.cat(ss)
+
+    def grad_reference(self, kw, dy, with_D=True):
+        """Gradients of sum(y * dy) by float64 autograd through the chunked scan: {name: fp32 tensor}."""
+        from holotron.kernels import ssd_scan
+        torch = self.torch
+        names = [n for n in GRAD_NAMES if with_D or n != "D"]
+        d = {n: kw[n].detach().double().requires_grad_(True) for n in names}
+        y, _ = ssd_scan(d["x"], d["dt"], d["A"], d["B"], d["C"], D=d.get("D"), dt_bias=d["dt_bias"],
+                        dt_softplus=True, chunk_size=Q, backend="chunked")
+        gs = torch.autograd.grad(y, [d[n] for n in names], dy.double())
+        return {n: g.float() for n, g in zip(names, gs)}
+
+    def rel(self, a, ref):
+        """||a - ref|| / ||ref|| accumulated in float64 a leading index at a time (large tensors)."""
+        if a is None or ref is None:
+            return None
+        num = den = 0.0
+        rows = [(a, ref)] if a.dim() < 2 or a.numel() < (1 << 24) else zip(a, ref)
+        for x, r in rows:
+            x, r = x.detach().double(), r.detach().double()
+            num += float((x - r).pow(2).sum())
+            den += float(r.pow(2).sum())
+        return math.sqrt(num / den) if den > 0 else float("nan")
+
+    def poison(self, b, l):
+        """Hand NaN-filled blocks of y's and the state's sizes back to the caching allocator, so that an
+        element the kernel leaves unwritten shows up in the check."""
+        torch = self.torch
+        t = [torch.full((b, l, H, P), float("nan"), device=self.dev, dtype=torch.bfloat16),
+             torch.full((b, H, P, N), float("nan"), device=self.dev)]
+        del t
+
+    def scan_module(self):
+        try:
+            from holotron.kernels import ssd_triton_scan as T
+        except Exception as e:  # noqa: BLE001  (the new kernel may not be there yet: say so)
+            emit("fail", dict(what="holotron.kernels.ssd_triton_scan", error=f"{type(e).__name__}: {e}"))
+            return None
+        cfg = getattr(T, "SCAN_CONFIG", None)
+        if cfg is None or not {"Q", "BLOCK_P", "num_warps", "num_stages"} <= set(cfg):
+            print(f"# note: ssd_triton_scan.SCAN_CONFIG is {cfg}: not the keys Q, BLOCK_P, num_warps, num_stages "
+                  "(an older kernel?); swept keys are set anyway", flush=True)
+        return T
+
+    def set_config(self, T, base, cfg):
+        T.SCAN_CONFIG.clear()
+        T.SCAN_CONFIG.update({**base, **cfg})
+
+    def ours(self, kw):
+        from holotron.kernels import ssd_scan
+        return lambda: ssd_scan(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], D=kw["D"], dt_bias=kw["dt_bias"],
+                                dt_softplus=True, chunk_size=Q, backend="triton")
+
+    def peers(self):
+        import peers
+        if not self.cuda:
+            peers.cpu_shims()
+        mamba, mver = peers.load_mamba()
+        fla, fver = peers.load_fla(dry=not self.cuda)
+        for f, v in ((mamba, mver), (fla, fver)):
+            if f is None:
+                print("#", v, flush=True)
+                emit("fail", dict(what="peer", error=v))
+        emit("meta", dict(mamba_ssm=mver if mamba else None, fla=fver if fla else None))
+        return peers, mamba, fla
+
+    def late(self, slack=0.0):
+        return time.time() > self.state.get("deadline", 1e18) - slack
+
+    # ---------------------------------------------------------------- sections
+    def ceilings(self):
+        import platform
+
+        import triton
+        torch = self.torch
+        meta = dict(torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
+                    gpu=torch.cuda.get_device_name() if self.cuda else "cpu (dry run)")
+        try:
+            from holotron.kernels import ssd_triton_backward as TB
+            meta["bwd_config"] = dict(getattr(TB, "BWD_CONFIG", {}))
+        except Exception as e:  # noqa: BLE001
+            meta["bwd_config"] = f"ssd_triton_backward not importable: {type(e).__name__}"
+        T = self.scan_module()
+        meta["scan_config_default"] = dict(T.SCAN_CONFIG) if T is not None else None
+        emit("meta", meta)
+        bw, mm = self.copy_bandwidth(), self.matmul_rate()
+        emit("ceilings", dict(copy_Bps=bw, bf16_matmul_flops=mm))
+        print(f"# {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}  copy {bw / 1e9:.0f} GB/s  "
+              f"bf16 matmul {mm / 1e12:.0f} TFLOP/s", flush=True)
+
+    def copy_bandwidth(self):
+        """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
+        n = (1 << 28) if self.cuda else (1 << 22)
+        src = self.torch.randn(n, device=self.dev)
+        dst = self.torch.empty_like(src)
+        return 2 * n * 4 / (self.bench(lambda: dst.copy_(src)) * 1e-3)
+
+    def matmul_rate(self):
+        """FLOP/s of a bf16 8192^3 matmul on random data."""
+        m = 8192 if self.cuda else 256
+        a = self.torch.randn(m, m, device=self.dev, dtype=self.torch.bfloat16)
+        b = self.torch.randn(m, m, device=self.dev, dtype=self.torch.bfloat16)
+        return 2 * m**3 / (self.bench(lambda: a @ b) * 1e-3)
+
+    def sweep(self):
+        torch = self.torch
+        T = self.scan_module()
+        if T is None:
+            return
+        base = dict(T.SCAN_CONFIG)
+        data = {}
+        for b, l in SHAPES:
+            kw = self.inputs(b, l, seed=11)
+            data[(b, l)] = (kw, *self.reference(kw))
+        print(f"# sweep: {len(self.state['configs'])} configs x {len(SHAPES)} shapes; references ready", flush=True)
+        for cfg in self.state["configs"]:
+            if self.late(5):
+                print("# sweep: out of time", flush=True)
+                break
+            emit("start", cfg)
+            self.set_config(T, base, cfg)
+            row, t0 = dict(config=cfg, shapes=[]), time.time()
+            for (b, l), (kw, y_ref, s_ref) in data.items():
+                r = dict(b=b, l=l, ok=False)
+                try:
+                    self.poison(b, l)
+                    f = self.ours(kw)
+                    y, s = f()
+                    self.sync()
+                    r["y_err"], r["state_err"] = self.rel(y, y_ref), self.rel(s, s_ref)
+                    finite = bool(torch.isfinite(y).all() and torch.isfinite(s).all())
+                    r["ok"] = finite and r["y_err"] < TOL and r["state_err"] < TOL
+                    del y, s
+                    if r["ok"]:
+                        r["ms"] = self.bench(f, rep=self.state.get("sweep_rep", 25.0) if self.cuda else 1)
+                    else:
+                        r["why"] = "not finite" if not finite else "wrong output"
+                except Exception as e:  # noqa: BLE001  (a config that does not compile or launch: recorded)
+                    r["why"] = f"{type(e).__name__}: {str(e)[:300]}"
+                    if "illegal" in str(e).lower() or "cuda error" in str(e).lower():
+                        row["shapes"].append(r)
+                        emit("cfg", dict(row, s=time.time() - t0))
+                        print(f"# sweep {cfg}: {r['why'][:120]}: the CUDA context is gone, stopping", flush=True)
+                        sys.exit(3)
+                row["shapes"].append(r)
+                if not r["ok"]:
+                    break  # wrong somewhere: out of the race
+            emit("cfg", dict(row, s=time.time() - t0))
+            print(f"# sweep {cfg}: " + ", ".join(
+                f"{r['b']}x{r['l']} " + (f"{r['ms']:.3f} ms" if r.get("ms") is not None else r.get("why", "?")[:60])
+                for r in row["shapes"]) + f"  ({time.time() - t0:.1f} s)", flush=True)
+
+    def fwd(self):
+        T = self.scan_module()
+        peers, mamba, fla = self.peers()
+        base = dict(T.SCAN_CONFIG) if T is not None else {}
+        first = set()  # libraries whose first call (in this process, empty Triton cache) was timed
+        for b, l in SHAPES:
+            emit("fwd", self.fwd_shape(b, l, T, base, peers, mamba, fla, first))
+            first |= {"ours", "mamba_ssm", "fla"}  # a library that failed its first call has no first-call time
+            if self.cuda:
+                self.torch.cuda.empty_cache()
+
+    def fwd_shape(self, b, l, T, base, peers, mamba, fla, first):
+        torch = self.torch
+        kw = self.inputs(b, l, seed=3)
+        y_ref, s_ref = self.reference(kw)
+        row = dict(b=b, l=l, ours={})
+        libs = []
+        if T is not None:
+            for cfg in [{}] + [c for c in self.state.get("best", {}).get(f"{b}x{l}", []) if c]:
+                libs.append(("ours " + json.dumps(cfg, sort_keys=True), cfg, self.ours(kw)))
+        if mamba is not None:
+            libs.append(("mamba_ssm", None, lambda: peers.mamba_call(mamba, kw)))
+        if fla is not None:
+            fa = peers.fla_prepare(kw, H)
+            libs.append(("fla", None, lambda: peers.fla_call(fla, fa)))
+        for name, cfg, f in libs:
+            try:
+                if cfg is not None:
+                    self.set_config(T, base, cfg)
+                t = time.perf_counter()
+                y, s = f()
+                self.sync()
+                lib = name.split(" ")[0]
+                if lib not in first:  # this process's first call of the library, its Triton cache empty
+                    first.add(lib)
+                    emit("first_call", dict(lib=lib, what="forward", b=b, l=l, s=time.perf_counter() - t))
+                if name == "fla":  # no D term: its reference is ours less D x
+                    Dx = kw["D"][:, None] * kw["x"].float()
+                    e = dict(y_err=self.rel(y, y_ref - Dx), state_err=self.rel(s, s_ref),
+                             y_err_with_Dx_added=self.rel(y.float() + Dx, y_ref))
+                else:
+                    e = dict(y_err=self.rel(y, y_ref), state_err=self.rel(s, s_ref))
+                y = s = Dx = None
+                rec = dict(ms=self.bench(f), **e)
+                if name.startswith("ours"):
+                    rec["config"] = cfg
+                    row["ours"][name[5:]] = rec
+                else:
+                    row[name] = rec
+                print(f"# fwd {b}x{l} {name}: {rec['ms']:.3f} ms, y err {e['y_err']:.2e}, state err "
+                      f"{e['state_err']:.2e}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"# fwd {b}x{l} {name} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                row.setdefault("errors", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        timed = {k: v for k, v in row["ours"].items() if v.get("ms") is not None}
+        if timed:
+            k = min(timed, key=lambda k: timed[k]["ms"])
+            row["ours_best"] = dict(timed[k], key=k)
+            row["ours_auto"] = row["ours"].get("{}")
+            if self.cuda and (b, l) == SHAPES[0]:  # in a CUDA graph: no host time in the figure
+                for tag, cfg in (("auto", {}), ("best", timed[k]["config"])):
+                    try:
+                        self.set_config(T, base, cfg)
+                        g, (yg, sg) = capture(self.ours(kw))
+                        g.replay()
+                        self.sync()
+                        y, s = self.ours(kw)()
+                        row[f"graph_{tag}_ms"] = self.bench(g.replay)
+                        row[f"graph_{tag}_equal"] = bool(torch.equal(yg, y) and torch.equal(sg, s))
+                    except Exception as e:  # noqa: BLE001
+                        row[f"graph_{tag}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        if T is not None:
+            self.set_config(T, base, {})
+        return row
+
+    def fwdbwd(self):
+        T = self.scan_module()
+        peers, mamba, fla = self.peers()
+        for i, (b, l) in enumerate(SHAPES):
+            emit("fwdbwd", self.fwdbwd_shape(b, l, T is not None, peers, mamba, fla, first=i == 0))
+            if self.cuda:
+                self.torch.cuda.empty_cache()
+
+    def fwdbwd_shape(self, b, l, ours, peers, mamba, fla, first):
+        torch = self.torch
+        kw = self.inputs(b, l, seed=5, grad=True)
+        dy = torch.randn(kw["x"].shape, device=self.dev, generator=torch.Generator(self.dev).manual_seed(6))
+        dy = dy.bfloat16()
+        leaves = [kw[n] for n in GRAD_NAMES]
+        fns = []
+        if ours:
+            fns.append(("ours", lambda: torch.autograd.grad(self.ours(kw)()[0], leaves, dy)))
+        if mamba is not None:
+            fns.append(("mamba_ssm", lambda: torch.autograd.grad(peers.mamba_call(mamba, kw, False), leaves, dy)))
+        if fla is not None:
+            fa = {n: v.detach().requires_grad_(True) for n, v in peers.fla_prepare(kw, H).items()}
+            fns.append(("fla", lambda: torch.autograd.grad(peers.fla_call(fla, fa, False), list(fa.values()), dy)))
+        row = dict(b=b, l=l)
+        for name, f in fns:
+            try:
+                t = time.perf_counter()
+                f()
+                self.sync()
+                if first:  # this process's first call of the library, its Triton cache empty
+                    emit("first_call", dict(lib=name, what="forward+backward", b=b, l=l, s=time.perf_counter() - t))
+                row[name] = dict(ms=self.bench(f))
+                print(f"# fwd+bwd {b}x{l} {name}: {row[name]['ms']:.3f} ms", flush=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"# fwd+bwd {b}x{l} {name} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                row.setdefault("errors", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        if first:
+            self.grad_accuracy(kw, dy, peers, mamba, fla, ours)
+        return row
+
+    def grad_accuracy(self, kw, dy, peers, mamba, fla, ours):
+        """Every gradient of each library against float64 autograd through the chunked scan, same inputs."""
+        torch = self.torch
+        b, l = kw["x"].shape[:2]
+        try:
+            ref = self.grad_reference(kw, dy)
+            ref_noD = self.grad_reference(kw, dy, with_D=False) if fla is not None else None
+        except Exception as e:  # noqa: BLE001
+            emit("fail", dict(what="float64 gradient reference", error=f"{type(e).__name__}: {str(e)[:300]}"))
+            return
+        leaves = [kw[n] for n in GRAD_NAMES]
+        runs = []
+        if ours:
+            runs.append(("ours", lambda: self.ours(kw)()[0], GRAD_NAMES, ref))
+        if mamba is not None:
+            runs.append(("mamba_ssm", lambda: peers.mamba_call(mamba, kw, False), GRAD_NAMES, ref))
+        if fla is not None:  # through the expansion q = C, k = B dt, g = dt A: no D
+            runs.append(("fla", lambda: peers.fla_call(fla, peers.fla_prepare(kw, H), False),
+                         [n for n in GRAD_NAMES if n != "D"], ref_noD))
+        for name, f, names, r in runs:
+            row = dict(lib=name, b=b, l=l)
+            try:
+                y = f()
+                gs = torch.autograd.grad(y, [kw[n] for n in names], dy, allow_unused=True)
+                for n, g in zip(names, gs):
+                    row[f"d{n}"] = self.rel(g, r[n]) if g is not None else None
+                    if g is not None and not bool(torch.isfinite(g).all()):
+                        row[f"d{n}"] = float("nan")
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            emit("grad_accuracy", row)
+            print(f"# grad error {name}: " + ", ".join(f"{k} {v:.2e}" for k, v in row.items()
+                                                         if k.startswith("d") and isinstance(v, float)), flush=True)
+        del leaves, ref, ref_noD
+
+    def step(self):
+        """ssd_step in a CUDA graph over distinct per-layer states (no L2 reuse), and eager; fp32 and bf16 state."""
+        bw = self.state["ceilings"].get("copy_Bps") or self.copy_bandwidth()
+        for b in STEP_B:
+            for sdt in ("fp32", "bf16"):
+                emit("step", self.step_one(b, sdt, bw))
+            if self.cuda:
+                self.torch.cuda.empty_cache()
+
+    def step_one(self, b, sname, bw):
+        torch = self.torch
+        from holotron.kernels import ssd_step
+        from holotron.kernels import ssd_triton_step as TS
+        kw = self.inputs(b, 1, seed=1)
+        x, dt, B, C = (kw[k][:, 0] for k in ("x", "dt", "B", "C"))
+        sdt = dict(fp32=torch.float32, bf16=torch.bfloat16)[sname]
+        sbytes = b * H * P * N * sdt.itemsize
+        layers = max(2, min(32, math.ceil(400e6 / sbytes)))
+        states = [torch.randn(b, H, P, N, device=self.dev).to(sdt) for _ in range(layers)]
+        fn = lambda st: ssd_step(st, x, dt, kw["A"], B, C, D=kw["D"], dt_bias=kw["dt_bias"], dt_softplus=True,
+                                 backend="triton")
+        row = dict(b=b, state_dtype=sname, config=dict(getattr(TS, "STEP_CONFIG", {})), layers=layers)
+        try:
+            if self.cuda:
+                g, _ = capture(lambda: [fn(st) for st in states])
+                row["graph_us"] = self.bench(g.replay) * 1e3 / layers
+            else:
+                row["graph_us"] = self.bench(lambda: [fn(st) for st in states]) * 1e3 / layers
+            row["eager_us"] = self.bench(lambda: fn(states[0])) * 1e3
+            bytes_step = 2 * sbytes + 2 * (2 * b * H * P + 2 * b * G * N + b * H)  # state read + written
+            row.update(bytes=bytes_step, TBps=bytes_step / row["graph_us"] / 1e6, floor_us=bytes_step / bw * 1e6,
+                       mamba_ssm_quoted_us=MAMBA_SSM_STEP_US.get(b) if sname == "fp32" else None)
+            print(f"# step b{b} {sname}: graph {row['graph_us']:.2f} us/layer, eager {row['eager_us']:.1f} us",
+                  flush=True)
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"# step b{b} {sname} failed: {row['error']}", flush=True)
+        return row
 
 
 def capture(f):
@@ -126,350 +733,113 @@ def capture(f):
     return g, out
 
 
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt())
+# ============================================================================ tables and the chart
 
 
-def smoke():
-    """Each scan path once at a real shape, and a packed one; a hang here is a bug in the waits."""
-    import torch
-
-    from holotron.kernels import ssd_scan
-    dev = torch.device(DEVICE)
-    kw = inputs(2, 1024, torch.bfloat16, dev)
-    x, dt, A, B, C = (kw.pop(k) for k in ("x", "dt", "A", "B", "C"))
-    y, s = ssd_scan(x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)
-    cu = torch.tensor([0, 300, 301, 1024], device=dev)
-    y2, s2 = ssd_scan(x[:1], dt[:1], A, B[:1], C[:1], dt_softplus=True, cu_seqlens=cu, backend="triton", **kw)
-    torch.cuda.synchronize()
-    print("smoke ok", bool(torch.isfinite(y).all()), bool(torch.isfinite(y2).all()))
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="the 12B layer shapes only, no sweeps or variants")
-    ap.add_argument("--unfused", action="store_true", help="the four-kernel scan (when the fused one hangs)")
-    ap.add_argument("--step-only", action="store_true",
-                    help="copy bandwidth and the decode step (fp32 and bf16 state) only")
-    ap.add_argument("--cb-compare", action="store_true",
-                    help="only the fused scan with and without SCAN_CONFIG['cb'] at the 12B layer shapes, "
-                         "time and accuracy")
-    ap.add_argument("--plot", default=None)
-    ap.add_argument("--budget", type=float, default=1e9, help="seconds; later sections are skipped past it")
-    ap.add_argument("--png", default="docs/ssd_scan_time.png")
-    args = ap.parse_args()
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    if args.plot:
-        return plot(args.plot, args.png)
-    if args.smoke:
-        return smoke()
-    run(args)
-
-
-def run(args):
-    import torch
-    import triton
-    from triton.testing import do_bench
-
-    from holotron.kernels import ssd_scan, ssd_step
-    from holotron.kernels import ssd_triton_scan as T
-    from holotron.kernels import ssd_triton_step as TS
-
-    if args.unfused:
-        T.SCAN_CONFIG["fused"] = False
-    dev = torch.device(DEVICE)
-    t_start = time.perf_counter()
-    late = lambda frac: time.perf_counter() - t_start > frac * args.budget  # noqa: E731
-    torch.backends.cuda.matmul.allow_tf32 = False
-    bw = copy_bandwidth(dev)
-    mm = None if args.step_only else matmul_rate(dev)
-    fla, fla_ver = (None, None) if args.step_only or args.cb_compare else load_fla()
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                fla=fla_ver, copy_GBps=bw / 1e9, bf16_matmul_TFLOPs=mm and mm / 1e12,
-                date=time.strftime("%Y-%m-%d"), command=" ".join(sys.argv))
-    print(f"# {meta['gpu']}  torch {meta['torch']}  triton {meta['triton']}  fla {fla_ver}  "
-          f"copy {bw / 1e9:.0f} GB/s  bf16 matmul {'-' if mm is None else f'{mm / 1e12:.0f}'} TFLOP/s", flush=True)
-    out = dict(meta=meta, accuracy=[], scan=[], variants=[], step=[], first_call=[], cb_compare=[])
-    os.makedirs(args.out, exist_ok=True)
-
-    def save():
-        with open(os.path.join(args.out, "bench_ssd.json"), "w") as fh:
-            json.dump(out, fh, indent=1)
-
-    def ours(kw):
-        k = dict(kw)
-        x, dt, A, B, C = (k.pop(n) for n in ("x", "dt", "A", "B", "C"))
-        return lambda: ssd_scan(x, dt, A, B, C, dt_softplus=True, chunk_size=Q, backend="triton", **k)
-
-    def bench(fn, rep=200):
-        return do_bench(fn, warmup=25, rep=rep, return_mode="median")
-
-    if args.cb_compare:
-        cb_compare(out, args, T, ours, bench, late, dev, save)
-        return
-
-    if not args.step_only:
-        # ---- first call (compile) at a new shape, and accuracy vs float64 at the real shape
-        kw = inputs(1, 4096, torch.bfloat16, dev, seed=1)
-        t = time.perf_counter()
-        ours(kw)()
-        torch.cuda.synchronize()
-        out["first_call"].append(dict(what="ssd_scan first call b1 L4096 (compile, cold cache)",
-                                      s=time.perf_counter() - t))
-        t = time.perf_counter()
-        ours(inputs(2, 3000, torch.bfloat16, dev, seed=2))()
-        torch.cuda.synchronize()
-        out["first_call"].append(dict(what="ssd_scan first call at a second shape b2 L3000", s=time.perf_counter() - t))
-        print("# first calls:", [f"{r['what']}: {r['s']:.2f} s" for r in out["first_call"]], flush=True)
-
-        for b, l in [(1, 4096), (2, 8192)]:
-            kw = inputs(b, l, torch.bfloat16, dev, seed=3)
-            kw["D"] = None  # the peer has no D term: compare like with like
-            k64 = {n: (v.double() if torch.is_tensor(v) and n != "A" else v) for n, v in kw.items()}
-            from holotron.kernels import ssd_scan as S
-            y_ref, s_ref = S(k64["x"], k64["dt"], kw["A"], k64["B"], k64["C"], dt_bias=k64["dt_bias"], dt_softplus=True,
-                             chunk_size=Q, backend="chunked")
-            row = dict(shape=f"b{b} L{l}")
-            for name, cfg in (("fused", dict(fused=True)), ("fused cb", dict(cb=True)),
-                              ("four-kernel", dict(fused=False))):
-                old = dict(T.SCAN_CONFIG)
-                T.SCAN_CONFIG.update(cfg)
-                y, s = ours(kw)()
-                T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update(old)
-                row[f"{name} y"], row[f"{name} state"] = rel(y, y_ref), rel(s, s_ref)
-            if fla is not None:
-                o, ht = fla(**fla_args(kw))
-                row["fla y"], row["fla state"] = rel(o, y_ref), rel(ht.transpose(-1, -2), s_ref)
-            out["accuracy"].append(row)
-            print("# relative RMS error vs float64:",
-                  {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-            del k64, y_ref, s_ref
-        save()
-
-        # ---- variants of the fused scan's launch settings
-        base = dict(T.SCAN_CONFIG)
-        variants = [dict(), dict(P_TILE=16), dict(P_TILE=16, num_warps=4), dict(P_TILE=32),
-                    dict(state_ops="half"), dict(P_TILE=16, state_ops="half"), dict(BLOCK_M=128), dict(num_warps=4),
-                    dict(cb=True), dict(cb="half"), dict(fused=False)]
-        if args.quick:
-            variants = [dict()]
-        for b, l in ([(1, 4096), (8, 16384)] if not args.quick else []):
-            kw = inputs(b, l, torch.bfloat16, dev)
-            for v in variants:
-                if late(0.45) or (b > 1 and v.get("fused") is False):
-                    continue
-                T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update({**base, **v})
-                try:
-                    ms = bench(ours(kw), rep=100)
-                except Exception as e:  # noqa: BLE001  (a config that does not compile: say so, go on)
-                    print(f"# variant {v} failed: {type(e).__name__}: {str(e)[:200]}")
-                    ms = None
-                out["variants"].append(dict(shape=f"b{b} L{l}", config=v, ms=ms))
-                print(f"# variant b{b} L{l} {v}: {ms}", flush=True)
-            del kw
-        best, score = dict(), {}
-        for r in out["variants"]:  # the fused config with the least time relative to the best, summed over shapes
-            if r["ms"] is not None and r["config"].get("fused", True):
-                fastest = min(q["ms"] for q in out["variants"] if q["shape"] == r["shape"] and q["ms"] is not None)
-                score.setdefault(json.dumps(r["config"], sort_keys=True), []).append(r["ms"] / fastest)
-        full = {k: sum(v) for k, v in score.items() if len(v) == max(map(len, score.values()))}
-        if full:
-            best = json.loads(min(full, key=full.get))
-        T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update({**base, **best})
-        meta["scan_config"] = dict(T.SCAN_CONFIG)
-        print("# scan config:", T.SCAN_CONFIG, flush=True)
-        save()
-
-        # ---- the scan at the four benchmark shapes and the sweeps, next to the peer and the floor
-        shapes = list(SHAPES)
-        if not args.quick:
-            shapes += ([(1, l) for l in SWEEP_L if (1, l) not in shapes]
-                       + [(b, 4096) for b in SWEEP_B if (b, 4096) not in shapes])
-        for b, l in shapes:
-            if late(0.6) and (b, l) not in SHAPES:
-                print(f"# skipped b{b} L{l}: over the time budget")
-                continue
-            kw = inputs(b, l, torch.bfloat16, dev)
-            ms = bench(ours(kw))
-            row = dict(b=b, l=l, ms=ms, GBps=scan_bytes(b, l) / ms / 1e6, TFLOPs=scan_flops(b, l) / ms / 1e9,
-                       floor_bytes_ms=scan_bytes(b, l) / bw * 1e3, floor_flops_ms=scan_flops(b, l) / mm * 1e3,
-                       mamba_ssm_quoted_ms=MAMBA_SSM_MS.get((b, l)))
-            row["floor_ms"] = max(row["floor_bytes_ms"], row["floor_flops_ms"])
-            if fla is not None and not late(0.6):
-                fa = fla_args(kw)
-                t = time.perf_counter()
-                fla(**fa)
-                torch.cuda.synchronize()
-                row["fla_first_call_s"] = time.perf_counter() - t
-                row["fla_ms"] = bench(lambda: fla(**fa))
-                del fa
-            if (b, l) == (1, 4096):  # the scan captured in a CUDA graph: no host time in the figure
-                g, _ = capture(ours(kw))
-                row["graph_ms"] = bench(g.replay)
-            out["scan"].append(row)
-            print(f"# scan b{b} L{l}: {ms:.3f} ms  fla {row.get('fla_ms')}  floor {row['floor_ms']:.3f}", flush=True)
-            del kw
-            torch.cuda.empty_cache()
-            save()
-
-    # ---- the decode step, in a CUDA graph over distinct per-layer states (no L2 reuse), and eager; the
-    # state in fp32 and in bf16 (fp32 math, stored rounded: half the bytes)
-    step_variants = [dict(BLOCK_P=16, num_warps=4), dict(BLOCK_P=8, num_warps=2)]
-    if args.quick:
-        step_variants = [dict(TS.STEP_CONFIG)]
-    for b in STEP_B:
-        if late(0.85):
-            break
-        kw = inputs(b, 1, torch.bfloat16, dev, seed=1)
-        x, dt, A, B, C = (kw.pop(k)[:, 0] if k != "A" else kw.pop(k) for k in ("x", "dt", "A", "B", "C"))
-        for sdt, sname in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-            sbytes = b * H * P * N * sdt.itemsize
-            layers = max(2, min(32, math.ceil(400e6 / sbytes)))
-            states = [torch.randn(b, H, P, N, device=dev).to(sdt) for _ in range(layers)]
-            for v in step_variants:
-                TS.STEP_CONFIG.update(v)
-                fn = lambda st: ssd_step(st, x, dt, A, B, C, dt_softplus=True, backend="triton", **kw)  # noqa: E731
-                # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
-                g, _ = capture(lambda: [fn(st) for st in states])  # noqa: F821
-                us = bench(g.replay) * 1e3 / layers
-                eager_us = bench(lambda: fn(states[0])) * 1e3  # noqa: F821
-                bytes_step = 2 * sbytes + 2 * (2 * b * H * P + 2 * b * G * N + b * H)  # state read + written
-                row = dict(b=b, state_dtype=sname, config=dict(v), layers=layers, graph_us=us, eager_us=eager_us,
-                           state_bytes=2 * sbytes, bytes=bytes_step, TBps=bytes_step / us / 1e6,
-                           floor_us=bytes_step / bw * 1e6,
-                           mamba_ssm_quoted_us=MAMBA_SSM_STEP_US.get(b) if sname == "fp32" else None)
-                ref = [r for r in out["step"]
-                       if r["b"] == b and r["config"] == row["config"] and r["state_dtype"] == "fp32"]
-                row["speedup_vs_fp32"] = ref[-1]["graph_us"] / us if ref and sname != "fp32" else None
-                out["step"].append(row)
-                sp = row["speedup_vs_fp32"]
-                print(f"# step b{b} {sname} state {v}: graph {us:.2f} us/layer ({row['TBps']:.2f} TB/s, floor "
-                      f"{row['floor_us']:.2f} us), eager {eager_us:.1f} us"
-                      + ("" if sp is None else f", x{sp:.2f} vs fp32"),
-                      flush=True)
-            del states
-            torch.cuda.empty_cache()
-        save()
-
-    # ---- tables
-    if out["scan"]:
-        print_scan_table(out["scan"])
-    print_step_table(out["step"])
-    save()
-
-
-def print_scan_table(rows):
-    print("\n| batch x seqlen | ours ms | graph ms | FLA ms (measured) | mamba_ssm ms (quoted) | floor ms | x floor | "
-          "FLA / ours | mamba_ssm / ours | GB/s | TFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
-    for r in rows:
-        fl, mb = r.get("fla_ms"), r.get("mamba_ssm_quoted_ms")
-        print(f"| {r['b']} x {r['l']} | {r['ms']:.3f} | {f(r.get('graph_ms'), '.3f')} | {f(fl, '.3f')} | "
-              f"{f(mb, '.2f')} | {r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | "
-              f"{f(fl and fl / r['ms'], '.2f')} | {f(mb and mb / r['ms'], '.2f')} | {r['GBps']:.0f} | "
-              f"{r['TFLOPs']:.0f} |")
-
-
-def _fmt(v, fmt):
+def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
-def print_step_table(rows):
-    print("\n| batch | state | step config | graph us/layer | state MB moved | TB/s | floor us | x floor | "
-          "speed-up vs fp32 state | mamba_ssm us (quoted) | eager us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['b']} | {r.get('state_dtype', 'fp32')} | {r['config']} | {r['graph_us']:.2f} | "
-              f"{_fmt(r.get('state_bytes') and r['state_bytes'] / 1e6, '.1f')} | {r['TBps']:.2f} | "
-              f"{r['floor_us']:.2f} | {r['graph_us'] / r['floor_us']:.2f} | {_fmt(r.get('speedup_vs_fp32'), '.2f')} | "
-              f"{_fmt(r['mamba_ssm_quoted_us'], '.1f')} | {r['eager_us']:.1f} |")
+def _ratio(a, b):
+    return None if not a or not b else a / b
 
 
-CB_MODES = [("per head", dict(cb=False)), ("cb fp32", dict(cb=True)), ("cb half", dict(cb="half"))]
+def print_tables(out):
+    c = out["ceilings"]
+    m = out["meta"]
+    print(f"\n# {m.get('gpu')} | torch {m.get('torch')} | triton {m.get('triton')} | {m.get('mamba_ssm')} | "
+          f"{m.get('fla')} | copy {_f(c.get('copy_Bps') and c['copy_Bps'] / 1e9, '.0f')} GB/s | bf16 matmul "
+          f"{_f(c.get('bf16_matmul_flops') and c['bf16_matmul_flops'] / 1e12, '.0f')} TFLOP/s")
+    bw, mm = c.get("copy_Bps"), c.get("bf16_matmul_flops")
+    floor = lambda nb, nf: max(nb / bw, nf / mm) * 1e3 if bw and mm else None
 
+    if out["sweep"]:
+        nshapes = len({(s["b"], s["l"]) for r in out["sweep"] for s in r.get("shapes", [])})
+        ok = [r for r in out["sweep"] if not r.get("crashed") and len(r["shapes"]) == nshapes
+              and all(s.get("ok") for s in r["shapes"])]
+        why = lambda r: "crashed" if r.get("crashed") else next(
+            (s.get("why", "?")[:50] for s in r["shapes"] if not s.get("ok")), "not every shape")
+        bad = [f"{json.dumps(r['config'], sort_keys=True)}: {why(r)}" for r in out["sweep"] if r not in ok]
+        print(f"\n## sweep: {len(out['sweep'])} configs, {len(ok)} right and timed at every shape; failed or "
+              f"crashed: {'; '.join(bad[:8]) or 'none'}{' ...' if len(bad) > 8 else ''}")
+        shapes = sorted({(s["b"], s["l"]) for r in ok for s in r["shapes"]})
+        if shapes:
+            print("| config | " + " | ".join(f"{b}x{l} ms" for b, l in shapes) + " | sum / best sum |")
+            print("|---" * (len(shapes) + 2) + "|")
+            tot = {json.dumps(r["config"], sort_keys=True): sum(s["ms"] for s in r["shapes"]) for r in ok}
+            bsum = min(tot.values())
+            for r in sorted(ok, key=lambda r: tot[json.dumps(r["config"], sort_keys=True)])[:6]:
+                ms = {(s["b"], s["l"]): s["ms"] for s in r["shapes"]}
+                print(f"| {json.dumps(r['config'], sort_keys=True) if r['config'] else 'auto'} | "
+                      + " | ".join(_f(ms.get(s), ".3f") for s in shapes)
+                      + f" | {tot[json.dumps(r['config'], sort_keys=True)] / bsum:.3f} |")
 
-def cb_compare(out, args, T, ours, bench, late, dev, save):
-    """The fused scan at the four benchmark shapes with C B^T recomputed per head (today's default) and computed
-    once per (chunk, group) by _chunk_cb (SCAN_CONFIG["cb"]: True = fp32 buffer, "half" = bf16 buffer):
-    median ms of each, eager and (1 x 4096) in a CUDA graph, and the relative RMS error of y and of
-    the final state vs the chunked scan in float64 (computed one batch row at a time)."""
-    import torch
+    if out["fwd"]:
+        print("\n## forward (ms; error = relative RMS vs float64: y / final state)")
+        print("| b x l | ours best | its config | ours auto | graph (auto) | mamba_ssm | FLA | floor | best / floor | "
+              "mamba_ssm / ours | FLA / ours | ours err | mamba_ssm err | FLA err |")
+        print("|---" * 14 + "|")
+        for r in out["fwd"]:
+            b, l = r["b"], r["l"]
+            ob, oa = r.get("ours_best") or {}, r.get("ours_auto") or {}
+            mb, fl = r.get("mamba_ssm") or {}, r.get("fla") or {}
+            rb = lambda d: _f(_ratio(d.get("ms"), ob.get("ms")), ".2f")
+            fm = floor(scan_bytes(b, l), scan_flops(b, l))
+            err = lambda d: f"{_f(d.get('y_err'), '.1e')} / {_f(d.get('state_err'), '.1e')}" if d else "-"
+            print(f"| {b}x{l} | {_f(ob.get('ms'), '.3f')} | {json.dumps(ob.get('config')) if ob else '-'} | "
+                  f"{_f(oa.get('ms'), '.3f')} | {_f(r.get('graph_auto_ms'), '.3f')} | {_f(mb.get('ms'), '.3f')} | "
+                  f"{_f(fl.get('ms'), '.3f')} | {_f(fm, '.3f')} | {_f(_ratio(ob.get('ms'), fm), '.2f')} | "
+                  f"{rb(mb)} | {rb(fl)} | "
+                  f"{err(oa or ob)} | {err(mb)} | {err(fl)} |")
 
-    from holotron.kernels import ssd_scan
-    base = dict(T.SCAN_CONFIG)
-    for b, l in SHAPES:
-        if late(0.7):
-            print(f"# cb-compare: skipped b{b} L{l}: over the time budget", flush=True)
-            continue
-        kw = inputs(b, l, torch.bfloat16, dev, seed=3)
-        row = dict(b=b, l=l, config=base)
-        res = {}
-        for name, v in CB_MODES:
-            T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update({**base, **v})
-            try:
-                f = ours(kw)
-                res[name] = f()
-                row[f"{name} ms"] = bench(f, rep=100)
-                if (b, l) == SHAPES[0]:  # (1 x 4096) captured in a CUDA graph (no host sync), replay equals eager
-                    g, (yg, sg) = capture(f)
-                    g.replay()
-                    torch.cuda.synchronize()
-                    row[f"{name} graph ms"] = bench(g.replay, rep=100)
-                    row[f"{name} graph == eager"] = bool(torch.equal(yg, res[name][0])
-                                                         and torch.equal(sg, res[name][1]))
-                    del g, yg, sg
-            except Exception as e:  # noqa: BLE001  (report and go on: the other modes still tell)
-                print(f"# cb-compare b{b} L{l} {name} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                row[f"{name} ms"] = None
-                res.pop(name, None)
-        T.SCAN_CONFIG.clear(), T.SCAN_CONFIG.update(base)
-        if not late(0.85):  # accuracy vs float64, a batch row at a time (the float64 scan is large)
-            sq = {name: [0.0, 0.0, 0.0, 0.0] for name in res}
-            for i in range(b):
-                k64 = {n: (v[i:i + 1].double() if torch.is_tensor(v) and v.dim() > 1 else v) for n, v in kw.items()}
-                x, dt, A, B, C = (k64.pop(n) for n in ("x", "dt", "A", "B", "C"))
-                y_ref, s_ref = ssd_scan(x, dt, A, B, C, dt_softplus=True, chunk_size=Q, backend="chunked", **k64)
-                for name, (y, s) in res.items():
-                    a = sq[name]
-                    a[0] += float((y[i:i + 1].double() - y_ref).pow(2).sum())
-                    a[1] += float(y_ref.pow(2).sum())
-                    a[2] += float((s[i:i + 1].double() - s_ref).pow(2).sum())
-                    a[3] += float(s_ref.pow(2).sum())
-                del x, dt, B, C, k64, y_ref, s_ref
-            for name, a in sq.items():
-                row[f"{name} y err"], row[f"{name} state err"] = math.sqrt(a[0] / a[1]), math.sqrt(a[2] / a[3])
-        del kw, res
-        torch.cuda.empty_cache()
-        out["cb_compare"].append(row)
-        print("# cb-compare", {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items() if k != "config"},
-              flush=True)
-        save()
-    print_cb_table(out["cb_compare"])
-    save()
+    if out["fwdbwd"]:
+        print("\n## forward + backward (ms)")
+        print("| b x l | ours | mamba_ssm | FLA (q, k, v, g) | floor | ours / floor | mamba_ssm / ours | FLA / ours |")
+        print("|---" * 8 + "|")
+        for r in out["fwdbwd"]:
+            b, l = r["b"], r["l"]
+            o, mb, fl = (r.get(k, {}).get("ms") for k in ("ours", "mamba_ssm", "fla"))
+            fm = floor(fwdbwd_bytes(b, l), fwdbwd_flops(b, l))
+            print(f"| {b}x{l} | {_f(o, '.3f')} | {_f(mb, '.3f')} | {_f(fl, '.3f')} | {_f(fm, '.3f')} | "
+                  f"{_f(_ratio(o, fm), '.2f')} | {_f(_ratio(mb, o), '.2f')} | {_f(_ratio(fl, o), '.2f')} |")
+            if r.get("errors"):
+                print(f"|   errors: {r['errors']} |")
 
+    if out["grad_accuracy"]:
+        print("\n## gradient error (relative RMS vs float64 autograd through the chunked scan; FLA without D)")
+        names = [f"d{n}" for n in GRAD_NAMES]
+        print("| lib | b x l | " + " | ".join(names) + " |")
+        print("|---" * (len(names) + 2) + "|")
+        for r in out["grad_accuracy"]:
+            print(f"| {r['lib']} | {r['b']}x{r['l']} | " + " | ".join(_f(r.get(n), ".1e") for n in names) + " |"
+                  + (f" {r['error'][:100]}" if r.get("error") else ""))
 
-def print_cb_table(rows):
-    names = [n for n, _ in CB_MODES]
-    print("\n| batch x seqlen | " + " | ".join(f"{n} ms" for n in names) + " | " +
-          " | ".join(f"{n} speed-up" for n in names[1:]) + " | " + " | ".join(f"{n} y err" for n in names) + " | " +
-          " | ".join(f"{n} state err" for n in names) + " |")
-    print("|---" * (1 + 4 * len(names) - 1) + "|")
-    for r in rows:
-        t0 = r.get(f"{names[0]} ms")
-        sp = [(t0 / r[f"{n} ms"]) if t0 and r.get(f"{n} ms") else None for n in names[1:]]
-        print(f"| {r['b']} x {r['l']} | " + " | ".join(_fmt(r.get(f"{n} ms"), ".3f") for n in names) + " | " +
-              " | ".join(_fmt(v, ".3f") for v in sp) + " | " +
-              " | ".join(_fmt(r.get(f"{n} y err"), ".2e") for n in names) + " | " +
-              " | ".join(_fmt(r.get(f"{n} state err"), ".2e") for n in names) + " |")
-    for r in rows:
-        if any(k.endswith("graph ms") for k in r):
-            print(f"# {r['b']} x {r['l']} in a CUDA graph: " + ", ".join(
-                f"{n} {_fmt(r.get(f'{n} graph ms'), '.3f')} ms (replay == eager: {r.get(f'{n} graph == eager')})"
-                for n in names))
+    if out["first_call"]:
+        print("\n## first call (s, wall, compiles and autotuning included, empty Triton cache, fresh process)")
+        print("| lib | what | b x l | s |")
+        print("|---|---|---|---|")
+        for r in out["first_call"]:
+            print(f"| {r['lib']} | {r['what']} | {r['b']}x{r['l']} | {r['s']:.2f} |")
+
+    if out["step"]:
+        print("\n## decode step (us per layer in a CUDA graph)")
+        print("| batch | state | graph us | TB/s | floor us | x floor | mamba_ssm us (quoted) | eager us |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in out["step"]:
+            if r.get("error"):
+                print(f"| {r['b']} | {r['state_dtype']} | failed: {r['error'][:80]} |")
+                continue
+            print(f"| {r['b']} | {r['state_dtype']} | {r['graph_us']:.2f} | {r['TBps']:.2f} | {r['floor_us']:.2f} | "
+                  f"{r['graph_us'] / r['floor_us']:.2f} | {_f(r.get('mamba_ssm_quoted_us'), '.1f')} | "
+                  f"{r['eager_us']:.1f} |")
+
+    for f in out["failures"]:
+        print(f"# FAILED {f.get('section')}: {f.get('what', '')} {f.get('error', '') or f.get('killed') or ''} "
+              f"{'' if f.get('rc') in (None, 0) else 'exit ' + str(f.get('rc'))}")
+        for ln in f.get("tail", [])[-4:]:
+            print("#   ", ln[:200])
+    for s in out["skipped"]:
+        print(f"# skipped {s['section']}: {s['why']}")
 
 
 def plot(path, png):
@@ -477,27 +847,39 @@ def plot(path, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     d = json.load(open(path))
-    rows = sorted([r for r in d["scan"] if r["b"] == 1], key=lambda r: r["l"])
-    L = [r["l"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(L, [r["ms"] for r in rows], "o-", label="holotron ssd_scan (triton)")
-    if any(r.get("fla_ms") for r in rows):
-        ax.plot(L, [r.get("fla_ms") for r in rows], "s-",
-                label=f"FLA chunk_simple_gla {d['meta'].get('fla')} (measured)")
-    mb = [(r["l"], r["mamba_ssm_quoted_ms"]) for r in rows if r.get("mamba_ssm_quoted_ms")]
-    if mb:
-        ax.plot(*zip(*mb), "^--", label="mamba_ssm 2.3.2 (quoted figures, not measured here)")
-    ax.plot(L, [r["floor_ms"] for r in rows], "k:", label="floor (bytes at copy bandwidth / FLOPs at matmul rate)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("seqlen (batch 1)")
-    ax.set_ylabel("ms")
-    m = d["meta"]
-    ax.set_title(f"SSD scan, H=128 P=80 N=128 G=8 chunk 128 bf16\n"
-                 f"{m['gpu']}, torch {m['torch']}, triton {m['triton']}, {m['date']}",
-                 fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    m, c = d["meta"], d.get("ceilings", {})
+    bw, mm = c.get("copy_Bps"), c.get("bf16_matmul_flops")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    panels = [("forward", d.get("fwd", []), scan_bytes, scan_flops,
+               [("holotron ssd_scan (best config)", lambda r: (r.get("ours_best") or {}).get("ms")),
+                ("holotron ssd_scan (automatic config)", lambda r: (r.get("ours_auto") or {}).get("ms")),
+                (f"{m.get('mamba_ssm') or 'mamba_ssm'}", lambda r: (r.get("mamba_ssm") or {}).get("ms")),
+                (f"FLA chunk_simple_gla ({m.get('fla') or '?'}, no D)", lambda r: (r.get("fla") or {}).get("ms"))]),
+              ("forward + backward", d.get("fwdbwd", []), fwdbwd_bytes, fwdbwd_flops,
+               [("holotron ssd_scan", lambda r: (r.get("ours") or {}).get("ms")),
+                (f"{m.get('mamba_ssm') or 'mamba_ssm'}", lambda r: (r.get("mamba_ssm") or {}).get("ms")),
+                ("FLA chunk_simple_gla (q, k, v, g)", lambda r: (r.get("fla") or {}).get("ms"))])]
+    for ax, (title, rows, fb, ff, series) in zip(axes, panels):
+        labels = [f"{r['b']}x{r['l']}" for r in rows]
+        w = 0.8 / (len(series) + 1)
+        for i, (name, get) in enumerate(series):
+            vals = [get(r) for r in rows]
+            xs = [j + i * w for j, v in enumerate(vals) if v]
+            if xs:
+                ax.bar(xs, [v for v in vals if v], w, label=name)
+        if bw and mm and rows:
+            fl = [max(fb(r["b"], r["l"]) / bw, ff(r["b"], r["l"]) / mm) * 1e3 for r in rows]
+            ax.bar([j + len(series) * w for j in range(len(rows))], fl, w, color="0.8", hatch="//",
+                   label="floor (bytes / copy bandwidth, FLOPs / matmul rate)")
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rows))], labels)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch x seqlen")
+        ax.set_ylabel("ms (median)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"SSD scan, H={H} P={P} N={N} G={G} bf16, D, dt_bias, softplus | {m.get('gpu')}, torch "
+                 f"{m.get('torch')}, triton {m.get('triton')}, {m.get('date')}", fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     print("wrote", png)
