@@ -98,7 +98,7 @@ def main():
     ap.add_argument("--step-only", action="store_true", help="copy bandwidth and the decode step only")
     ap.add_argument("--budget", type=float, default=330.0,
                     help="seconds for the whole run; a section that would start past it is skipped")
-    ap.add_argument("--sweep-s", type=float, default=150.0, help="seconds at most for the config sweep")
+    ap.add_argument("--sweep-s", type=float, default=120.0, help="seconds at most for the config sweep")
     ap.add_argument("--sweep-rep", type=float, default=25.0, help="do_bench rep (ms) of each swept config")
     ap.add_argument("--configs", default=None, help="JSON: a dict of lists or a list of SCAN_CONFIG dicts")
     ap.add_argument("--shapes", default=None, help="e.g. 1x4096,4x8192 (default: the four benchmark shapes)")
@@ -208,7 +208,7 @@ def drive(args):
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     out = dict(meta=dict(date=time.strftime("%Y-%m-%d"), command=" ".join(sys.argv), budget_s=args.budget,
                          dims=dict(H=H, P=P, N=N, G=G, Q=Q), dry=args.dry),
-               ceilings={}, sweep=[], fwd=[], first_call=[], fwdbwd=[], grad_accuracy=[], step=[],
+               ceilings={}, sweep=[], fwd=[], graph=[], first_call=[], fwdbwd=[], grad_accuracy=[], step=[],
                failures=[], skipped=[])
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench_ssd-")
@@ -225,7 +225,7 @@ def drive(args):
                 out["meta"].update(v)
             elif k == "ceilings":
                 out["ceilings"].update(v)
-            elif k in ("fwd", "first_call", "fwdbwd", "grad_accuracy", "step"):
+            elif k in ("fwd", "graph", "first_call", "fwdbwd", "grad_accuracy", "step"):
                 out[k].append(v)
             elif k == "fail":
                 out["failures"].append(dict(section=name, **v))
@@ -235,25 +235,33 @@ def drive(args):
             print(f"# section {name} failed: {f['killed'] or 'exit ' + str(f['rc'])}", flush=True)
         save()
 
-    need = dict(ceilings=15, sweep=40, fwd=40, fwdbwd=60, step=40)  # seconds a section needs to be worth starting
+    # seconds a section needs to be worth starting, and what the sweep leaves for the ones after it
+    need = dict(ceilings=15, sweep=40, fwd=40, fwdbwd=60, step=40)
+    reserve = dict(ceilings=15, sweep=0, fwd=70, fwdbwd=110, step=60)
+    if "fwd" in sections and "fwdbwd" in sections:  # one cold-cache worker: each library compiles once
+        sections = [s for s in sections if s != "fwdbwd"]
+        sections[sections.index("fwd")] = "fwd,fwdbwd"
     for name in sections:
         left = end - time.time()
-        if name not in need:
+        parts = name.split(",")
+        if any(p not in need for p in parts):
             print(f"# unknown section {name!r} (one of {', '.join(need)})")
             continue
-        if left < need[name]:
+        if left < need[parts[0]]:
             out["skipped"].append(dict(section=name, why=f"{left:.0f} s of the budget left"))
             print(f"# section {name} skipped: over the time budget", flush=True)
             continue
         print(f"# ---- section {name} ({left:.0f} s of the budget left)", flush=True)
         state = dict(base_state, ceilings=out["ceilings"])
         if name == "sweep":
-            reserve = sum(need[s] + 20 for s in sections[sections.index(name) + 1:])
-            run_sweep(args, state, out, save, min(time.time() + args.sweep_s, end - reserve))
+            later = sum(reserve[p] for s in sections[sections.index(name) + 1:] for p in s.split(","))
+            run_sweep(args, state, out, save, min(time.time() + args.sweep_s, end - later))
             continue
-        if name == "fwd":
-            state["best"] = best_configs(out["sweep"], shapes)
-        take(Section(args, name, state, fresh_cache=name in ("fwd", "fwdbwd"), deadline=end + 30), name)
+        state["best"] = best_configs(out["sweep"], shapes)
+        take(Section(args, name, state, fresh_cache="fwd" in parts or "fwdbwd" in parts, deadline=end + 30), name)
+        if name == "fwd,fwdbwd" and not out["fwdbwd"] and end - time.time() > need["fwdbwd"]:
+            print("# ---- section fwdbwd again, alone (the shared worker ended before it)", flush=True)
+            take(Section(args, "fwdbwd", state, fresh_cache=True, deadline=end + 30), "fwdbwd")
 
     out["meta"]["wall_s"] = time.time() - t_start
     save()
@@ -281,15 +289,18 @@ def run_sweep(args, state, out, save, deadline):
                 out["failures"].append(dict(section="sweep", **r["v"]))
         todo = [c for c in todo if key(c) not in done]
         f = sec.failure()
-        if f is None or started is None:
-            if f is not None:
-                out["failures"].append(dict(section="sweep", **f))
+        if f is None:
+            break
+        if not any(r["k"] in ("start", "cfg") for r in sec.records):  # died before its first config: no retry
+            out["failures"].append(dict(section="sweep", **f))
             break
         crashes += 1
-        out["sweep"].append(dict(config=started, crashed=f, shapes=[]))
-        print(f"# sweep: config {started} crashed its worker ({f['killed'] or 'exit ' + str(f['rc'])}); "
-              "going on in a new one", flush=True)
-        todo = [c for c in todo if key(c) != key(started)]
+        if started is not None:
+            out["sweep"].append(dict(config=started, crashed=f, shapes=[]))
+            todo = [c for c in todo if key(c) != key(started)]
+        print(f"# sweep: the worker died ({f['killed'] or 'exit ' + str(f['rc'])}) "
+              + (f"in config {started}" if started is not None else "after a config that lost the CUDA context")
+              + "; going on in a new one", flush=True)
         save()
     if todo:
         out["skipped"].append(dict(section="sweep", why=f"{len(todo)} configs not run (time or crashes)",
@@ -321,7 +332,8 @@ def worker(args):
     global SHAPES
     SHAPES = [tuple(s) for s in state["shapes"]]
     W = Worker(args, state)
-    getattr(W, args.worker)()
+    for part in args.worker.split(","):
+        getattr(W, part)()
 
 
 class Worker:
@@ -330,6 +342,7 @@ class Worker:
         self.torch, self.args, self.state = torch, args, state
         self.dev = torch.device(DEVICE)
         self.cuda = self.dev.type == "cuda"
+        self.first_fwd = {}  # library -> seconds of its first forward call in this process (None: failed)
         if self.cuda:
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
@@ -440,7 +453,11 @@ class Worker:
             if f is None:
                 print("#", v, flush=True)
                 emit("fail", dict(what="peer", error=v))
-        emit("meta", dict(mamba_ssm=mver if mamba else None, fla=fver if fla else None))
+        import triton
+        torch = self.torch
+        gpu = torch.cuda.get_device_name() if self.cuda else "cpu (dry run)"
+        emit("meta", dict(mamba_ssm=mver if mamba else None, fla=fver if fla else None, torch=torch.__version__,
+                          triton=triton.__version__, gpu=gpu))
         return peers, mamba, fla
 
     def late(self, slack=0.0):
@@ -533,15 +550,38 @@ class Worker:
         T = self.scan_module()
         peers, mamba, fla = self.peers()
         base = dict(T.SCAN_CONFIG) if T is not None else {}
-        first = set()  # libraries whose first call (in this process, empty Triton cache) was timed
         for b, l in SHAPES:
-            emit("fwd", self.fwd_shape(b, l, T, base, peers, mamba, fla, first))
-            first |= {"ours", "mamba_ssm", "fla"}  # a library that failed its first call has no first-call time
+            emit("fwd", self.fwd_shape(b, l, T, base, peers, mamba, fla))
+            self.first_fwd.update({k: None for k in ("ours", "mamba_ssm", "fla") if k not in self.first_fwd})
             if self.cuda:
                 self.torch.cuda.empty_cache()
+        if T is not None and self.cuda:  # last: a capture that fails can leave the context unusable
+            b, l = SHAPES[0]
+            for tag, cfg in (("auto", {}), ("best", (self.state.get("best", {}).get(f"{b}x{l}") or [{}])[0])):
+                emit("graph", self.graph(b, l, T, base, tag, cfg))
 
-    def fwd_shape(self, b, l, T, base, peers, mamba, fla, first):
+    def graph(self, b, l, T, base, tag, cfg):
+        """Ours captured in a CUDA graph (no host time in the figure); the replay must equal the eager call."""
         torch = self.torch
+        kw = self.inputs(b, l, seed=3)
+        row = dict(b=b, l=l, tag=tag, config=cfg)
+        try:
+            self.set_config(T, base, cfg)
+            g, (yg, sg) = capture(self.ours(kw))
+            g.replay()
+            self.sync()
+            y, s = self.ours(kw)()
+            row["ms"] = self.bench(g.replay)
+            row["replay_equals_eager"] = bool(torch.equal(yg, y) and torch.equal(sg, s))
+            print(f"# graph {b}x{l} {tag} {cfg}: {row['ms']:.3f} ms, replay == eager: {row['replay_equals_eager']}",
+                  flush=True)
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"# graph {b}x{l} {tag} failed: {row['error']}", flush=True)
+        self.set_config(T, base, {})
+        return row
+
+    def fwd_shape(self, b, l, T, base, peers, mamba, fla):
         kw = self.inputs(b, l, seed=3)
         y_ref, s_ref = self.reference(kw)
         row = dict(b=b, l=l, ours={})
@@ -562,9 +602,9 @@ class Worker:
                 y, s = f()
                 self.sync()
                 lib = name.split(" ")[0]
-                if lib not in first:  # this process's first call of the library, its Triton cache empty
-                    first.add(lib)
-                    emit("first_call", dict(lib=lib, what="forward", b=b, l=l, s=time.perf_counter() - t))
+                if lib not in self.first_fwd:  # this process's first call of the library, its Triton cache empty
+                    self.first_fwd[lib] = time.perf_counter() - t
+                    emit("first_call", dict(lib=lib, what="forward", b=b, l=l, s=self.first_fwd[lib]))
                 if name == "fla":  # no D term: its reference is ours less D x
                     Dx = kw["D"][:, None] * kw["x"].float()
                     e = dict(y_err=self.rel(y, y_ref - Dx), state_err=self.rel(s, s_ref),
@@ -588,18 +628,6 @@ class Worker:
             k = min(timed, key=lambda k: timed[k]["ms"])
             row["ours_best"] = dict(timed[k], key=k)
             row["ours_auto"] = row["ours"].get("{}")
-            if self.cuda and (b, l) == SHAPES[0]:  # in a CUDA graph: no host time in the figure
-                for tag, cfg in (("auto", {}), ("best", timed[k]["config"])):
-                    try:
-                        self.set_config(T, base, cfg)
-                        g, (yg, sg) = capture(self.ours(kw))
-                        g.replay()
-                        self.sync()
-                        y, s = self.ours(kw)()
-                        row[f"graph_{tag}_ms"] = self.bench(g.replay)
-                        row[f"graph_{tag}_equal"] = bool(torch.equal(yg, y) and torch.equal(sg, s))
-                    except Exception as e:  # noqa: BLE001
-                        row[f"graph_{tag}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
         if T is not None:
             self.set_config(T, base, {})
         return row
@@ -632,8 +660,12 @@ class Worker:
                 t = time.perf_counter()
                 f()
                 self.sync()
-                if first:  # this process's first call of the library, its Triton cache empty
-                    emit("first_call", dict(lib=name, what="forward+backward", b=b, l=l, s=time.perf_counter() - t))
+                if first:  # the first forward + backward of a cold cache; after a first forward in this process,
+                    # that forward's time is added (its compiles are part of the cold forward + backward)
+                    dt = time.perf_counter() - t
+                    pre = self.first_fwd.get(name)
+                    emit("first_call", dict(lib=name, what="forward+backward", b=b, l=l, s=dt + (pre or 0.0),
+                                            after_first_forward_s=dt if name in self.first_fwd else None))
                 row[name] = dict(ms=self.bench(f))
                 print(f"# fwd+bwd {b}x{l} {name}: {row[name]['ms']:.3f} ms", flush=True)
             except Exception as e:  # noqa: BLE001
@@ -747,9 +779,10 @@ def _ratio(a, b):
 def print_tables(out):
     c = out["ceilings"]
     m = out["meta"]
-    print(f"\n# {m.get('gpu')} | torch {m.get('torch')} | triton {m.get('triton')} | {m.get('mamba_ssm')} | "
-          f"{m.get('fla')} | copy {_f(c.get('copy_Bps') and c['copy_Bps'] / 1e9, '.0f')} GB/s | bf16 matmul "
-          f"{_f(c.get('bf16_matmul_flops') and c['bf16_matmul_flops'] / 1e12, '.0f')} TFLOP/s")
+    head = [m.get("gpu"), m.get("torch") and f"torch {m['torch']}", m.get("triton") and f"triton {m['triton']}",
+            m.get("mamba_ssm"), m.get("fla"), c.get("copy_Bps") and f"copy {c['copy_Bps'] / 1e9:.0f} GB/s",
+            c.get("bf16_matmul_flops") and f"bf16 matmul {c['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s"]
+    print("\n# " + " | ".join(h for h in head if h))
     bw, mm = c.get("copy_Bps"), c.get("bf16_matmul_flops")
     floor = lambda nb, nf: max(nb / bw, nf / mm) * 1e3 if bw and mm else None
 
@@ -774,6 +807,7 @@ def print_tables(out):
                       + " | ".join(_f(ms.get(s), ".3f") for s in shapes)
                       + f" | {tot[json.dumps(r['config'], sort_keys=True)] / bsum:.3f} |")
 
+    graphs = {(r["b"], r["l"], r["tag"]): r for r in out.get("graph", [])}
     if out["fwd"]:
         print("\n## forward (ms; error = relative RMS vs float64: y / final state)")
         print("| b x l | ours best | its config | ours auto | graph (auto) | mamba_ssm | FLA | floor | best / floor | "
@@ -785,9 +819,10 @@ def print_tables(out):
             mb, fl = r.get("mamba_ssm") or {}, r.get("fla") or {}
             rb = lambda d: _f(_ratio(d.get("ms"), ob.get("ms")), ".2f")
             fm = floor(scan_bytes(b, l), scan_flops(b, l))
+            gm = graphs.get((b, l, "auto"), {}).get("ms")
             err = lambda d: f"{_f(d.get('y_err'), '.1e')} / {_f(d.get('state_err'), '.1e')}" if d else "-"
             print(f"| {b}x{l} | {_f(ob.get('ms'), '.3f')} | {json.dumps(ob.get('config')) if ob else '-'} | "
-                  f"{_f(oa.get('ms'), '.3f')} | {_f(r.get('graph_auto_ms'), '.3f')} | {_f(mb.get('ms'), '.3f')} | "
+                  f"{_f(oa.get('ms'), '.3f')} | {_f(gm, '.3f')} | {_f(mb.get('ms'), '.3f')} | "
                   f"{_f(fl.get('ms'), '.3f')} | {_f(fm, '.3f')} | {_f(_ratio(ob.get('ms'), fm), '.2f')} | "
                   f"{rb(mb)} | {rb(fl)} | "
                   f"{err(oa or ob)} | {err(mb)} | {err(fl)} |")
@@ -804,6 +839,10 @@ def print_tables(out):
                   f"{_f(_ratio(o, fm), '.2f')} | {_f(_ratio(mb, o), '.2f')} | {_f(_ratio(fl, o), '.2f')} |")
             if r.get("errors"):
                 print(f"|   errors: {r['errors']} |")
+    for (b, l, tag), r in graphs.items():
+        print(f"# {b}x{l} in a CUDA graph, {tag} config {json.dumps(r.get('config'))}: "
+              + (f"{r['ms']:.3f} ms, replay == eager: {r.get('replay_equals_eager')}" if r.get("ms") is not None
+                 else f"failed: {r.get('error', '?')[:150]}"))
 
     if out["grad_accuracy"]:
         print("\n## gradient error (relative RMS vs float64 autograd through the chunked scan; FLA without D)")
@@ -843,44 +882,47 @@ def print_tables(out):
 
 
 def plot(path, png):
+    """Two panels, forward and forward + backward: median ms per shape, ours next to the peers and the floor."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     d = json.load(open(path))
     m, c = d["meta"], d.get("ceilings", {})
+    dims = m.get("dims", dict(H=H, P=P, N=N, G=G))
     bw, mm = c.get("copy_Bps"), c.get("bf16_matmul_flops")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    panels = [("forward", d.get("fwd", []), scan_bytes, scan_flops,
-               [("holotron ssd_scan (best config)", lambda r: (r.get("ours_best") or {}).get("ms")),
-                ("holotron ssd_scan (automatic config)", lambda r: (r.get("ours_auto") or {}).get("ms")),
-                (f"{m.get('mamba_ssm') or 'mamba_ssm'}", lambda r: (r.get("mamba_ssm") or {}).get("ms")),
-                (f"FLA chunk_simple_gla ({m.get('fla') or '?'}, no D)", lambda r: (r.get("fla") or {}).get("ms"))]),
-              ("forward + backward", d.get("fwdbwd", []), fwdbwd_bytes, fwdbwd_flops,
-               [("holotron ssd_scan", lambda r: (r.get("ours") or {}).get("ms")),
-                (f"{m.get('mamba_ssm') or 'mamba_ssm'}", lambda r: (r.get("mamba_ssm") or {}).get("ms")),
-                ("FLA chunk_simple_gla (q, k, v, g)", lambda r: (r.get("fla") or {}).get("ms"))])]
-    for ax, (title, rows, fb, ff, series) in zip(axes, panels):
-        labels = [f"{r['b']}x{r['l']}" for r in rows]
-        w = 0.8 / (len(series) + 1)
-        for i, (name, get) in enumerate(series):
-            vals = [get(r) for r in rows]
-            xs = [j + i * w for j, v in enumerate(vals) if v]
-            if xs:
-                ax.bar(xs, [v for v in vals if v], w, label=name)
+    ms = lambda key: lambda r: (r.get(key) or {}).get("ms")
+    mamba = m.get("mamba_ssm") or "mamba_ssm"
+    series = {  # label: (colour, forward getter, forward + backward getter)
+        "holotron ssd_scan (fastest swept config)": ("C0", ms("ours_best"), None),
+        "holotron ssd_scan (automatic config)": ("C9", ms("ours_auto"), ms("ours")),
+        f"{mamba} mamba_chunk_scan_combined": ("C2", ms("mamba_ssm"), ms("mamba_ssm")),
+        f"FLA chunk_simple_gla ({m.get('fla') or '?'}; no D; B, C expanded)": ("C3", ms("fla"), ms("fla")),
+    }
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, (title, rows, fb, ff, i_get) in zip(axes, [("forward", d.get("fwd", []), scan_bytes, scan_flops, 1),
+                                                       ("forward + backward", d.get("fwdbwd", []), fwdbwd_bytes,
+                                                        fwdbwd_flops, 2)]):
+        live = [(name, v[0], v[i_get]) for name, v in series.items() if v[i_get] is not None]
+        w = 0.8 / (len(live) + 1)
+        for i, (name, colour, get) in enumerate(live):
+            pts = [(j + i * w, get(r)) for j, r in enumerate(rows) if get(r)]
+            if pts:
+                ax.bar(*zip(*pts), w, color=colour, label=name)
         if bw and mm and rows:
             fl = [max(fb(r["b"], r["l"]) / bw, ff(r["b"], r["l"]) / mm) * 1e3 for r in rows]
-            ax.bar([j + len(series) * w for j in range(len(rows))], fl, w, color="0.8", hatch="//",
-                   label="floor (bytes / copy bandwidth, FLOPs / matmul rate)")
-        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rows))], labels)
+            ax.bar([j + len(live) * w for j in range(len(rows))], fl, w, color="0.85", hatch="//", edgecolor="0.5",
+                   label="floor: bytes / copy bandwidth, FLOPs / matmul rate")
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rows))], [f"{r['b']} x {r['l']}" for r in rows])
         ax.set_yscale("log")
         ax.set_xlabel("batch x seqlen")
         ax.set_ylabel("ms (median)")
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"SSD scan, H={H} P={P} N={N} G={G} bf16, D, dt_bias, softplus | {m.get('gpu')}, torch "
-                 f"{m.get('torch')}, triton {m.get('triton')}, {m.get('date')}", fontsize=9)
-    fig.tight_layout()
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(f"SSD scan, H={dims['H']} P={dims['P']} N={dims['N']} G={dims['G']}, bf16, D, dt_bias, softplus | "
+                 f"{m.get('gpu')}, torch {m.get('torch')}, triton {m.get('triton')}, {m.get('date')}", fontsize=9)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(png, dpi=120)
     print("wrote", png)
 
