@@ -24,12 +24,14 @@ recorded and the next section runs):
   (q = C, k = B dt, v = x, g = dt A, B and C expanded to every head outside the timing, no D term);
   relative RMS error of y and of the final state of each against ssd_scan(backend="chunked") in float64 on
   the same inputs (FLA against the same reference less its D x term); the floor; ours in a CUDA graph at
-  1 x 4096. Runs with an empty TRITON_CACHE_DIR: its first call of each library is the first-call time.
+  the first shape (the automatic and the fastest setting; last, as a failed capture can spoil the context).
 - fwdbwd: forward + backward with a fixed upstream gradient (autograd.grad of y, no state gradient) for
   ours (the automatic setting), mamba_ssm and FLA (its backward over q, k, v, g; the expansion outside);
-  the error of every gradient against float64 autograd through the chunked scan at 1 x 4096 (FLA's through
-  a differentiable expansion, against the reference without D). Also with an empty TRITON_CACHE_DIR: its
-  first call of each library is the first forward + backward time, compiles included.
+  the error of every gradient against float64 autograd through the chunked scan at the first shape (FLA's
+  through a differentiable expansion, against the reference without D).
+- first call: fwd and fwdbwd run in one fresh process with an empty TRITON_CACHE_DIR, so each library's
+  first forward call there is its cold forward (compiles, and mamba_ssm's autotuning, included) and its
+  cold forward + backward is that plus its first forward + backward call (fwdbwd alone: that call).
 - step: ssd_step in a CUDA graph over distinct per-layer states, fp32 and bf16 state (--step-only).
 
 Times are medians of triton.testing.do_bench (CUDA events). Floors: the fewest bytes at the copy bandwidth
@@ -212,7 +214,8 @@ def drive(args):
                failures=[], skipped=[])
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench_ssd-")
-    base_state = dict(tmp=tmp, shapes=shapes, out=args.out, sweep_rep=args.sweep_rep)
+    base_state = dict(tmp=tmp, shapes=shapes, out=args.out, sweep_rep=args.sweep_rep,
+                      triton_cache=os.environ.get("TRITON_CACHE_DIR"))  # the sweep's (shared) cache
 
     def save():
         with open(os.path.join(args.out, "bench_ssd.json"), "w") as fh:
@@ -258,10 +261,11 @@ def drive(args):
             run_sweep(args, state, out, save, min(time.time() + args.sweep_s, end - later))
             continue
         state["best"] = best_configs(out["sweep"], shapes)
-        take(Section(args, name, state, fresh_cache="fwd" in parts or "fwdbwd" in parts, deadline=end + 30), name)
+        cold = "fwd" in parts or "fwdbwd" in parts
+        take(Section(args, name, state, fresh_cache=cold, deadline=end + 30, idle=240 if cold else 150), name)
         if name == "fwd,fwdbwd" and not out["fwdbwd"] and end - time.time() > need["fwdbwd"]:
             print("# ---- section fwdbwd again, alone (the shared worker ended before it)", flush=True)
-            take(Section(args, "fwdbwd", state, fresh_cache=True, deadline=end + 30), "fwdbwd")
+            take(Section(args, "fwdbwd", state, fresh_cache=True, deadline=end + 30, idle=240), "fwdbwd")
 
     out["meta"]["wall_s"] = time.time() - t_start
     save()
@@ -309,11 +313,12 @@ def run_sweep(args, state, out, save, deadline):
 
 
 def best_configs(rows, shapes, k=3):
-    """Per shape, the k fastest configs that passed the check there (the automatic one if none)."""
+    """Per shape, the k fastest configs among those right at every shape (the automatic one if none)."""
+    good = [r for r in rows if not r.get("crashed") and len(r.get("shapes", [])) == len(shapes)
+            and all(s.get("ok") and s.get("ms") is not None for s in r["shapes"])]
     best = {}
     for b, l in shapes:
-        timed = [(s["ms"], r["config"]) for r in rows for s in r.get("shapes", [])
-                 if (s["b"], s["l"]) == (b, l) and s.get("ok") and s.get("ms") is not None]
+        timed = [(s["ms"], r["config"]) for r in good for s in r["shapes"] if (s["b"], s["l"]) == (b, l)]
         best[f"{b}x{l}"] = [c for _, c in sorted(timed, key=lambda t: t[0])[:k]] or [{}]
     return best
 
@@ -460,6 +465,14 @@ class Worker:
                           triton=triton.__version__, gpu=gpu))
         return peers, mamba, fla
 
+    def shared_cache(self):
+        """From here on compile into (and reuse) the sweep's Triton cache: this process's cold first calls are
+        done. Triton reads TRITON_CACHE_DIR at each compile."""
+        if self.state.get("triton_cache"):
+            os.environ["TRITON_CACHE_DIR"] = self.state["triton_cache"]
+        else:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+
     def late(self, slack=0.0):
         return time.time() > self.state.get("deadline", 1e18) - slack
 
@@ -585,16 +598,18 @@ class Worker:
         kw = self.inputs(b, l, seed=3)
         y_ref, s_ref = self.reference(kw)
         row = dict(b=b, l=l, ours={})
-        libs = []
-        if T is not None:
-            for cfg in [{}] + [c for c in self.state.get("best", {}).get(f"{b}x{l}", []) if c]:
-                libs.append(("ours " + json.dumps(cfg, sort_keys=True), cfg, self.ours(kw)))
+        libs = [("ours {}", {}, self.ours(kw))] if T is not None else []
         if mamba is not None:
             libs.append(("mamba_ssm", None, lambda: peers.mamba_call(mamba, kw)))
         if fla is not None:
             fa = peers.fla_prepare(kw, H)
             libs.append(("fla", None, lambda: peers.fla_call(fla, fa)))
+        if T is not None:  # the sweep's fastest, compiled in the sweep's cache (the cold first calls are done)
+            libs += [(None, cfg, self.ours(kw)) for cfg in self.state.get("best", {}).get(f"{b}x{l}", []) if cfg]
         for name, cfg, f in libs:
+            if name is None:
+                self.shared_cache()
+                name = "ours " + json.dumps(cfg, sort_keys=True)
             try:
                 if cfg is not None:
                     self.set_config(T, base, cfg)
