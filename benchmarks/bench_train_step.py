@@ -98,6 +98,26 @@ def checkpoint_layers(model):
         blk.forward = functools.partial(ck, blk.forward)
 
 
+def no_autograd(backend, cfg, dev):
+    """None when ssd_scan on ``backend`` gives a y that autograd can go back through (a small call with the
+    model's head layout, inputs as the mixer passes them), else why not."""
+    import torch
+
+    from holotron import kernels
+    H, P, N, G = cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.ssm_state_size, cfg.n_groups
+    g = torch.Generator(device=dev).manual_seed(2)
+    r = lambda *s: torch.randn(*s, device=dev, generator=g)
+    x = r(1, 64, H, P).bfloat16().requires_grad_()
+    dt = torch.nn.functional.softplus(r(1, 64, H) - 2).requires_grad_()
+    A, D = -torch.rand(H, device=dev, generator=g) - 0.5, r(H)
+    B, C = (r(1, 64, G, N) / N**0.5).bfloat16(), r(1, 64, G, N).bfloat16()
+    try:
+        y, _ = kernels.ssd_scan(x, dt, A, B, C, D=D, chunk_size=cfg.chunk_size, backend=backend)
+    except Exception as e:  # noqa: BLE001
+        return f"ssd_scan failed: {type(e).__name__}: {str(e)[:200]}"
+    return None if y.requires_grad else "ssd_scan's output has no autograd history on this backend"
+
+
 def model_flops(cfg, n_params, tokens, seqlen):
     """6 N T (N without the embedding) plus the causal attention products (QK^T, PV: 2 x 2 T^2 d / 2 forward,
     3x for forward + backward) per attention layer."""
@@ -182,6 +202,12 @@ def run(args):
             p.grad = None
 
     backends = [s.strip() for s in args.backends.split(",") if s.strip()]
+    for name in list(backends):  # a backend whose scan is not differentiable would silently cut the gradients
+        why = no_autograd(name, cfg, dev)
+        if why:
+            out["errors"].append(f"{name}: {why}")
+            print(f"# {name}: skipped: {why}", flush=True)
+            backends.remove(name)
     # ---- the first forward + backward of each backend on the same weights and tokens (compiles included)
     first = {}
     for name in backends:
