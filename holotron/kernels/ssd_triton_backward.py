@@ -4,8 +4,10 @@ Called by ``ssd_triton_autograd.py`` (the ``torch.autograd.Function``); argument
 forward after dt processing (``dt`` is the processed fp32 step, +bias / softplus / clamp done in PyTorch)
 plus the states the forward stored (the state entering every chunk).
 
-One program per (sequence, head) walks the sequence's chunks in reverse, holding dS^T (dstate x headdim,
-fp32), the gradient with respect to the state leaving the chunk, on chip; no program waits on another.
+One program per (headdim block, sequence, head) walks the sequence's chunks in reverse, holding its
+columns of dS^T (dstate x headdim, fp32), the gradient with respect to the state leaving the chunk, on
+chip; no program waits on another. Every gradient is linear in dy and dS^T, and a column block of dS^T
+only needs the same columns of dy, so headdim blocks run apart and add up their shares.
 For one chunk of Q tokens (positions t, s; a = A dt; cs = cumsum of a within the chunk, cL its last
 value; L[t, s] = exp(cs_t - cs_s) for t >= s, else 0; S^T the state entering the chunk, (n, p)):
 
@@ -24,10 +26,12 @@ value; L[t, s] = exp(cs_t - cs_s) for t >= s, else 0; S^T the state entering the
 The formulas are checked against torch autograd through the float64 chunked scan in
 ``tests/test_kernels_grad.py`` (a PyTorch transcription of them lives there too). B and C are shared by
 the heads of a group: each head adds its dB, dC into an fp32 (tokens, groups, dstate) buffer with atomic
-adds, cast at the end; dA and dD add over sequences the same way. Decays, the state gradient and every
-accumulation are fp32; the matrix products take the forward's operand precision (``_mm``: IEEE fp32 for
-fp32 inputs, half operands for bf16 / fp16, products with a state operand in TF32 then). headdim and
-dstate are padded to powers of two >= 16 with masks, the chunk to QP = next power of two >= 16.
+adds, cast at the end; dA, dD (over sequences) and ddt (over headdim blocks) add the same way. Decays,
+the state gradient and every accumulation are fp32; the matrix products take the forward's operand
+precision (``_mm``: IEEE fp32 for fp32 inputs, half operands for bf16 / fp16, products with a state
+operand in TF32 then). headdim blocks and dstate are powers of two >= 16 with masks, the chunk is padded
+to QP = next power of two >= 16. C B^T and the other (Q, Q) products are recomputed by each headdim
+block: the price of fitting the (Q, Q), (Q, n) and (n, block) tiles in one SM's shared memory.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _dot_ops, _mm, _p2, empty
+from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, empty
 
-# launch settings of the backward kernel (the benchmark sweeps them). state_ops: the operand precision of
-# the products with a state operand (None: "ieee" for fp32 inputs, "tf32" otherwise, as the forward).
-# chunk_size: a chunk length the training entry uses instead of the caller's (None: the caller's).
-BWD_CONFIG = dict(num_warps=8, num_stages=1, state_ops=None, chunk_size=None)
+# launch settings of the backward kernel (the benchmark sweeps them). BLOCK_P: headdim columns per program
+# (a power of two >= 16; None: min(32, headdim padded)); state_ops: the operand precision of the products
+# with a state operand (None: "ieee" for fp32 inputs, "tf32" otherwise, as the forward); chunk_size: a
+# chunk length the training entry uses instead of the caller's (None: the caller's, as the forward takes it).
+BWD_CONFIG = dict(BLOCK_P=None, num_warps=4, num_stages=1, state_ops=None, chunk_size=None)
 
 
 @triton.jit
@@ -51,15 +56,21 @@ def _ssd_bwd(
     H, P, N, HPG, Q,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr,
-    QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr, OPS: tl.constexpr, STATE_OPS: tl.constexpr,
+    ADD_DDT: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr, OPS: tl.constexpr,
+    STATE_OPS: tl.constexpr,
 ):
-    """One program per (sequence, head): the sequence's chunks in reverse (see the module docstring).
+    """One program per (headdim block of BP columns, sequence, head): the sequence's chunks in reverse (see
+    the module docstring). Every gradient is linear in dy and dS, so a block of headdim columns of both
+    carries on its own: its dx and dinit columns are its alone, and it adds its share of ddt (ADD_DDT: when
+    there are several blocks; else it stores it), dB, dC, dA and dD into zeroed fp32 buffers.
 
     Sequence s is tokens cu[s] .. cu[s+1]-1 of the flattened (batch * seqlen) axis, its chunk i starts at
-    cu[s] + i Q and its entering state is st[choff[s] + i] (chunks, H, P, N). Writes dx, ddt of its tokens
-    and head, dinit[s, h] (HAS_INIT); adds into dB, dC (tokens, G, N), dA (H,), dD (H,) or (H, P)."""
-    s = tl.program_id(0)
-    h = tl.program_id(1)
+    cu[s] + i Q and its entering state is st[choff[s] + i] (chunks, H, P, N). Writes dx (and ddt) of its
+    tokens, head and columns, dinit[s, h] (HAS_INIT); adds into dB, dC (tokens, G, N), dA (H,), dD (H,) or
+    (H, P)."""
+    pb = tl.program_id(0)
+    s = tl.program_id(1)
+    h = tl.program_id(2)
     g = h // HPG
     sh = s.to(tl.int64) * H + h
     ts = tl.load(cu_ptr + s)
@@ -68,20 +79,25 @@ def _ssd_bwd(
     nch = (te - ts + Q - 1) // Q
     A = tl.load(A_ptr + h).to(tl.float32)
     q = tl.arange(0, QP)
-    ps = tl.arange(0, PP)
+    ps = pb * BP + tl.arange(0, BP)
     ns = tl.arange(0, NP)
     mp = ps < P
     mn = ns < N
     mnp = mn[:, None] & mp[None, :]
-    causal = q[:, None] >= q[None, :]
+    mpn = mp[:, None] & mn[None, :]
+    causal = q[:, None] >= q[None, :]  # [t, s]: t >= s
+    causal_T = q[:, None] <= q[None, :]  # [s, t]: t >= s
     last = q == QP - 1
-    # dS^T, (n, p): the gradient with respect to the state leaving the chunk (the final one to start)
+    # the gradient with respect to the state leaving the chunk (the final one to start), in both layouts:
+    # dS (n, p) and dSp (p, n), so that no product needs a transpose (see below)
     if HAS_DFINAL:
         dS = tl.load(dfin_ptr + (sh * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0).to(tl.float32)
+        dSp = tl.load(dfin_ptr + (sh * P + ps[:, None]) * N + ns[None, :], mask=mpn, other=0.0).to(tl.float32)
     else:
-        dS = tl.zeros((NP, PP), dtype=tl.float32)
+        dS = tl.zeros((NP, BP), dtype=tl.float32)
+        dSp = tl.zeros((BP, NP), dtype=tl.float32)
     dA_acc = tl.zeros((QP,), dtype=tl.float32)
-    dD_acc = tl.zeros((PP,), dtype=tl.float32)
+    dD_acc = tl.zeros((BP,), dtype=tl.float32)
     if HAS_D:
         if D_PER_CHANNEL:
             Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
@@ -104,6 +120,15 @@ def _ssd_bwd(
         Cm = tl.load(C_ptr + tok[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mqn, other=0.0)
         row = (cbase + ci).to(tl.int64) * H + h
         S = tl.load(st_ptr + (row * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0)  # S^T (n, p)
+        # transposed operands are loaded or computed as such: with transposes inside the products, n = Q = 128
+        # gave wrong values and illegal addresses on an H200 (triton 3.6), small tiles did not
+        mpq = mp[:, None] & mq[None, :]
+        mnq = mn[:, None] & mq[None, :]
+        xT = tl.load(x_ptr + tok[None, :] * s_x_t + h * s_x_h + ps[:, None], mask=mpq, other=0.0)  # (p, Q)
+        dyT = tl.load(dy_ptr + tok[None, :] * s_dy_t + h * s_dy_h + ps[:, None], mask=mpq, other=0.0)
+        BmT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None], mask=mnq, other=0.0)  # (n, Q)
+        CmT = tl.load(C_ptr + tok[None, :] * s_c_t + g * s_c_g + ns[:, None], mask=mnq, other=0.0)
+        Sp = tl.load(st_ptr + (row * P + ps[:, None]) * N + ns[None, :], mask=mpn, other=0.0)  # S (p, n)
         x32 = x.to(tl.float32)
         dy32 = dy.to(tl.float32)
 
@@ -112,22 +137,23 @@ def _ssd_bwd(
         dec = tl.exp(cL - cs)  # decay from token s (excluded) to the chunk's end
         w = tl.where(mq, dt * dec, 0.0)
         # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
-        Lm = tl.exp(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
-        G = _mm(Cm, tl.trans(Bm), x, OPS)  # (QP, QP) C_t . B_s
-        M = G * Lm
-        Wm = M * dt[None, :]
-        R = _mm(Bm, dS, x, STATE_OPS)  # (QP, PP)
+        Lm = tl.exp(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))  # [t, s]
+        Lm_T = tl.exp(tl.where(causal_T, cs[None, :] - cs[:, None], float("-inf")))  # [s, t]
+        M = _mm(Cm, BmT, x, OPS) * Lm  # (QP, QP) [t, s]: (C_t . B_s) L[t, s]
+        Wm_T = _mm(Bm, CmT, x, OPS) * Lm_T * dt[:, None]  # [s, t]: Wm transposed
+        R = _mm(Bm, dS, x, STATE_OPS)  # (QP, BP)
 
-        dx = _mm(tl.trans(Wm), dy, x, OPS) + w[:, None] * R
+        dx = _mm(Wm_T, dy, x, OPS) + w[:, None] * R
         if HAS_D:
             dx += Dv * dy32
             dD_acc += tl.sum(dy32 * x32, axis=0)
-        dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)
+        dWm = tl.where(causal, _mm(dy, xT, x, OPS), 0.0)
         dM = dWm * dt[None, :]
         dG = dM * Lm
-        CS = _mm(Cm, S, x, STATE_OPS)  # (QP, PP) C S^T
-        dC = _mm(dG, Bm, x, OPS) + ecs[:, None] * _mm(dy, tl.trans(S), x, STATE_OPS)
-        dB = _mm(tl.trans(dG), Cm, x, OPS) + _mm(x32 * w[:, None], tl.trans(dS), x, STATE_OPS)
+        CS = _mm(Cm, S, x, STATE_OPS)  # (QP, BP) C S^T
+        dG_T = tl.where(causal_T, _mm(x, dyT, x, OPS), 0.0) * dt[:, None] * Lm_T  # [s, t]: dG transposed
+        dC = _mm(dG, Bm, x, OPS) + ecs[:, None] * _mm(dy, Sp, x, STATE_OPS)
+        dB = _mm(dG_T, Cm, x, OPS) + _mm(x32 * w[:, None], dSp, x, STATE_OPS)
         dw = tl.sum(x32 * R, axis=1)
         E = dM * M
         dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + tl.sum(dy32 * ecs[:, None] * CS, axis=1) - dw * w
@@ -136,10 +162,14 @@ def _ssd_bwd(
         da = tl.cumsum(dcs, axis=0, reverse=True)
         ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
         dA_acc += dt * da
-        dS = eL * dS + _mm(tl.trans(Cm), dy32 * ecs[:, None], x, OPS)
+        dS = eL * dS + _mm(CmT, dy32 * ecs[:, None], x, OPS)
+        dSp = eL * dSp + _mm(dyT.to(tl.float32) * ecs[None, :], Cm, x, OPS)
 
         tl.store(dx_ptr + tok[:, None] * s_dx_t + h * s_dx_h + ps[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mqp)
-        tl.store(ddt_ptr + tok * H + h, ddt, mask=mq)
+        if ADD_DDT:
+            tl.atomic_add(ddt_ptr + tok * H + h, ddt, mask=mq)
+        else:
+            tl.store(ddt_ptr + tok * H + h, ddt, mask=mq)
         G_N = (H // HPG) * N
         tl.atomic_add(dB_ptr + tok[:, None] * G_N + g * N + ns[None, :], dB, mask=mqn)
         tl.atomic_add(dC_ptr + tok[:, None] * G_N + g * N + ns[None, :], dC, mask=mqn)
@@ -197,21 +227,26 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dfin = None if dfinal is None else dfinal.float().contiguous()
 
     dx = empty(b * l, h, p, dtype=x.dtype, device=dev)
-    ddt = empty(b * l, h, dtype=torch.float32, device=dev)
+    bp = cfg["BLOCK_P"] or min(_p2(p), 32)
+    if bp < _DOT_MIN or bp & (bp - 1):
+        raise ValueError(f"BWD_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
+    npb = triton.cdiv(p, bp)
+    # several headdim blocks add their shares of ddt; one stores it
+    ddt = (torch.zeros if npb > 1 else empty)(b * l, h, dtype=torch.float32, device=dev)
     dA = torch.zeros(h, dtype=torch.float32, device=dev)
     dB = torch.zeros(b * l, g, n, dtype=torch.float32, device=dev)
     dC = torch.zeros(b * l, g, n, dtype=torch.float32, device=dev)
     dD = None if D is None else torch.zeros(D.shape, dtype=torch.float32, device=dev)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
 
-    _ssd_bwd[(n_seq, h)](
+    _ssd_bwd[(npb, n_seq, h)](
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, choff, cu, dyt, dfin if dfin is not None else st,
         dx, ddt, dA, dB, dC, dD if dD is not None else dA, dinit if dinit is not None else dA,
         h, p, n, h // g, int(Q),
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
         Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_DFINAL=dfin is not None,
-        HAS_INIT=bool(has_init), QP=_p2(int(Q)), PP=_p2(p), NP=_p2(n), OPS=ops, STATE_OPS=state_ops,
+        HAS_INIT=bool(has_init), ADD_DDT=npb > 1, QP=_p2(int(Q)), BP=bp, NP=_p2(n), OPS=ops, STATE_OPS=state_ops,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return (dx.view(b, l, h, p).to(in_dtype), ddt.view(b, l, h), dA, dB.view(b, l, g, n).to(b_dtype),
