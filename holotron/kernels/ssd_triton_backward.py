@@ -43,10 +43,13 @@ import triton.language as tl
 from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, empty
 
 # launch settings of the backward kernel (the benchmark sweeps them). BLOCK_P: headdim columns per program
-# (a power of two >= 16; None: min(32, headdim padded)); state_ops: the operand precision of the products
-# with a state operand (None: "ieee" for fp32 inputs, "tf32" otherwise, as the forward); chunk_size: a
-# chunk length the training entry uses instead of the caller's (None: the caller's, as the forward takes it).
-BWD_CONFIG = dict(BLOCK_P=None, num_warps=4, num_stages=1, state_ops=None, chunk_size=None)
+# (a power of two >= 16); state_ops: the operand precision of the products with a state operand (None:
+# "ieee" for fp32 inputs, "tf32" otherwise, as the forward); chunk_size: a chunk length the training entry
+# uses instead of the caller's (None: the caller's, as the forward takes it). On an H200 (triton 3.6) at
+# the 12B layer's sizes (b 2, l 1000, h 128, p 80, n 128, bf16) BLOCK_P=16 with 8 warps ran (13.5 ms at
+# Q 128, 10.6 ms at Q 64, one reading each); BLOCK_P 32 or 4 warps hit illegal shared-memory addresses or
+# ran out of shared memory: a compiler limit of this one-kernel design, not yet worked around by tiling.
+BWD_CONFIG = dict(BLOCK_P=16, num_warps=8, num_stages=1, state_ops=None, chunk_size=None)
 
 
 @triton.jit
@@ -84,18 +87,13 @@ def _ssd_bwd(
     mp = ps < P
     mn = ns < N
     mnp = mn[:, None] & mp[None, :]
-    mpn = mp[:, None] & mn[None, :]
-    causal = q[:, None] >= q[None, :]  # [t, s]: t >= s
-    causal_T = q[:, None] <= q[None, :]  # [s, t]: t >= s
+    causal = q[:, None] >= q[None, :]
     last = q == QP - 1
-    # the gradient with respect to the state leaving the chunk (the final one to start), in both layouts:
-    # dS (n, p) and dSp (p, n), so that no product needs a transpose (see below)
+    # dS^T, (n, p): the gradient with respect to the state leaving the chunk (the final one to start)
     if HAS_DFINAL:
         dS = tl.load(dfin_ptr + (sh * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0).to(tl.float32)
-        dSp = tl.load(dfin_ptr + (sh * P + ps[:, None]) * N + ns[None, :], mask=mpn, other=0.0).to(tl.float32)
     else:
         dS = tl.zeros((NP, BP), dtype=tl.float32)
-        dSp = tl.zeros((BP, NP), dtype=tl.float32)
     dA_acc = tl.zeros((QP,), dtype=tl.float32)
     dD_acc = tl.zeros((BP,), dtype=tl.float32)
     if HAS_D:
@@ -112,7 +110,9 @@ def _ssd_bwd(
         mqp = mq[:, None] & mp[None, :]
         mqn = mq[:, None] & mn[None, :]
         dt = tl.load(dt_ptr + tok * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
-        cs = tl.cumsum(dt * A, axis=0)  # flat past the chunk's end (dt = 0 there)
+        # cumulative sums as masked row / column sums of (Q, Q) tiles, not tl.cumsum: with a scan in this
+        # kernel triton 3.6 addressed shared memory out of range on an H200 (compute-sanitizer, Q = n = 64)
+        cs = tl.sum(tl.where(causal, (dt * A)[None, :], 0.0), axis=1)  # flat past the chunk's end (dt = 0 there)
         cL = tl.sum(tl.where(last, cs, 0.0), axis=0)
         x = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + ps[None, :], mask=mqp, other=0.0)
         dy = tl.load(dy_ptr + tok[:, None] * s_dy_t + h * s_dy_h + ps[None, :], mask=mqp, other=0.0)
@@ -120,15 +120,13 @@ def _ssd_bwd(
         Cm = tl.load(C_ptr + tok[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mqn, other=0.0)
         row = (cbase + ci).to(tl.int64) * H + h
         S = tl.load(st_ptr + (row * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0)  # S^T (n, p)
-        # transposed operands are loaded or computed as such: with transposes inside the products, n = Q = 128
-        # gave wrong values and illegal addresses on an H200 (triton 3.6), small tiles did not
+        # transposed copies of loaded tiles are loaded as such rather than made with tl.trans
         mpq = mp[:, None] & mq[None, :]
         mnq = mn[:, None] & mq[None, :]
         xT = tl.load(x_ptr + tok[None, :] * s_x_t + h * s_x_h + ps[:, None], mask=mpq, other=0.0)  # (p, Q)
-        dyT = tl.load(dy_ptr + tok[None, :] * s_dy_t + h * s_dy_h + ps[:, None], mask=mpq, other=0.0)
         BmT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None], mask=mnq, other=0.0)  # (n, Q)
         CmT = tl.load(C_ptr + tok[None, :] * s_c_t + g * s_c_g + ns[:, None], mask=mnq, other=0.0)
-        Sp = tl.load(st_ptr + (row * P + ps[:, None]) * N + ns[None, :], mask=mpn, other=0.0)  # S (p, n)
+        Sp = tl.load(st_ptr + (row * P + ps[:, None]) * N + ns[None, :], mask=mp[:, None] & mn[None, :], other=0.0)
         x32 = x.to(tl.float32)
         dy32 = dy.to(tl.float32)
 
@@ -137,13 +135,13 @@ def _ssd_bwd(
         dec = tl.exp(cL - cs)  # decay from token s (excluded) to the chunk's end
         w = tl.where(mq, dt * dec, 0.0)
         # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
-        Lm = tl.exp(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))  # [t, s]
-        Lm_T = tl.exp(tl.where(causal_T, cs[None, :] - cs[:, None], float("-inf")))  # [s, t]
-        M = _mm(Cm, BmT, x, OPS) * Lm  # (QP, QP) [t, s]: (C_t . B_s) L[t, s]
-        Wm_T = _mm(Bm, CmT, x, OPS) * Lm_T * dt[:, None]  # [s, t]: Wm transposed
+        Lm = tl.exp(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
+        G = _mm(Cm, BmT, x, OPS)  # (QP, QP) C_t . B_s
+        M = G * Lm
+        Wm = M * dt[None, :]
         R = _mm(Bm, dS, x, STATE_OPS)  # (QP, BP)
 
-        dx = _mm(Wm_T, dy, x, OPS) + w[:, None] * R
+        dx = _mm(tl.trans(Wm), dy, x, OPS) + w[:, None] * R
         if HAS_D:
             dx += Dv * dy32
             dD_acc += tl.sum(dy32 * x32, axis=0)
@@ -151,19 +149,17 @@ def _ssd_bwd(
         dM = dWm * dt[None, :]
         dG = dM * Lm
         CS = _mm(Cm, S, x, STATE_OPS)  # (QP, BP) C S^T
-        dG_T = tl.where(causal_T, _mm(x, dyT, x, OPS), 0.0) * dt[:, None] * Lm_T  # [s, t]: dG transposed
         dC = _mm(dG, Bm, x, OPS) + ecs[:, None] * _mm(dy, Sp, x, STATE_OPS)
-        dB = _mm(dG_T, Cm, x, OPS) + _mm(x32 * w[:, None], dSp, x, STATE_OPS)
+        dB = _mm(tl.trans(dG), Cm, x, OPS) + _mm(x32 * w[:, None], tl.trans(dS), x, STATE_OPS)
         dw = tl.sum(x32 * R, axis=1)
         E = dM * M
         dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + tl.sum(dy32 * ecs[:, None] * CS, axis=1) - dw * w
         dcL = eL * tl.sum(tl.sum(dS * S, axis=1), axis=0) + tl.sum(dw * w, axis=0)
         dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
-        da = tl.cumsum(dcs, axis=0, reverse=True)
+        da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
         ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
         dA_acc += dt * da
         dS = eL * dS + _mm(CmT, dy32 * ecs[:, None], x, OPS)
-        dSp = eL * dSp + _mm(dyT.to(tl.float32) * ecs[None, :], Cm, x, OPS)
 
         tl.store(dx_ptr + tok[:, None] * s_dx_t + h * s_dx_h + ps[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mqp)
         if ADD_DDT:
@@ -227,7 +223,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dfin = None if dfinal is None else dfinal.float().contiguous()
 
     dx = empty(b * l, h, p, dtype=x.dtype, device=dev)
-    bp = cfg["BLOCK_P"] or min(_p2(p), 32)
+    bp = cfg["BLOCK_P"] or 16
     if bp < _DOT_MIN or bp & (bp - 1):
         raise ValueError(f"BWD_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
     npb = triton.cdiv(p, bp)
