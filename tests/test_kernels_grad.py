@@ -342,11 +342,11 @@ def test_dispatch(monkeypatch):
     assert_close(s1.detach(), s0, name="final train vs inference")
 
 
-@pytest.mark.parametrize("cfg", [dict(chunk_size=16), dict(BLOCK_P=16), dict(BLOCK_P=16, chunk_size=5)],
+@pytest.mark.parametrize("cfg", [dict(chunk_size=3), dict(BLOCK_P=16), dict(HEADS=1), dict(BLOCK_P=16, chunk_size=3)],
                          ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_bwd_config(monkeypatch, cfg):
-    """BWD_CONFIG: the training entry's chunk length instead of the caller's, several headdim blocks per
-    head (each adds its share of ddt, dB, dC, dA, dD): the same gradients."""
+    """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the state-gradient
+    pass, one head per chunk program (the group's dB, dC added from split partials): the same gradients."""
     from holotron.kernels import ssd_triton_backward
 
     for k, v in cfg.items():

@@ -6,10 +6,11 @@
        the softplus / clamp through it;
     2. ``SSDScanFn``: forward = the Triton scan (``ssd_scan_triton_fwd`` of ssd_triton_scan.py with
        ``store_states=True``: the state entering every chunk) on processed dt, without z; backward = the
-       one Triton kernel of ssd_triton_backward.py (dx, ddt, dA, dB, dC, dD, d initial_state);
+       two Triton kernels of ssd_triton_backward.py (dx, ddt, dA, dB, dC, dD, d initial_state);
     3. the gate y * silu(z) in PyTorch (``GateFn``, fp32 math, saves y and z as they are).
 
-``SSDScanFn`` saves x, dt, A, B, C, D and the chunk states (fp32, one (h, p, n) per chunk): everything
+``SSDScanFn`` saves x, dt, A, B, C, D and the chunk states (one (h, p, n) per chunk, fp32, or bf16 / fp16
+for such inputs): everything
 else (decays, C B^T, the intra-chunk matrices) is recomputed by the backward kernel.
 """
 
@@ -28,8 +29,10 @@ def _forward(x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size):
     """The Triton forward with chunk states (a function of its own so tests can stand in for it)."""
     from .ssd_triton_scan import ssd_scan_triton_fwd
 
+    half = x.dtype in (torch.bfloat16, torch.float16)  # states kept in the products' operand dtype
     return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                               chunk_size=chunk_size, store_states=True)
+                               chunk_size=chunk_size, store_states=True,
+                               states_dtype=x.dtype if half else torch.float32)
 
 
 class SSDScanFn(torch.autograd.Function):
@@ -80,8 +83,9 @@ class GateFn(torch.autograd.Function):
 def ssd_scan_triton_train(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                           dt_limit=(0.0, math.inf), initial_state=None, cu_seqlens=None, chunk_size=128):
     """The Triton scan with a Triton backward. Shapes as in ``holotron.kernels.ssd_scan``; returns
-    (y like x, final state fp32). ``BWD_CONFIG["chunk_size"]``, when set, replaces ``chunk_size``."""
-    Q = int(BWD_CONFIG["chunk_size"] or chunk_size)
+    (y like x, final state fp32). ``BWD_CONFIG["chunk_size"]``, when set, caps ``chunk_size`` (the result
+    is the same function; only the rounding differs)."""
+    Q = min(int(chunk_size), int(BWD_CONFIG["chunk_size"] or chunk_size))
     dtp = process_dt(dt, dt_bias, dt_softplus, dt_limit, torch.float32)
     y, final = SSDScanFn.apply(x, dtp, A, B, C, D, initial_state, cu_seqlens, Q)
     if z is not None:
