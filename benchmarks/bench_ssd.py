@@ -2,9 +2,13 @@
 peers measured in the same run; prints a short table per section last, writes JSON.
 
     python benchmarks/bench_ssd.py [--out DIR] [--budget S]    JSON to DIR/bench_ssd.json (DIR=$OUT if set)
-    python benchmarks/bench_ssd.py --sections fwd,fwdbwd       pick sections (default: ceilings,sweep,fwd,fwdbwd)
-    python benchmarks/bench_ssd.py --configs '{"Q": [128], "BLOCK_P": [32, 64]}'    narrow the sweep
+    python benchmarks/bench_ssd.py --sections fwd,fwdbwd       pick sections (default: ceilings,sweep,fwd,fwdbwd;
+                                   also step, and bwdsweep: the backward sweep alone, without fwdbwd)
+    python benchmarks/bench_ssd.py --configs '{"Q": [128], "BLOCK_P": [64, 128]}'    narrow the sweep
                                    (a dict of lists: their product; a list of dicts; '[]': no sweep)
+    python benchmarks/bench_ssd.py --bwd-configs '[{"HEADS": 2}, {"chunk_size": 64, "BLOCK_P": 32}]'
+                                   the backward sweep (same forms, over BWD_CONFIG; default BWD_SWEEP; '[]': none)
+    python benchmarks/bench_ssd.py --sweep-s 120 --bwd-sweep-s 90    caps (s) of the two sweeps
     python benchmarks/bench_ssd.py --step-only                 copy bandwidth and the decode step (~1 min)
     python benchmarks/bench_ssd.py --dry                       the whole plumbing on the CPU: tiny shapes,
                                                                TRITON_INTERPRET=1, timings meaningless
@@ -18,7 +22,9 @@ recorded and the next section runs):
 - ceilings: device copy bandwidth (bytes read + written) and a bf16 8192^3 matmul.
 - sweep: our forward over SCAN_CONFIG settings (Q x BLOCK_P x num_warps x num_stages, the automatic
   setting first, risky ones last), each checked against the float64 chunked scan at every shape before a
-  short do_bench; a config that crashes its process is recorded and the sweep goes on in a new one.
+  short do_bench; a config that crashes its process is recorded and the sweep goes on in a new one. Each
+  row also has the compiled kernel's registers, spills and shared memory (ssd_triton_scan.LAST_KERNEL),
+  where the kernel exposes them (not under the interpreter).
 - fwd: per shape the automatic setting and the sweep's three fastest re-timed; mamba_ssm's
   mamba_chunk_scan_combined (chunk 128, D, dt_bias, softplus, grouped B and C) and FLA's chunk_simple_gla
   (q = C, k = B dt, v = x, g = dt A, B and C expanded to every head outside the timing, no D term);
@@ -28,7 +34,14 @@ recorded and the next section runs):
 - fwdbwd: forward + backward with a fixed upstream gradient (autograd.grad of y, no state gradient) for
   ours (the automatic setting), mamba_ssm and FLA (its backward over q, k, v, g; the expansion outside);
   the error of every gradient against float64 autograd through the chunked scan at the first shape (FLA's
-  through a differentiable expansion, against the reference without D).
+  through a differentiable expansion, against the reference without D). Then, in worker(s) of their own
+  (the sweep's Triton cache, at most --bwd-sweep-s), the backward sweep: ours over ssd_triton_backward's
+  BWD_CONFIG settings (BWD_SWEEP, each merged over the module's defaults; chunk_size, BLOCK_P, HEADS,
+  warps_state, warps_chunk, stages), each first checked at the first shape (every gradient within BWD_TOL
+  of the float64 reference, finite) and then forward + backward timed at every shape with the sweep's short
+  do_bench, with the backward kernels' registers and spills (ssd_triton_backward.LAST_KERNEL); a config
+  that crashes its process is recorded and the rest go on in a new one. The fastest right config is
+  printed beside the fwdbwd rows.
 - first call: fwd and fwdbwd run in one fresh process with an empty TRITON_CACHE_DIR, so each library's
   first forward call there is its cold forward (compiles, and mamba_ssm's autotuning, included) and its
   cold forward + backward is that plus its first forward + backward call (fwdbwd alone: that call).
@@ -56,7 +69,11 @@ import time
 
 H, P, N, G, Q = 128, 80, 128, 8, 128
 SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # the four benchmark shapes (batch, seqlen)
-SWEEP = dict(Q=[128, 64], BLOCK_P=[32, 64, 16, 128], num_warps=[4, 8], num_stages=[2, 1, 3])
+SWEEP = dict(Q=[64, 128], BLOCK_P=[128, 64], num_warps=[8, 4], num_stages=[2, 1, 3])
+# the backward sweep: each dict over ssd_triton_backward.BWD_CONFIG's defaults ({}: the defaults as they are)
+BWD_SWEEP = [{}, {"chunk_size": 128}, {"HEADS": 1}, {"HEADS": 4}, {"HEADS": 16}, {"warps_chunk": 4},
+             {"BLOCK_P": 64}, {"BLOCK_P": 32, "warps_state": 8}]
+BWD_TOL = 5e-2  # the backward sweep's check: the largest relative RMS error of a gradient vs float64
 GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias")
 TOL = 1e-2  # the sweep's check: relative RMS error of y and of the final state vs float64 (bf16 gives ~2e-3)
 STEP_B = [1, 8, 64, 128]
@@ -64,6 +81,8 @@ MAMBA_SSM_STEP_US = {1: 5.2, 8: 25.5, 64: 190.0, 128: 412.0}  # quoted: selectiv
 DEVICE = "cuda"
 DRY = dict(H=4, P=24, N=16, G=2, SHAPES=[(1, 160), (2, 96)], STEP_B=[1, 2])
 DRY_CONFIGS = [{}, dict(Q=64, BLOCK_P=16, num_warps=4, num_stages=1)]
+DRY_BWD_CONFIGS = [{}, dict(HEADS=1, BLOCK_P=16)]
+KERNEL_KEYS = ("n_regs", "n_spills", "shared")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -96,13 +115,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sections", default="ceilings,sweep,fwd,fwdbwd",
-                    help="comma list of ceilings, sweep, fwd, fwdbwd, step")
+                    help="comma list of ceilings, sweep, fwd, fwdbwd, step, bwdsweep (fwdbwd runs it after itself)")
     ap.add_argument("--step-only", action="store_true", help="copy bandwidth and the decode step only")
-    ap.add_argument("--budget", type=float, default=330.0,
+    ap.add_argument("--budget", type=float, default=420.0,
                     help="seconds for the whole run; a section that would start past it is skipped")
     ap.add_argument("--sweep-s", type=float, default=120.0, help="seconds at most for the config sweep")
     ap.add_argument("--sweep-rep", type=float, default=25.0, help="do_bench rep (ms) of each swept config")
     ap.add_argument("--configs", default=None, help="JSON: a dict of lists or a list of SCAN_CONFIG dicts")
+    ap.add_argument("--bwd-sweep-s", type=float, default=90.0, help="seconds at most for the backward sweep")
+    ap.add_argument("--bwd-configs", default=None,
+                    help="JSON: a dict of lists or a list of BWD_CONFIG dicts (default BWD_SWEEP; '[]': none)")
     ap.add_argument("--shapes", default=None, help="e.g. 1x4096,4x8192 (default: the four benchmark shapes)")
     ap.add_argument("--dry", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes: a plumbing check")
     ap.add_argument("--plot", default=None, help="a bench_ssd.json to chart (no GPU needed)")
@@ -126,26 +148,40 @@ def dry_dims():
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-def sweep_configs(spec, dry):
-    """The configs to sweep, the automatic one ({}) first, the likeliest next, the risky ones last
-    (16-column dots with 8 warps faulted once on triton 3.6; 3 stages or a 128-wide P block may not fit)."""
-    if spec is None and dry:
-        return [dict(c) for c in DRY_CONFIGS]
-    s = json.loads(spec) if spec is not None else SWEEP
+def expand(s):
+    """A dict of lists (their product, in the lists' order) or a list of dicts: a list of config dicts."""
     if isinstance(s, dict):
         keys = list(s)
-        cfgs = [dict(zip(keys, v)) for v in itertools.product(*(s[k] if isinstance(s[k], list) else [s[k]]
-                                                                 for k in keys))]
-    else:
-        cfgs = [dict(c) for c in s]
+        return [dict(zip(keys, v)) for v in itertools.product(*(s[k] if isinstance(s[k], list) else [s[k]]
+                                                                for k in keys))]
+    return [dict(c) for c in s]
+
+
+def sweep_configs(spec, dry):
+    """The configs to sweep, the automatic one ({}) first, then in the order given (a dict's product order)
+    except that the likelier ones go first: the automatic pairing of warps and chunk (8 warps at Q 128, 4 at
+    Q 64) and 2 stages before the others; the risky ones last (16-column dots with 8 warps faulted once on
+    triton 3.6; 3 stages of 128-wide P blocks may not fit in shared memory)."""
+    if spec is None and dry:
+        return [dict(c) for c in DRY_CONFIGS]
+    cfgs = expand(json.loads(spec) if spec is not None else SWEEP)
 
     def risk(c):
-        bp, nw, ns = c.get("BLOCK_P"), c.get("num_warps"), c.get("num_stages")
-        return ((bp == 16 and nw == 8) * 4 + (ns == 3) * 2 + (bp == 128) * 2 + (c.get("Q") not in (None, 128)),
-                nw != 4, ns != 2, abs(math.log2(bp or 32) - 5))
+        bp, nw, ns, q = c.get("BLOCK_P"), c.get("num_warps"), c.get("num_stages"), c.get("Q")
+        paired = nw is None or q is None or nw == (8 if q > 64 else 4)
+        return ((bp == 16 and nw == 8) * 4 + (ns == 3) * 2 + (ns == 3 and (bp or 128) >= 128),
+                (not paired) + (ns not in (None, 2)))
     if spec is not None and not cfgs:
         return []  # '[]': no sweep, the automatic setting alone (in fwd)
-    return [{}] + sorted((c for c in cfgs if c), key=risk)
+    return [{}] + sorted((c for c in cfgs if c), key=risk)  # stable: the given order within a risk level
+
+
+def bwd_configs(spec, dry):
+    """The backward sweep's configs, BWD_CONFIG overrides in the order given, the defaults ({}) first."""
+    if spec is None:
+        return [dict(c) for c in (DRY_BWD_CONFIGS if dry else BWD_SWEEP)]
+    cfgs = expand(json.loads(spec))
+    return [{}] + [c for c in cfgs if c] if cfgs else []
 
 
 class Section:
@@ -210,8 +246,8 @@ def drive(args):
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     out = dict(meta=dict(date=time.strftime("%Y-%m-%d"), command=" ".join(sys.argv), budget_s=args.budget,
                          dims=dict(H=H, P=P, N=N, G=G, Q=Q), dry=args.dry),
-               ceilings={}, sweep=[], fwd=[], graph=[], first_call=[], fwdbwd=[], grad_accuracy=[], step=[],
-               failures=[], skipped=[])
+               ceilings={}, sweep=[], fwd=[], graph=[], first_call=[], fwdbwd=[], grad_accuracy=[], bwd_sweep=[],
+               bwd_best=None, step=[], failures=[], skipped=[])
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench_ssd-")
     base_state = dict(tmp=tmp, shapes=shapes, out=args.out, sweep_rep=args.sweep_rep,
@@ -238,9 +274,14 @@ def drive(args):
             print(f"# section {name} failed: {f['killed'] or 'exit ' + str(f['rc'])}", flush=True)
         save()
 
-    # seconds a section needs to be worth starting, and what the sweep leaves for the ones after it
-    need = dict(ceilings=15, sweep=40, fwd=40, fwdbwd=60, step=40)
-    reserve = dict(ceilings=15, sweep=0, fwd=70, fwdbwd=110, step=60)
+    # seconds a section needs to be worth starting, and what the sweeps leave for the ones after them; the
+    # backward sweep runs after fwdbwd (its reserve counted there) unless it is a section of its own
+    bwd = bwd_configs(args.bwd_configs, args.dry)
+    bwd_after_fwdbwd = bool(bwd) and "bwdsweep" not in sections
+    need = dict(ceilings=15, sweep=40, fwd=40, fwdbwd=60, step=40, bwdsweep=25)
+    reserve = dict(ceilings=15, sweep=0, fwd=70, fwdbwd=110 + (args.bwd_sweep_s if bwd_after_fwdbwd else 0),
+                   step=60, bwdsweep=args.bwd_sweep_s if bwd else 0)
+    later = lambda name: sum(reserve[p] for s in sections[sections.index(name) + 1:] for p in s.split(","))
     if "fwd" in sections and "fwdbwd" in sections:  # one cold-cache worker: each library compiles once
         sections = [s for s in sections if s != "fwdbwd"]
         sections[sections.index("fwd")] = "fwd,fwdbwd"
@@ -256,9 +297,9 @@ def drive(args):
             continue
         print(f"# ---- section {name} ({left:.0f} s of the budget left)", flush=True)
         state = dict(base_state, ceilings=out["ceilings"])
-        if name == "sweep":
-            later = sum(reserve[p] for s in sections[sections.index(name) + 1:] for p in s.split(","))
-            run_sweep(args, state, out, save, min(time.time() + args.sweep_s, end - later))
+        if name in ("sweep", "bwdsweep"):
+            cap = args.sweep_s if name == "sweep" else args.bwd_sweep_s
+            run_sweep(args, state, out, save, min(time.time() + cap, end - later(name)), kind=name)
             continue
         state["best"] = best_configs(out["sweep"], shapes)
         cold = "fwd" in parts or "fwdbwd" in parts
@@ -266,48 +307,61 @@ def drive(args):
         if name == "fwd,fwdbwd" and not out["fwdbwd"] and end - time.time() > need["fwdbwd"]:
             print("# ---- section fwdbwd again, alone (the shared worker ended before it)", flush=True)
             take(Section(args, "fwdbwd", state, fresh_cache=True, deadline=end + 30, idle=240), "fwdbwd")
+        if "fwdbwd" in parts and bwd_after_fwdbwd:
+            deadline = min(time.time() + args.bwd_sweep_s, end - later(name))
+            if deadline - time.time() < need["bwdsweep"]:
+                out["skipped"].append(dict(section="bwdsweep", why=f"{deadline - time.time():.0f} s left for it"))
+                print("# backward sweep skipped: over the time budget", flush=True)
+            else:
+                print(f"# ---- the backward sweep ({deadline - time.time():.0f} s at most)", flush=True)
+                run_sweep(args, state, out, save, deadline, kind="bwdsweep")
 
+    out["bwd_best"] = best_bwd(out["bwd_sweep"], shapes)
     out["meta"]["wall_s"] = time.time() - t_start
     save()
     print_tables(out)
     print(f"# wrote {os.path.join(args.out, 'bench_ssd.json')} ({out['meta']['wall_s']:.0f} s)")
 
 
-def run_sweep(args, state, out, save, deadline):
-    """The sweep in a worker; a worker that dies mid-config has that config recorded as crashed and the rest
-    go on in a new worker (the Triton cache keeps what was compiled)."""
-    todo = sweep_configs(args.configs, args.dry)
+def run_sweep(args, state, out, save, deadline, kind="sweep"):
+    """A sweep in a worker (kind "sweep": the forward's configs, rows in out["sweep"]; "bwdsweep": the
+    backward's, rows in out["bwd_sweep"]); a worker that dies mid-config has that config recorded as crashed
+    and the rest go on in a new worker (the Triton cache keeps what was compiled). No config starts past
+    ``deadline``."""
+    todo = sweep_configs(args.configs, args.dry) if kind == "sweep" else bwd_configs(args.bwd_configs, args.dry)
+    rows = out["sweep" if kind == "sweep" else "bwd_sweep"]
     key = lambda c: json.dumps(c, sort_keys=True)
     crashes = 0
     while todo and time.time() < deadline - 10 and crashes < 6:
-        sec = Section(args, "sweep", dict(state, configs=todo, deadline=deadline), deadline=deadline + 20, idle=90)
+        sec = Section(args, kind, dict(state, configs=todo, deadline=deadline), deadline=deadline + 20,
+                      idle=90 if kind == "sweep" else 150)
         started, done = None, set()
         for r in sec.records:
             if r["k"] == "start":
                 started = r["v"]
             elif r["k"] == "cfg":
-                out["sweep"].append(r["v"])
+                rows.append(r["v"])
                 done.add(key(r["v"]["config"]))
                 started = None
             elif r["k"] == "fail":
-                out["failures"].append(dict(section="sweep", **r["v"]))
+                out["failures"].append(dict(section=kind, **r["v"]))
         todo = [c for c in todo if key(c) not in done]
         f = sec.failure()
         if f is None:
             break
         if not any(r["k"] in ("start", "cfg") for r in sec.records):  # died before its first config: no retry
-            out["failures"].append(dict(section="sweep", **f))
+            out["failures"].append(dict(section=kind, **f))
             break
         crashes += 1
         if started is not None:
-            out["sweep"].append(dict(config=started, crashed=f, shapes=[]))
+            rows.append(dict(config=started, crashed=f, shapes=[]))
             todo = [c for c in todo if key(c) != key(started)]
-        print(f"# sweep: the worker died ({f['killed'] or 'exit ' + str(f['rc'])}) "
+        print(f"# {kind}: the worker died ({f['killed'] or 'exit ' + str(f['rc'])}) "
               + (f"in config {started}" if started is not None else "after a config that lost the CUDA context")
               + "; going on in a new one", flush=True)
         save()
     if todo:
-        out["skipped"].append(dict(section="sweep", why=f"{len(todo)} configs not run (time or crashes)",
+        out["skipped"].append(dict(section=kind, why=f"{len(todo)} configs not run (time or crashes)",
                                    configs=todo))
     save()
 
@@ -323,11 +377,55 @@ def best_configs(rows, shapes, k=3):
     return best
 
 
+def best_bwd(rows, shapes):
+    """The backward config right (checked) and timed at every shape with the least summed time, or None."""
+    good = [r for r in rows if r.get("ok") and len(r.get("shapes", [])) == len(shapes)
+            and all(s.get("ms") is not None for s in r["shapes"])]
+    if not good:
+        return None
+    r = min(good, key=lambda r: sum(s["ms"] for s in r["shapes"]))
+    return dict(config=r["config"], max_err=r.get("max_err"), ms={f"{s['b']}x{s['l']}": s["ms"] for s in r["shapes"]})
+
+
 # ============================================================================ workers (one per section)
 
 
 def emit(k, v):
     print("@@" + json.dumps(dict(k=k, v=v)), flush=True)
+
+
+def kernel_info(k):
+    """n_regs, n_spills and shared (bytes) of a Triton CompiledKernel, those it has ({} for None or the
+    interpreter's stand-in)."""
+    info = {}
+    try:
+        md = getattr(k, "metadata", None)
+        vals = dict(n_regs=getattr(k, "n_regs", None), n_spills=getattr(k, "n_spills", None),
+                    shared=md.get("shared") if isinstance(md, dict) else getattr(md, "shared", None))
+        info = {a: int(v) for a, v in vals.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    except Exception:  # noqa: BLE001  (a kernel object of another Triton: no figures, no crash)
+        pass
+    return info
+
+
+def last_kernels(module):
+    """{name: kernel_info} of ``module.LAST_KERNEL`` (a dict name -> CompiledKernel), those with figures."""
+    d = getattr(module, "LAST_KERNEL", None)
+    if not isinstance(d, dict):
+        return {}
+    return {str(n): i for n, i in ((n, kernel_info(k)) for n, k in list(d.items())) if i}
+
+
+def forget_kernels(module):
+    """Empties ``module.LAST_KERNEL`` before a call, so what it holds after comes from that call."""
+    d = getattr(module, "LAST_KERNEL", None)
+    if isinstance(d, dict):
+        d.clear()
+
+
+def crash_text(msg):
+    """An error after which the CUDA context is gone (the worker must stop)."""
+    return "illegal" in msg.lower() or "cuda error" in msg.lower()
 
 
 def worker(args):
@@ -534,8 +632,10 @@ class Worker:
                 try:
                     self.poison(b, l)
                     f = self.ours(kw)
+                    forget_kernels(T)
                     y, s = f()
                     self.sync()
+                    r.update(last_kernels(T).get("scan", {}))
                     r["y_err"], r["state_err"] = self.rel(y, y_ref), self.rel(s, s_ref)
                     finite = bool(torch.isfinite(y).all() and torch.isfinite(s).all())
                     r["ok"] = finite and r["y_err"] < TOL and r["state_err"] < TOL
@@ -546,7 +646,7 @@ class Worker:
                         r["why"] = "not finite" if not finite else "wrong output"
                 except Exception as e:  # noqa: BLE001  (a config that does not compile or launch: recorded)
                     r["why"] = f"{type(e).__name__}: {str(e)[:300]}"
-                    if "illegal" in str(e).lower() or "cuda error" in str(e).lower():
+                    if crash_text(str(e)):
                         row["shapes"].append(r)
                         emit("cfg", dict(row, s=time.time() - t0))
                         print(f"# sweep {cfg}: {r['why'][:120]}: the CUDA context is gone, stopping", flush=True)
@@ -554,10 +654,14 @@ class Worker:
                 row["shapes"].append(r)
                 if not r["ok"]:
                     break  # wrong somewhere: out of the race
+            for k in KERNEL_KEYS:  # the row's figure: the largest over its shapes (the kernel may differ by shape)
+                v = [r[k] for r in row["shapes"] if r.get(k) is not None]
+                if v:
+                    row[k] = max(v)
             emit("cfg", dict(row, s=time.time() - t0))
             print(f"# sweep {cfg}: " + ", ".join(
                 f"{r['b']}x{r['l']} " + (f"{r['ms']:.3f} ms" if r.get("ms") is not None else r.get("why", "?")[:60])
-                for r in row["shapes"]) + f"  ({time.time() - t0:.1f} s)", flush=True)
+                for r in row["shapes"]) + f"  ({time.time() - t0:.1f} s{kernel_text(row)})", flush=True)
 
     def fwd(self):
         T = self.scan_module()
@@ -655,11 +759,16 @@ class Worker:
             if self.cuda:
                 self.torch.cuda.empty_cache()
 
-    def fwdbwd_shape(self, b, l, ours, peers, mamba, fla, first):
+    def grad_inputs(self, b, l):
+        """The forward + backward inputs (leaves that want gradients) and the fixed upstream gradient dy."""
         torch = self.torch
         kw = self.inputs(b, l, seed=5, grad=True)
         dy = torch.randn(kw["x"].shape, device=self.dev, generator=torch.Generator(self.dev).manual_seed(6))
-        dy = dy.bfloat16()
+        return kw, dy.bfloat16()
+
+    def fwdbwd_shape(self, b, l, ours, peers, mamba, fla, first):
+        torch = self.torch
+        kw, dy = self.grad_inputs(b, l)
         leaves = [kw[n] for n in GRAD_NAMES]
         fns = []
         if ours:
@@ -692,7 +801,6 @@ class Worker:
 
     def grad_accuracy(self, kw, dy, peers, mamba, fla, ours):
         """Every gradient of each library against float64 autograd through the chunked scan, same inputs."""
-        torch = self.torch
         b, l = kw["x"].shape[:2]
         try:
             ref = self.grad_reference(kw, dy)
@@ -710,20 +818,121 @@ class Worker:
             runs.append(("fla", lambda: peers.fla_call(fla, peers.fla_prepare(kw, H), False),
                          [n for n in GRAD_NAMES if n != "D"], ref_noD))
         for name, f, names, r in runs:
-            row = dict(lib=name, b=b, l=l)
-            try:
-                y = f()
-                gs = torch.autograd.grad(y, [kw[n] for n in names], dy, allow_unused=True)
-                for n, g in zip(names, gs):
-                    row[f"d{n}"] = self.rel(g, r[n]) if g is not None else None
-                    if g is not None and not bool(torch.isfinite(g).all()):
-                        row[f"d{n}"] = float("nan")
-            except Exception as e:  # noqa: BLE001
-                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            row = dict(lib=name, b=b, l=l, **self.grad_errors(f, kw, names, dy, r))
             emit("grad_accuracy", row)
             print(f"# grad error {name}: " + ", ".join(f"{k} {v:.2e}" for k, v in row.items()
                                                          if k.startswith("d") and isinstance(v, float)), flush=True)
         del leaves, ref, ref_noD
+
+    def grad_errors(self, f, kw, names, dy, ref):
+        """{"dNAME": relative RMS error of that gradient vs ref[NAME] (NaN: not finite; None: no gradient)} of
+        the output of ``f()`` with upstream gradient dy; {"error": text} if it raised."""
+        torch = self.torch
+        row = {}
+        try:
+            y = f()
+            gs = torch.autograd.grad(y, [kw[n] for n in names], dy, allow_unused=True)
+            for n, g in zip(names, gs):
+                row[f"d{n}"] = self.rel(g, ref[n]) if g is not None else None
+                if g is not None and not bool(torch.isfinite(g).all()):
+                    row[f"d{n}"] = float("nan")
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        return row
+
+    def bwd_module(self):
+        try:
+            from holotron.kernels import ssd_triton_backward as TB
+        except Exception as e:  # noqa: BLE001  (the backward may be mid-rewrite: say so)
+            emit("fail", dict(what="holotron.kernels.ssd_triton_backward", error=f"{type(e).__name__}: {e}"))
+            return None
+        if not isinstance(getattr(TB, "BWD_CONFIG", None), dict):
+            emit("fail", dict(what="holotron.kernels.ssd_triton_backward", error="no BWD_CONFIG dict"))
+            return None
+        return TB
+
+    def bwdsweep(self):
+        """Ours forward + backward over BWD_CONFIG settings: each checked at the first shape (every gradient
+        finite and within BWD_TOL of float64 autograd), then timed at every shape; BWD_CONFIG restored."""
+        TB = self.bwd_module()
+        if TB is None:
+            return
+        base = dict(TB.BWD_CONFIG)
+        cfgs = self.state["configs"]
+        unknown = sorted({k for c in cfgs for k in c} - set(base))
+        if unknown:
+            print(f"# note: ssd_triton_backward.BWD_CONFIG is {base}: no keys {unknown} (an older kernel?); "
+                  "they are set anyway", flush=True)
+        data = [(b, l, *self.grad_inputs(b, l)) for b, l in SHAPES]
+        try:
+            ref = self.grad_reference(data[0][2], data[0][3])
+        except Exception as e:  # noqa: BLE001
+            emit("fail", dict(what="float64 gradient reference", error=f"{type(e).__name__}: {str(e)[:300]}"))
+            return
+        rep = self.state.get("sweep_rep", 25.0) if self.cuda else 1
+        print(f"# bwd sweep: {len(cfgs)} configs x {len(SHAPES)} shapes; the float64 gradients ready", flush=True)
+        try:
+            for cfg in cfgs:
+                if self.late(5):
+                    print("# bwd sweep: out of time", flush=True)
+                    break
+                emit("start", cfg)
+                TB.BWD_CONFIG.clear()
+                TB.BWD_CONFIG.update({**base, **cfg})
+                row, t0 = dict(config=cfg, ok=False, shapes=[]), time.time()
+                self.bwd_config(TB, cfg, row, data, ref, rep)
+                emit("cfg", dict(row, s=time.time() - t0))
+                print(f"# bwd sweep {cfg}: max grad err {_f(row.get('max_err'), '.1e')}; " + (", ".join(
+                    f"{r['b']}x{r['l']} " + (f"{r['ms']:.3f} ms" if r.get("ms") is not None else r.get("why", "?")[:60])
+                    for r in row["shapes"]) or row.get("why", "?")[:200]) + f"  ({time.time() - t0:.1f} s)",
+                    flush=True)
+                if row.get("context_lost"):
+                    sys.exit(3)
+        finally:
+            TB.BWD_CONFIG.clear()
+            TB.BWD_CONFIG.update(base)
+
+    def bwd_config(self, TB, cfg, row, data, ref, rep):
+        """One backward config into ``row``: the check at the first shape, then the timings."""
+        torch = self.torch
+        _, _, kw0, dy0 = data[0]
+        forget_kernels(TB)
+        errs = self.grad_errors(lambda: self.ours(kw0)()[0], kw0, GRAD_NAMES, dy0, ref)
+        self.sync()
+        row["errors"] = errs
+        vals = [errs.get(f"d{n}") for n in GRAD_NAMES]
+        if errs.get("error"):
+            row["why"] = errs["error"]
+            row["context_lost"] = crash_text(errs["error"])
+            return
+        if any(v is None for v in vals):
+            row["why"] = "no gradient for " + ", ".join(n for n, v in zip(GRAD_NAMES, vals) if v is None)
+            return
+        row["max_err"] = max(vals)
+        if not all(math.isfinite(v) for v in vals):
+            row["why"] = "not finite"
+            return
+        if row["max_err"] > BWD_TOL:
+            row["why"] = f"wrong gradients (max error {row['max_err']:.1e} > {BWD_TOL})"
+            return
+        for b, l, kw, dy in data:
+            leaves = [kw[n] for n in GRAD_NAMES]
+            f = lambda: torch.autograd.grad(self.ours(kw)()[0], leaves, dy)
+            r = dict(b=b, l=l)
+            try:
+                forget_kernels(TB)
+                f()
+                self.sync()
+                r["kernels"] = last_kernels(TB)
+                r["ms"] = self.bench(f, rep=rep)
+            except Exception as e:  # noqa: BLE001  (a config that does not compile or launch here: recorded)
+                r["why"] = f"{type(e).__name__}: {str(e)[:300]}"
+                row["context_lost"] = crash_text(r["why"])
+            row["shapes"].append(r)
+            if r.get("ms") is None:
+                row["why"] = f"{b}x{l}: {r['why']}"
+                return
+        row["ok"] = True
 
     def step(self):
         """ssd_step in a CUDA graph over distinct per-layer states (no L2 reuse), and eager; fp32 and bf16 state."""
@@ -787,6 +996,15 @@ def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
+def kernel_text(d):
+    """', 168 regs, 0 spills, 96 KiB shared' of a kernel_info-like dict ('' without figures)."""
+    parts = [f"{d['n_regs']} regs" if d.get("n_regs") is not None else None,
+             f"{d['n_spills']} spills" if d.get("n_spills") is not None else None,
+             f"{d['shared'] / 1024:.0f} KiB shared" if d.get("shared") is not None else None]
+    parts = [p for p in parts if p]
+    return (", " + ", ".join(parts)) if parts else ""
+
+
 def _ratio(a, b):
     return None if not a or not b else a / b
 
@@ -812,15 +1030,17 @@ def print_tables(out):
               f"crashed: {'; '.join(bad[:8]) or 'none'}{' ...' if len(bad) > 8 else ''}")
         shapes = sorted({(s["b"], s["l"]) for r in ok for s in r["shapes"]})
         if shapes:
-            print("| config | " + " | ".join(f"{b}x{l} ms" for b, l in shapes) + " | sum / best sum |")
-            print("|---" * (len(shapes) + 2) + "|")
+            print("| config | " + " | ".join(f"{b}x{l} ms" for b, l in shapes)
+                  + " | sum / best sum | regs | spills | shared KiB |")
+            print("|---" * (len(shapes) + 5) + "|")
             tot = {json.dumps(r["config"], sort_keys=True): sum(s["ms"] for s in r["shapes"]) for r in ok}
             bsum = min(tot.values())
             for r in sorted(ok, key=lambda r: tot[json.dumps(r["config"], sort_keys=True)])[:6]:
                 ms = {(s["b"], s["l"]): s["ms"] for s in r["shapes"]}
                 print(f"| {json.dumps(r['config'], sort_keys=True) if r['config'] else 'auto'} | "
                       + " | ".join(_f(ms.get(s), ".3f") for s in shapes)
-                      + f" | {tot[json.dumps(r['config'], sort_keys=True)] / bsum:.3f} |")
+                      + f" | {tot[json.dumps(r['config'], sort_keys=True)] / bsum:.3f} | {_f(r.get('n_regs'), 'd')} | "
+                      f"{_f(r.get('n_spills'), 'd')} | {_f(r.get('shared') and r['shared'] / 1024, '.0f')} |")
 
     graphs = {(r["b"], r["l"], r["tag"]): r for r in out.get("graph", [])}
     if out["fwd"]:
@@ -842,18 +1062,45 @@ def print_tables(out):
                   f"{rb(mb)} | {rb(fl)} | "
                   f"{err(oa or ob)} | {err(mb)} | {err(fl)} |")
 
+    bb = out.get("bwd_best") or {}
     if out["fwdbwd"]:
-        print("\n## forward + backward (ms)")
-        print("| b x l | ours | mamba_ssm | FLA (q, k, v, g) | floor | ours / floor | mamba_ssm / ours | FLA / ours |")
-        print("|---" * 8 + "|")
+        print("\n## forward + backward (ms; ours: the automatic setting; ours best bwd: the backward sweep's "
+              f"fastest right config, {json.dumps(bb.get('config')) if bb else 'none'}, its own short do_bench)")
+        print("| b x l | ours | ours best bwd | mamba_ssm | FLA (q, k, v, g) | floor | ours / floor | "
+              "mamba_ssm / ours | FLA / ours |")
+        print("|---" * 9 + "|")
         for r in out["fwdbwd"]:
             b, l = r["b"], r["l"]
             o, mb, fl = (r.get(k, {}).get("ms") for k in ("ours", "mamba_ssm", "fla"))
             fm = floor(fwdbwd_bytes(b, l), fwdbwd_flops(b, l))
-            print(f"| {b}x{l} | {_f(o, '.3f')} | {_f(mb, '.3f')} | {_f(fl, '.3f')} | {_f(fm, '.3f')} | "
+            print(f"| {b}x{l} | {_f(o, '.3f')} | {_f(bb.get('ms', {}).get(f'{b}x{l}'), '.3f')} | {_f(mb, '.3f')} | "
+                  f"{_f(fl, '.3f')} | {_f(fm, '.3f')} | "
                   f"{_f(_ratio(o, fm), '.2f')} | {_f(_ratio(mb, o), '.2f')} | {_f(_ratio(fl, o), '.2f')} |")
             if r.get("errors"):
                 print(f"|   errors: {r['errors']} |")
+
+    if out.get("bwd_sweep"):
+        rows = out["bwd_sweep"]
+        shapes = sorted({(s["b"], s["l"]) for r in rows for s in r.get("shapes", [])})
+        ok = [r for r in rows if r.get("ok")]
+        tot = {id(r): sum(s["ms"] for s in r["shapes"]) for r in ok}
+        bsum = min(tot.values()) if tot else None
+        print(f"\n## backward sweep: {len(rows)} configs, {len(ok)} right (max gradient error <= {BWD_TOL}) and "
+              "timed at every shape (forward + backward, ms; kernels: regs / spills at the first shape)")
+        print("| config | " + " | ".join(f"{b}x{l} ms" for b, l in shapes)
+              + " | sum / best sum | max grad err | kernels | why not |")
+        print("|---" * (len(shapes) + 5) + "|")
+        order = sorted(rows, key=lambda r: (not r.get("ok"), tot.get(id(r), 0.0)))
+        for r in order:
+            ms = {(s["b"], s["l"]): s.get("ms") for s in r.get("shapes", [])}
+            ks = next((s.get("kernels") for s in r.get("shapes", []) if s.get("kernels")), {}) or {}
+            kt = ", ".join(f"{n} {_f(i.get('n_regs'), 'd')}/{_f(i.get('n_spills'), 'd')}" for n, i in ks.items())
+            why = "crashed: " + str(r["crashed"].get("killed") or f"exit {r['crashed'].get('rc')}") \
+                if r.get("crashed") else r.get("why", "")
+            print(f"| {json.dumps(r['config'], sort_keys=True) if r['config'] else 'default'} | "
+                  + " | ".join(_f(ms.get(s), ".3f") for s in shapes)
+                  + f" | {_f(tot[id(r)] / bsum if id(r) in tot and bsum else None, '.3f')} | "
+                  f"{_f(r.get('max_err'), '.1e')} | {kt or '-'} | {why[:80]} |")
     for (b, l, tag), r in graphs.items():
         print(f"# {b}x{l} in a CUDA graph, {tag} config {json.dumps(r.get('config'))}: "
               + (f"{r['ms']:.3f} ms, replay == eager: {r.get('replay_equals_eager')}" if r.get("ms") is not None
