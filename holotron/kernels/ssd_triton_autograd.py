@@ -86,6 +86,8 @@ def ssd_scan_triton_train(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_so
     (y like x, final state fp32). ``BWD_CONFIG["chunk_size"]``, when set, caps ``chunk_size`` (the result
     is the same function; only the rounding differs)."""
     Q = min(int(chunk_size), int(BWD_CONFIG["chunk_size"] or chunk_size))
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        Q = min(Q, 32)  # fp32 tiles take twice the shared memory
     dtp = process_dt(dt, dt_bias, dt_softplus, dt_limit, torch.float32)
     y, final = SSDScanFn.apply(x, dtp, A, B, C, D, initial_state, cu_seqlens, Q)
     if z is not None:

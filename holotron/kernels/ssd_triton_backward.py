@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _DOT_MIN, _check_offsets, _dot_ops, _mm, _mma, _p2, empty
+from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, empty
 
 # Launch settings (the benchmark sweeps them). chunk_size: the longest chunk the training entry uses for
 # the forward and the backward (the caller's chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per
@@ -90,23 +90,22 @@ def _bwd_dstate(
         dS = tl.load(dfin_ptr + (sh * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0).to(tl.float32)
     else:
         dS = tl.zeros((NP, BP), dtype=tl.float32)
-    off_cT = q[None, :] * s_c_t + ns[:, None]  # int32 offsets from a scalar base per chunk
-    off_dy = q[:, None] * s_dy_t + ps[None, :]
-    off_np = ps[None, :] * N + ns[:, None]
     for i in tl.range(0, nch, num_stages=NS):
         ci = nch - 1 - i
         t0 = ts + ci * Q
-        t64 = t0.to(tl.int64)
         mq = (q < Q) & (t0 + q < te)
-        dt = tl.load(dt_ptr + t64 * s_dt_t + h * s_dt_h + q * s_dt_t, mask=mq, other=0.0).to(tl.float32)
+        tok = (t0 + q).to(tl.int64)
+        dt = tl.load(dt_ptr + tok * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
         # cumulative sums as masked row sums of a (Q, Q) tile (no tl.cumsum: see _bwd_chunk)
         cs = tl.sum(tl.where(causal, (dt * A)[None, :], 0.0), axis=1)
         cL = tl.sum(tl.where(last, cs, 0.0), axis=0)  # flat past the chunk's end (dt = 0 there)
         row = ((cbase + ci).to(tl.int64) * H + h) * P * N
-        tl.store(dst_ptr + row + off_np, dS.to(dst_ptr.dtype.element_ty), mask=mnp)
-        CmT = tl.load(C_ptr + (t64 * s_c_t + g * s_c_g) + off_cT, mask=mn[:, None] & mq[None, :], other=0.0)
-        dy = tl.load(dy_ptr + (t64 * s_dy_t + h * s_dy_h) + off_dy, mask=mq[:, None] & mp[None, :], other=0.0)
-        dS = _mma(CmT, dy.to(tl.float32) * tl.exp(cs)[:, None], tl.exp(cL) * dS, dy, OPS)
+        tl.store(dst_ptr + row + ps[None, :] * N + ns[:, None], dS.to(dst_ptr.dtype.element_ty), mask=mnp)
+        CmT = tl.load(C_ptr + tok[None, :] * s_c_t + g * s_c_g + ns[:, None], mask=mn[:, None] & mq[None, :],
+                      other=0.0)  # (n, Q)
+        dy = tl.load(dy_ptr + tok[:, None] * s_dy_t + h * s_dy_h + ps[None, :], mask=mq[:, None] & mp[None, :],
+                     other=0.0)
+        dS = tl.exp(cL) * dS + _mm(CmT, dy.to(tl.float32) * tl.exp(cs)[:, None], dy, OPS)
     if HAS_INIT:
         tl.store(dinit_ptr + (sh * P + ps[None, :]) * N + ns[:, None], dS, mask=mnp)
 
@@ -142,28 +141,18 @@ def _bwd_chunk(
         mn = ns < N
         mq = (q < Q) & (t0 + q < te)
         tok = (t0 + q).to(tl.int64)
-        t64 = t0.to(tl.int64)
         causal = q[:, None] >= q[None, :]
         last = q == QP - 1
         mqp = mq[:, None] & mp[None, :]
         mqn = mq[:, None] & mn[None, :]
         mpn = mp[:, None] & mn[None, :]
         mnp = mn[:, None] & mp[None, :]
-        # tiles addressed as a scalar base plus int32 offsets (fewer registers than int64 pointer tiles)
-        off_x = q[:, None] * s_x_t + ps[None, :]
-        off_dy = q[:, None] * s_dy_t + ps[None, :]
-        off_dx = q[:, None] * s_dx_t + ps[None, :]
-        off_xT = q[None, :] * s_x_t + ps[:, None]
-        off_pn = ps[:, None] * N + ns[None, :]
-        off_np = ps[None, :] * N + ns[:, None]
-        Bm = tl.load(B_ptr + (t64 * s_b_t + g * s_b_g) + q[:, None] * s_b_t + ns[None, :], mask=mqn, other=0.0)
-        Cm = tl.load(C_ptr + (t64 * s_c_t + g * s_c_g) + q[:, None] * s_c_t + ns[None, :], mask=mqn, other=0.0)
+        Bm = tl.load(B_ptr + tok[:, None] * s_b_t + g * s_b_g + ns[None, :], mask=mqn, other=0.0)
+        Cm = tl.load(C_ptr + tok[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mqn, other=0.0)
         # transposed copies are loaded as such (no tl.trans of loaded tiles)
-        BmT = tl.load(B_ptr + (t64 * s_b_t + g * s_b_g) + q[None, :] * s_b_t + ns[:, None],
-                      mask=mn[:, None] & mq[None, :], other=0.0)
+        BmT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None], mask=mn[:, None] & mq[None, :],
+                      other=0.0)
         G = _mm(Cm, BmT, Bm, OPS)  # (Q, Q) C_t . B_s, shared by the group's heads
-        B32 = Bm.to(tl.float32)
-        C32 = Cm.to(tl.float32)
         dB = tl.zeros((QP, NP), dtype=tl.float32)
         dC = tl.zeros((QP, NP), dtype=tl.float32)
         for j in tl.range(0, HPS, num_stages=1):
@@ -180,14 +169,14 @@ def _bwd_chunk(
             w = tl.where(mq, dt * dec, 0.0)
             # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
             Lm = tl.exp(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
-            xb = t64 * s_x_t + h * s_x_h
-            x = tl.load(x_ptr + xb + off_x, mask=mqp, other=0.0)
-            dy = tl.load(dy_ptr + (t64 * s_dy_t + h * s_dy_h) + off_dy, mask=mqp, other=0.0)
-            xT = tl.load(x_ptr + xb + off_xT, mask=mp[:, None] & mq[None, :], other=0.0)  # (p, Q)
+            x = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + ps[None, :], mask=mqp, other=0.0)
+            dy = tl.load(dy_ptr + tok[:, None] * s_dy_t + h * s_dy_h + ps[None, :], mask=mqp, other=0.0)
+            xT = tl.load(x_ptr + tok[None, :] * s_x_t + h * s_x_h + ps[:, None], mask=mp[:, None] & mq[None, :],
+                         other=0.0)  # (p, Q)
             row = (k.to(tl.int64) * H + h) * P * N
-            S = tl.load(st_ptr + row + off_pn, mask=mpn, other=0.0)  # (p, n)
-            dS = tl.load(dst_ptr + row + off_pn, mask=mpn, other=0.0)
-            dST = tl.load(dst_ptr + row + off_np, mask=mnp, other=0.0)  # (n, p)
+            S = tl.load(st_ptr + row + ps[:, None] * N + ns[None, :], mask=mpn, other=0.0)  # (p, n)
+            dS = tl.load(dst_ptr + row + ps[:, None] * N + ns[None, :], mask=mpn, other=0.0)
+            dST = tl.load(dst_ptr + row + ps[None, :] * N + ns[:, None], mask=mnp, other=0.0)  # (n, p)
             x32 = x.to(tl.float32)
             dy32 = dy.to(tl.float32)
 
@@ -200,12 +189,12 @@ def _bwd_chunk(
             dG = dM * Lm
             dyS = _mm(dy, S, x, OPS)  # (Q, n) dy S
             xdS = _mm(x, dS, x, OPS)  # (Q, n) x dS
-            dC = _mma(dG, Bm, dC + ecs[:, None] * dyS, x, OPS)
-            dB = _mma(tl.trans(dG), Cm, dB + w[:, None] * xdS, x, OPS)
-            dw = tl.sum(B32 * xdS, axis=1)  # x_s . (B dS^T)_s
+            dC += _mm(dG, Bm, x, OPS) + ecs[:, None] * dyS
+            dB += _mm(tl.trans(dG), Cm, x, OPS) + w[:, None] * xdS
+            dw = tl.sum(Bm.to(tl.float32) * xdS, axis=1)  # x_s . (B dS^T)_s
             E = dM * M
             # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S))
-            dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + ecs * tl.sum(C32 * dyS, axis=1) - dw * w
+            dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1) - dw * w
             dcL = eL * tl.sum(tl.sum(dS.to(tl.float32) * S.to(tl.float32), axis=1), axis=0) + tl.sum(dw * w, axis=0)
             dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
             da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
@@ -217,7 +206,8 @@ def _bwd_chunk(
                     Dv = tl.load(D_ptr + h).to(tl.float32)
                 dx += Dv * dy32
                 tl.store(dDp_ptr + (k.to(tl.int64) * H + h) * PP + ps, tl.sum(dy32 * x32, axis=0))
-            tl.store(dx_ptr + (t64 * s_dx_t + h * s_dx_h) + off_dx, dx.to(dx_ptr.dtype.element_ty), mask=mqp)
+            tl.store(dx_ptr + tok[:, None] * s_dx_t + h * s_dx_h + ps[None, :], dx.to(dx_ptr.dtype.element_ty),
+                     mask=mqp)
             tl.store(ddt_ptr + tok * H + h, ddt, mask=mq)
             tl.store(dAp_ptr + k.to(tl.int64) * H + h, tl.sum(dt * da, axis=0))
         G_N = (H // HPG) * N
@@ -302,7 +292,6 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dfin = None if dfinal is None else dfinal.float().contiguous()
     QP, PP, NP = _p2(Q), _p2(p), _p2(n)
 
-    _check_offsets(QP, xt, Bt, Ct, dyt)
     dst = empty(*st.shape, dtype=st.dtype, device=dev)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
     LAST_KERNEL["dstate"] = _bwd_dstate[(triton.cdiv(p, bp), h, n_seq)](

@@ -57,26 +57,6 @@ def _mm(a, b, like, OPS: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32))
 
 
-@triton.jit
-def _mma(a, b, acc, like, OPS: tl.constexpr):
-    """acc + a @ b, accumulated in place (acc fp32), operands as in ``_mm``."""
-    if OPS == "half":
-        return tl.dot(a.to(like.dtype), b.to(like.dtype), acc=acc)
-    elif OPS == "ieee":
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc, input_precision="ieee")
-    else:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc)
-
-
-def _check_offsets(rows: int, *tensors: torch.Tensor) -> None:
-    """The kernels address a tile of ``rows`` tokens with int32 offsets from a per-chunk base: the token
-    strides must keep them below 2**31."""
-    for t in tensors:
-        if t is not None and rows * t.stride(0) >= 2**31:
-            raise ValueError(f"a token stride of {t.stride(0)} elements is too large for the Triton scan "
-                             f"(tiles of {rows} tokens); pass a contiguous tensor")
-
-
 def _tokens(t: torch.Tensor) -> torch.Tensor:
     """(b, l, *rest) -> (b * l, *rest), a view when the strides allow; last dim unit-stride."""
     t = t.reshape(-1, *t.shape[2:])

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _DOT_MIN, _check_offsets, _dot_ops, _mm, _mma, _p2, _process_dt, _tokens, empty
+from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _process_dt, _tokens, empty
 
 
 @triton.jit
@@ -60,13 +60,6 @@ def _scan_seq(
     mn = ns < N
     qs = tl.arange(0, QP)
     causal = qs[:, None] >= qs[None, :]
-    # tiles are addressed as a scalar base (int64, moved per chunk) plus loop-invariant int32 offsets: far
-    # fewer registers than int64 pointer tiles
-    off_x = qs[:, None] * s_x_t + ps[None, :]
-    off_z = qs[:, None] * s_z_t + ps[None, :]
-    off_y = qs[:, None] * s_y_t + ps[None, :]
-    off_b = qs[:, None] * s_b_t + ns[None, :]
-    off_c = qs[:, None] * s_c_t + ns[None, :]
     A = tl.load(A_ptr + h).to(tl.float32)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + h).to(tl.float32)
@@ -89,39 +82,39 @@ def _scan_seq(
         c_first = tl.load(choff_ptr + s).to(tl.int64)
 
     for c in tl.range(0, n_chunks, num_stages=NS):
-        t0 = t_begin + c * Q
-        t64 = t0.to(tl.int64)
-        mq = (qs < Q) & (t0 + qs < t_end)
-        dt = tl.load(dt_ptr + t64 * s_dt_t + h * s_dt_h + qs * s_dt_t, mask=mq, other=0.0).to(tl.float32)
+        tok = t_begin + c * Q + qs
+        mq = (qs < Q) & (tok < t_end)
+        tok = tok.to(tl.int64)
+        dt = tl.load(dt_ptr + tok * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
         dt = tl.where(mq, _process_dt(dt, bias, lo, hi, HAS_BIAS, SOFTPLUS, CLAMP), 0.0)
         a = dt * A
         cs = tl.cumsum(a, axis=0)
         c_end = tl.sum(a, axis=0)
         mx = mq[:, None] & mp[None, :]
-        xv = tl.load(x_ptr + (t64 * s_x_t + h * s_x_h) + off_x, mask=mx, other=0.0)
+        xv = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + ps[None, :], mask=mx, other=0.0)
         mb = mq[:, None] & mn[None, :]
-        Bv = tl.load(B_ptr + (t64 * s_b_t + g * s_b_g) + off_b, mask=mb, other=0.0)
-        Cv = tl.load(C_ptr + (t64 * s_c_t + g * s_c_g) + off_c, mask=mb, other=0.0)
+        Bv = tl.load(B_ptr + tok[:, None] * s_b_t + g * s_b_g + ns[None, :], mask=mb, other=0.0)
+        Cv = tl.load(C_ptr + tok[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mb, other=0.0)
 
-        # the state entering the chunk, then the intra-chunk term (C B^T * decay * dt, causal) @ x added
-        # into the same accumulator
-        y = _mm(Cv, ST, xv, OPS) * tl.exp(cs)[:, None]
+        # intra-chunk: (C B^T * decay * dt, causal) @ x
         CB = _mm(Cv, tl.trans(Bv), xv, OPS)
         W = tl.where(causal, CB * tl.exp(cs[:, None] - cs[None, :]) * dt[None, :], 0.0)  # select: drops inf above
-        y = _mma(W, xv, y, xv, OPS)
+        y = _mm(W, xv, xv, OPS)
+        # the state entering the chunk
+        y += _mm(Cv, ST, xv, OPS) * tl.exp(cs)[:, None]
         if STORE_STATES:
             tl.store(states_ptr + (c_first + c) * H * P * N + h * P * N + ps[None, :] * N + ns[:, None],
                      ST.to(states_ptr.dtype.element_ty), mask=st_mask)
         # the state leaving it
         w = dt * tl.exp(tl.cumsum(a, axis=0, reverse=True) - a)  # decay after token s: no cancellation
-        ST = _mma(tl.trans(Bv * w[:, None]), xv, ST * tl.exp(c_end), xv, OPS)
+        ST = ST * tl.exp(c_end) + _mm(tl.trans(Bv * w[:, None]), xv, xv, OPS)
 
         if HAS_D:
             y += Dv * xv.to(tl.float32)
         if HAS_Z:
-            zv = tl.load(z_ptr + (t64 * s_z_t + h * s_z_h) + off_z, mask=mx, other=0.0).to(tl.float32)
+            zv = tl.load(z_ptr + tok[:, None] * s_z_t + h * s_z_h + ps[None, :], mask=mx, other=0.0).to(tl.float32)
             y = y * zv * tl.sigmoid(zv)
-        tl.store(y_ptr + (t64 * s_y_t + h * s_y_h) + off_y, y.to(y_ptr.dtype.element_ty), mask=mx)
+        tl.store(y_ptr + tok[:, None] * s_y_t + h * s_y_h + ps[None, :], y.to(y_ptr.dtype.element_ty), mask=mx)
 
     tl.store(final_ptr + st_off, ST, mask=st_mask)
 
@@ -149,17 +142,17 @@ def _sm_count(dev: torch.device) -> int:
 
 
 def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device) -> dict:
-    """The launch settings for a scan of ``n_seq`` sequences: SCAN_CONFIG where set, else one headdim
-    block of the whole (padded) headdim per program, so C B^T is computed once per (chunk, head), with
-    128-token chunks on 8 warps while sequences x heads fill the SMs about once, 64-token chunks on 4
-    warps when there are several programs per SM."""
+    """The launch settings for a scan of ``n_seq`` sequences: SCAN_CONFIG where set, else the best
+    measured on an H200 (docs/benchmarks.md): while sequences x heads fill the SMs about once, 128-token
+    chunks on 8 warps with the whole (padded) headdim per program (64-token chunks: headdim blocks of 64
+    on 4 warps); with several programs per SM, 64-token chunks, the whole headdim, 4 warps."""
     cfg = dict(SCAN_CONFIG)
     sms = _sm_count(dev)
     few = n_seq * h <= 2 * sms
     if cfg["Q"] is None:
         cfg["Q"] = min(int(chunk_size), 128 if few else 64)
     if cfg["BLOCK_P"] is None:
-        cfg["BLOCK_P"] = min(_p2(p), 128)
+        cfg["BLOCK_P"] = min(_p2(p), 64 if few and cfg["Q"] <= 64 else 128)
     if cfg["num_warps"] is None:
         cfg["num_warps"] = 8 if cfg["Q"] > 64 else 4
     if cfg["num_stages"] is None:
@@ -213,7 +206,6 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         n_max = n_seq * cps
     states = empty(n_max, h, p, n, dtype=states_dtype, device=dev) if store_states else None
 
-    _check_offsets(QP, xt, Bt, Ct, zt, yt)
     grid = (triton.cdiv(p, BP), h, n_seq)
     LAST_KERNEL["scan"] = _scan_seq[grid](
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
