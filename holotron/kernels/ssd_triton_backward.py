@@ -52,7 +52,9 @@ from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, empty
 # program of the state-gradient pass (a power of two >= 16; None: 64, or 32 when sequences x heads are few);
 # HEADS: heads per program of the chunk kernel (a divisor of the heads per group; None: all of them when
 # chunks x groups give every SM two programs, else fewer); warps of each kernel; stages of the state pass.
-BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=None, warps_state=4, warps_chunk=8, stages=2)
+# Measured on an H200 (docs/benchmarks.md): one head per program (HEADS 1) was the fastest, 16 and 4 were
+# slower (more spills), 128-token chunks ran out of shared memory.
+BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2)
 
 # The compiled kernels of the last launch ("dstate", "chunk"), for the benchmark's register counts.
 LAST_KERNEL = {}

@@ -141,14 +141,19 @@ def _sm_count(dev: torch.device) -> int:
     return _SMS[dev]
 
 
-def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device) -> dict:
+def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device, wide: bool = False) -> dict:
     """The launch settings for a scan of ``n_seq`` sequences: SCAN_CONFIG where set, else the best
     measured on an H200 (docs/benchmarks.md): while sequences x heads fill the SMs about once, 128-token
     chunks on 8 warps with the whole (padded) headdim per program (64-token chunks: headdim blocks of 64
-    on 4 warps); with several programs per SM, 64-token chunks, the whole headdim, 4 warps."""
+    on 4 warps); with several programs per SM, 64-token chunks, the whole headdim, 4 warps. ``wide``
+    (fp32 operands): 64-token chunks, headdim blocks of 32, 4 warps."""
     cfg = dict(SCAN_CONFIG)
     sms = _sm_count(dev)
     few = n_seq * h <= 2 * sms
+    if wide:  # fp32 tiles take twice the shared memory: the settings that fit
+        few = False
+        cfg = {"Q": min(int(chunk_size), 64), "BLOCK_P": min(_p2(p), 32), "num_warps": 4, **{k: v for k, v in
+               cfg.items() if v is not None}}
     if cfg["Q"] is None:
         cfg["Q"] = min(int(chunk_size), 128 if few else 64)
     if cfg["BLOCK_P"] is None:
@@ -176,7 +181,7 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     dev = x.device
     varlen = cu_seqlens is not None
     n_seq = cu_seqlens.numel() - 1 if varlen else b
-    cfg = launch_config(n_seq, h, p, chunk_size, dev)
+    cfg = launch_config(n_seq, h, p, chunk_size, dev, wide=x.dtype == torch.float32)
     Q, BP = int(cfg["Q"]), int(cfg["BLOCK_P"])
     if BP < _DOT_MIN or BP & (BP - 1):
         raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {BP}")
