@@ -152,8 +152,8 @@ def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device
     few = n_seq * h <= 2 * sms
     if wide:  # fp32 tiles take twice the shared memory: the settings that fit
         few = False
-        cfg = {"Q": min(int(chunk_size), 64), "BLOCK_P": min(_p2(p), 32), "num_warps": 4, **{k: v for k, v in
-               cfg.items() if v is not None}}
+        for k, v in (("Q", min(int(chunk_size), 64)), ("BLOCK_P", min(_p2(p), 32)), ("num_warps", 4)):
+            cfg[k] = v if cfg[k] is None else cfg[k]
     if cfg["Q"] is None:
         cfg["Q"] = min(int(chunk_size), 128 if few else 64)
     if cfg["BLOCK_P"] is None:
