@@ -843,7 +843,7 @@ class Worker:
     def bwd_module(self):
         try:
             from holotron.kernels import ssd_triton_backward as TB
-        except Exception as e:  # noqa: BLE001  (the backward may be mid-rewrite: say so)
+        except Exception as e:  # noqa: BLE001  (an import failure is recorded, not fatal)
             emit("fail", dict(what="holotron.kernels.ssd_triton_backward", error=f"{type(e).__name__}: {e}"))
             return None
         if not isinstance(getattr(TB, "BWD_CONFIG", None), dict):

@@ -234,7 +234,8 @@ def ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
         from .ssd_chunked import ssd_scan_chunked as fn
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                          for t in (x, dt, A, B, C, D, z, dt_bias, initial_state)):
-        if x.device.type == "cuda" and x.dtype not in (torch.bfloat16, torch.float16) and backend is None:
+        asked = backend is not None or _default_backend is not None
+        if x.device.type == "cuda" and x.dtype not in (torch.bfloat16, torch.float16) and not asked:
             # the backward's fp32 tiles at a real layer's headdim and dstate exceed an SM's shared memory
             _say_once("holotron.kernels: ssd_scan with gradients on fp32 CUDA tensors uses the 'chunked' "
                       "backend (the Triton backward is for bf16 / fp16)")

@@ -27,7 +27,8 @@ So, as the forward's state pass and its output are one kernel, the backward is t
   with dS^T on chip (fp32) and stores the gradient leaving each chunk (beside the forward's states, in the
   same layout and dtype), and the initial state's gradient at the end.
 - ``_bwd_chunk``: one program per (chunk, group, head split) computes C B^T once, then for each of its
-  heads every gradient of the chunk from the stored S^T and dS^T, adding the heads' dB and dC in registers;
+  heads every gradient of the chunk from the stored states and state gradients, adding the heads' dB and
+  dC in registers;
   it writes dx and ddt, and per (chunk, head) partial sums of dA and dD; the split partials of dB and dC and
   the chunk partials of dA and dD are added by PyTorch (a fixed order: deterministic, no atomics).
 
@@ -45,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, empty
+from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _sm_count, _tokens, empty
 
 # Launch settings (the benchmark sweeps them). chunk_size: the longest chunk the training entry uses for
 # the forward and the backward (the caller's chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per
@@ -218,16 +219,6 @@ def _bwd_chunk(
         tl.store(dCp_ptr + part, dC, mask=mqn)
 
 
-def _tok(t: torch.Tensor) -> torch.Tensor:
-    """(b, l, *rest) -> (b * l, *rest) with a unit-stride last dim."""
-    t = t.reshape(-1, *t.shape[2:])
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def _sm_count(dev: torch.device) -> int:
-    return torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-
-
 def bwd_launch(n_seq: int, n_chunks: int, h: int, g: int, p: int, dev: torch.device) -> dict:
     """BWD_CONFIG with its automatic choices made (see BWD_CONFIG)."""
     cfg = dict(BWD_CONFIG)
@@ -287,7 +278,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
         raise ValueError(f"BWD_CONFIG['HEADS'] must divide the heads per group ({h // g}), got {hps}")
     n_split = (h // g) // hps
 
-    xt, dtt, Bt, Ct, dyt = _tok(x), _tok(dt.float()), _tok(B), _tok(C), _tok(dy)
+    xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
     A32 = A.float().contiguous()
     Dc = None if D is None else D.float().contiguous()

@@ -57,6 +57,18 @@ def _mm(a, b, like, OPS: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32))
 
 
+_SMS = {}
+
+
+def _sm_count(dev: torch.device) -> int:
+    """Multiprocessors of a CUDA device (1 elsewhere), looked up once per device."""
+    if dev.type != "cuda":
+        return 1
+    if dev not in _SMS:
+        _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return _SMS[dev]
+
+
 def _tokens(t: torch.Tensor) -> torch.Tensor:
     """(b, l, *rest) -> (b * l, *rest), a view when the strides allow; last dim unit-stride."""
     t = t.reshape(-1, *t.shape[2:])

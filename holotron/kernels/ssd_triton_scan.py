@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _process_dt, _tokens, empty
+from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _process_dt, _sm_count, _tokens, empty
 
 
 @triton.jit
@@ -129,17 +129,6 @@ SCAN_CONFIG = dict(Q=None, BLOCK_P=None, num_warps=None, num_stages=None)
 # The compiled kernel of the last launch (``LAST_KERNEL["scan"]``): the benchmark reads its registers,
 # spills and shared memory from it.
 LAST_KERNEL = {}
-
-_SMS = {}
-
-
-def _sm_count(dev: torch.device) -> int:
-    if dev.type != "cuda":
-        return 1
-    if dev not in _SMS:
-        _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    return _SMS[dev]
-
 
 def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device, wide: bool = False) -> dict:
     """The launch settings for a scan of ``n_seq`` sequences: SCAN_CONFIG where set, else the best
