@@ -399,3 +399,21 @@ def test_gpu_grads_medium_fp32(Q):
     backend for fp32 gradients on CUDA)."""
     kw = make_inputs(2, 300, 8, 40, 2, 32, device="cuda", seed=32, chunk_size=Q, **ALL)
     _gpu_report(kw, f"fp32 Q={Q}")
+
+
+def test_bwd_out_of_shared_memory_says_what_to_do(monkeypatch):
+    """A backward whose tiles do not fit the GPU's shared memory: a short ValueError naming the sizes and
+    the way out, not Triton's traceback."""
+    from triton.runtime.errors import OutOfResources
+
+    from holotron.kernels import ssd_triton_backward
+
+    class TooBig:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise OutOfResources(300000, 232448, "shared memory")
+            return launch
+
+    monkeypatch.setattr(ssd_triton_backward, "_bwd_chunk", TooBig())
+    with pytest.raises(ValueError, match=r"headdim 5, dstate 4.*backend='chunked'"):
+        check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))

@@ -45,6 +45,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _sm_count, _tokens, empty
 
@@ -287,31 +288,35 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
 
     dst = empty(*st.shape, dtype=st.dtype, device=dev)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
-    LAST_KERNEL["dstate"] = _bwd_dstate[(triton.cdiv(p, bp), h, n_seq)](
-        dtt, A32, Ct, dyt, dfin if dfin is not None else A32, dst, dinit if dinit is not None else A32, cu, choff,
-        h, p, n, h // g, Q,
-        dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
-        HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP, BP=bp, NP=NP, OPS=ops,
-        NS=int(cfg["stages"]), num_warps=int(cfg["warps_state"]),
-    )
+    try:
+        LAST_KERNEL["dstate"] = _bwd_dstate[(triton.cdiv(p, bp), h, n_seq)](
+            dtt, A32, Ct, dyt, dfin if dfin is not None else A32, dst, dinit if dinit is not None else A32, cu, choff,
+            h, p, n, h // g, Q,
+            dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
+            HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP, BP=bp, NP=NP, OPS=ops,
+            NS=int(cfg["stages"]), num_warps=int(cfg["warps_state"]),
+        )
 
-    n_tok = b * l
-    dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
-    ddt = empty(n_tok, h, dtype=torch.float32, device=dev)
-    # partial sums: rows of chunks past the last sequence stay zero
-    dAp = torch.zeros(n_rows, h, dtype=torch.float32, device=dev)
-    dDp = torch.zeros(n_rows, h, PP, dtype=torch.float32, device=dev) if D is not None else None
-    dBp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
-    dCp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
-    LAST_KERNEL["chunk"] = _bwd_chunk[(n_rows, g * n_split)](
-        xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dyt, cu, choff, cseq,
-        dx, ddt, dAp, dDp if dDp is not None else dAp, dBp, dCp,
-        n_seq, n_tok, h, p, n, h // g, hps, Q,
-        xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
-        Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
-        HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP, OPS=ops,
-        num_warps=int(cfg["warps_chunk"]),
-    )
+        n_tok = b * l
+        dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
+        ddt = empty(n_tok, h, dtype=torch.float32, device=dev)
+        # partial sums: rows of chunks past the last sequence stay zero
+        dAp = torch.zeros(n_rows, h, dtype=torch.float32, device=dev)
+        dDp = torch.zeros(n_rows, h, PP, dtype=torch.float32, device=dev) if D is not None else None
+        dBp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
+        dCp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
+        LAST_KERNEL["chunk"] = _bwd_chunk[(n_rows, g * n_split)](
+            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dyt, cu, choff, cseq,
+            dx, ddt, dAp, dDp if dDp is not None else dAp, dBp, dCp,
+            n_seq, n_tok, h, p, n, h // g, hps, Q,
+            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
+            Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
+            HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP, OPS=ops,
+            num_warps=int(cfg["warps_chunk"]),
+        )
+    except OutOfResources as e:
+        raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
+                         f"this GPU ({e}); use bf16 / fp16 inputs or backend='chunked'") from None
     dA = dAp.sum(0)
     dD = None
     if D is not None:
