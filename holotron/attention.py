@@ -6,6 +6,10 @@
 The mask is built once per forward by the model (``causal_mask``) and shared by every attention layer
 (``Positions.attn_mask``). ``step`` is the static-shape decode of one token per row at per-row positions
 (``Positions.lengths`` / ``key_mask``): ``HybridLM.step``'s, which the decode engine captures.
+``forward`` with ``Positions.rows`` prefills new tokens into rows of the engine's ``DecodeState``
+(``HybridLM.extend``): each row's keys and values go to its own slots, and each row attends with
+causal attention aligned to the end of its cache (a lower-right causal bias, so the fused SDPA kernels
+read the cache in place: no mask is built and no cache row is copied).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
+from torch.nn.attention.bias import causal_lower_right
 
 from .state import KVCache, Positions
 
@@ -59,6 +64,8 @@ class Attention(nn.Module):
         """u (B, T, D) -> (B, T, D). With ``cache``: writes slots [pos, pos+T) and attends to [0, pos+T).
 
         ``where.attn_mask``: from ``causal_mask`` (None = plain causal); ``where.pos``: the first position."""
+        if where is not None and where.rows is not None:
+            return self._forward_rows(u, cache, where)
         pos, mask = (0, None) if where is None else (where.pos, where.attn_mask)
         b, t, _ = u.shape
         q = rearrange(self.q_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hq, T, hd)
@@ -75,13 +82,40 @@ class Attention(nn.Module):
                                            enable_gqa=self.n_heads != self.n_kv_heads)  # (B, Hq, T, hd)
         return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
+    def _forward_rows(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
+        """u (b, T, D), left-padded; row i's last ``counts[i]`` tokens are new tokens of cache row
+        ``rows[i]``, going to slots ``starts[i]`` on. One SDPA per row over its filled slots (GQA in the
+        kernel); pad positions return zeros."""
+        b, t, _ = u.shape
+        hd = self.head_dim
+        q = rearrange(self.q_proj(u), "b t (h d) -> b h t d", d=hd)
+        k = rearrange(self.k_proj(u), "b t (h d) -> b h t d", d=hd)
+        v = rearrange(self.v_proj(u), "b t (h d) -> b h t d", d=hd)
+        y = q.new_zeros(q.shape)
+        gqa = self.n_heads != self.n_kv_heads
+        for i, (r, s0, n) in enumerate(zip(where.rows, where.starts, where.counts)):
+            if n == 0:
+                continue
+            cache.k[r, :, s0:s0 + n] = k[i, :, t - n:]
+            cache.v[r, :, s0:s0 + n] = v[i, :, t - n:]
+            kr, vr = cache.k[r:r + 1, :, :s0 + n], cache.v[r:r + 1, :, :s0 + n]
+            qr = q[i:i + 1, :, t - n:]
+            if s0 == 0 or n == 1:  # plain causal over the row's own tokens, or one query that sees all
+                out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=n > 1, enable_gqa=gqa)
+            else:
+                out = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=causal_lower_right(n, s0 + n),
+                                                     enable_gqa=gqa)
+            y[i, :, t - n:] = out[0]
+        return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
+
     def step(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
         """One token per row, every shape static (CUDA-graph safe, no host sync).
 
         u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
         go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
         to (its filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r
-        queries of one head, so the cache is read once, without a GQA expansion.
+        queries of one head, so the cache is read once, without a GQA expansion. ``where.active`` (B,):
+        rows where it is 0 write nothing (their slot keeps its value).
         """
         lengths, key_mask = where.lengths, where.key_mask
         b = u.shape[0]
@@ -90,6 +124,10 @@ class Attention(nn.Module):
         k = self.k_proj(u).view(b, hkv, 1, hd)
         v = self.v_proj(u).view(b, hkv, 1, hd)
         slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
+        if where.active is not None:
+            keep = (where.active == 0).view(b, 1, 1, 1)
+            k = torch.where(keep, cache.k.gather(2, slot), k)
+            v = torch.where(keep, cache.v.gather(2, slot), v)
         cache.k.scatter_(2, slot, k)
         cache.v.scatter_(2, slot, v)
         y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=key_mask)  # (B, Hkv, r, hd)

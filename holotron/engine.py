@@ -1,34 +1,42 @@
-"""The decode engine: static-shape decode, CUDA graphs and continuous batching for HybridLM / Holotron.
+"""The decode engine: static-shape decode, CUDA graphs, continuous batching and agent sessions.
 
     eng = Engine(model, max_batch=64, max_len=4096)                  # state preallocated; graphs captured on CUDA
     reqs = [eng.submit(ids, max_new_tokens=64) for ids in prompts]    # 1-d prompts (+ pixel_values=..., num_tiles=...)
-    eng.run()                                                         # prefill in chunks, decode until every row ends
+    eng.run()                                                         # admit, prefill in chunks, decode until done
     reqs[0].tokens                                                    # the new ids of the first prompt
 
-    screen = eng.prefix(screen_ids, pixel_values=px)                  # prefill a shared screenshot + system prompt once
+    s = eng.session()                                                 # an agent's conversation, kept between turns
+    eng.submit(turn_ids, session=s, pixel_values=px, max_new_tokens=100); eng.run()
+    eng.submit(next_ids, session=s, ...)                              # prefills only the new turn
+    screen = eng.prefix(screen_ids, pixel_values=px)                  # a shared screenshot + system prompt, once
     a = eng.submit(task_a_ids, prefix=screen, max_new_tokens=32)      # each continuation starts from a copy of it
-    b = eng.submit(task_b_ids, prefix=screen, max_new_tokens=32)
 
-One decode step, ``_step(b)``: ``HybridLM.step`` on the first b rows of the ``DecodeState`` (every
+One engine step (``step()``): one decode token for every decoding row, then admissions (queued turns
+get rows and their new tokens embedded, screenshots batched), then one prefill chunk of at most
+``prefill_tokens`` tokens across the prefilling turns, written straight into their rows
+(``holotron/engine_prefill.py``). Decoding never waits for more than one chunk.
+
+The decode step, ``_step(b)``: ``HybridLM.step`` on the first b rows of the ``DecodeState`` (every
 layer's own one-token ``step``; ``torch.compile``d as a whole with ``compile=True``) -> greedy or sampled
 token (``holotron/sampling.py``), written back as the next step's input. Every shape is fixed by ``b``
-and ``max_len``; positions are the ``lengths`` tensor; nothing reads a value back to the host. On CUDA
-``_step(b)`` is captured once per batch size in ``batch_sizes`` (a torch.cuda.CUDAGraph each, one
-memory pool) and replayed per token; elsewhere, or with ``cuda_graph=False``, it runs eagerly: the
-same code, which is what the CPU tests compare with ``holotron.generate``.
+and ``max_len``; positions are the ``lengths`` tensor; rows whose ``active`` is 0 (prefilling, idle
+sessions, free rows) keep their state; nothing reads a value back to the host. On CUDA ``_step(b)`` is
+captured once per batch size in ``batch_sizes`` (a torch.cuda.CUDAGraph each, one memory pool) and
+replayed per token; elsewhere, or with ``cuda_graph=False``, it runs eagerly: the same code, which is
+what the CPU tests compare with ``holotron.generate``.
 
-Rows: a request gets a free row of the ``DecodeState``, its prompt prefilled in chunks and copied in
-(``holotron/engine_prefill.py``). A finished row is freed, refilled from the queue, or filled by moving
-the last live row into it, so the live rows are always rows [0, n) and a step runs on the smallest
-captured batch >= n: finished rows stop costing work. Requests, prefixes and the per-row token choice
-are ``holotron/engine_requests.py``'s.
-``generate()`` uses this engine on CUDA (``engine=False`` or HOLOTRON_ENGINE=0 opts out).
+Rows: every turn runs in a session (``holotron/engine_sessions.py``; a plain ``submit`` opens a temporary
+one, closed when its turn ends). The decoding rows are kept at rows [0, n) by moving or swapping rows, and
+a step runs on the smallest captured batch >= n: finished rows stop costing work. Requests, sessions and
+prefixes are ``holotron/engine_requests.py``'s. ``generate()`` uses this engine on CUDA (``engine=False``
+or HOLOTRON_ENGINE=0 opts out).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -37,11 +45,13 @@ import torch
 
 from . import kernels
 from .engine_prefill import Admission
-from .engine_requests import Prefix, Request, default_batch_sizes
+from .engine_requests import Prefix, Request, Session, default_batch_sizes
+from .engine_sessions import Sessions, row_bytes
 from .sampling import choose_tokens
 from .state import DecodeState
 
-__all__ = ["Engine", "Request", "Prefix", "EngineUnsupported", "engine_for", "release", "choose_tokens"]
+__all__ = ["Engine", "Request", "Prefix", "Session", "EngineUnsupported", "engine_for", "release", "choose_tokens",
+           "row_bytes"]
 
 log = logging.getLogger("holotron.engine")
 
@@ -52,28 +62,37 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(Admission):
+class Engine(Admission, Sessions):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
-    captured per batch size (CUDA), a queue of requests, chunked prefill, prefix snapshots.
+    captured per batch size (CUDA), a queue of turns, chunked prefill mixed with decoding, sessions,
+    prefix snapshots.
 
     ``sampling``: False for a greedy-only engine (argmax in the step); True adds per-row temperature /
     top-k / top-p to the step (``holotron/sampling.py``: top-k candidates, no sort of the vocabulary)
     and an own ``generator`` on the model's device. ``cuda_graph``: None = on when the model is on CUDA.
-    ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
-    state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32;
-    bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32 and
-    rounds the stored state once per token). ``compile``: ``torch.compile`` the whole ``HybridLM.step``
-    (True, or the name of a torch.compile backend; off by default: the first capture then costs the
-    compile); the Mamba kernels stay one opaque op (``mamba_step`` in ``holotron/mamba2.py``). A step that
-    cannot be compiled falls back to the eager one, with a warning in ``note``.
+    ``prefill_tokens``: the most tokens (pads included) one engine step prefills. ``vision_tiles``: the
+    most screenshot tiles per vision-encoder call. ``offload``: save idle sessions to host memory when a
+    turn needs a row and none is free. ``timing``: synchronise after each phase of a step and add its
+    seconds to ``stats`` (benchmarks). ``keep_logits``: keep each step's logits in ``self.logits`` (tests).
+    ``zero_state=False`` leaves the state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the
+    Mamba state's dtype (default float32; bfloat16 halves the bytes each decode step reads and writes, the
+    step still computes in fp32 and rounds the stored state once per token). ``compile``: ``torch.compile``
+    the whole ``HybridLM.step`` (True, or the name of a torch.compile backend; off by default: the first
+    capture then costs the compile); the Mamba kernels stay one opaque op (``mamba_step`` in
+    ``holotron/mamba2.py``). A step that cannot be compiled falls back to the eager one, with a warning in
+    ``note``.
     """
 
     def __init__(self, model, max_batch: int, max_len: int, *, sampling: bool = False,
                  cuda_graph: bool | None = None, batch_sizes: list[int] | None = None,
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
-                 keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False):
+                 keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
+                 vision_tiles: int = 64, offload: bool = True, timing: bool = False):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
+        if prefill_tokens < 1 or vision_tiles < 1:
+            raise ValueError(f"Engine: prefill_tokens and vision_tiles must be >= 1, got {prefill_tokens}, "
+                             f"{vision_tiles}")
         self.model = model
         self.lm = getattr(model, "language_model", model)
         if not hasattr(self.lm, "backbone") or not hasattr(self.lm, "lm_head"):
@@ -85,6 +104,9 @@ class Engine(Admission):
         self.sampling = bool(sampling)
         self.ssm_dtype = ssm_dtype
         self.prefill_tokens = prefill_tokens
+        self.vision_tiles = vision_tiles
+        self.offload = offload
+        self.timing = timing
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else bool(cuda_graph)
         if self.cuda_graph and self.device.type != "cuda":
             raise ValueError(f"Engine: cuda_graph=True needs the model on a CUDA device, it is on {self.device}")
@@ -102,16 +124,21 @@ class Engine(Admission):
         with torch.inference_mode():
             self.state = DecodeState.allocate(self.lm, R, self.max_len, ssm_dtype, zero=zero_state)
             self.tokens = torch.zeros(R, dtype=torch.long, device=dev)       # each row's next input token
-            self.active = torch.zeros(R, dtype=torch.long, device=dev)       # 1 on live rows: their length grows
+            self.active = torch.zeros(R, dtype=torch.long, device=dev)       # 1 on decoding rows
             self.temperature = torch.zeros(R, dtype=torch.float32, device=dev)
             self.top_k = torch.full((R,), self.vocab, dtype=torch.long, device=dev)
             self.top_p = torch.full((R,), 2.0, dtype=torch.float32, device=dev)
             self.logits = torch.zeros(R, self.vocab, dtype=torch.float32, device=dev) if keep_logits else None
         self.generator = torch.Generator(device=dev) if self.sampling else None
         self._rows = {b: self.state.rows(b) for b in self.batch_sizes}
-        self.rows: list[Request | None] = [None] * R   # host side: the request in each row
-        self.lens = [0] * R                            # host mirror of state.lengths
+        self.rows: list[Session | None] = [None] * R   # host side: the session holding each row
+        self.sessions: dict[int, Session] = {}
+        self._next_id = 0
         self.queue: deque[Request] = deque()
+        self.prefilling: list[Request] = []
+        self.steps = 0
+        self.prefill_tokens_done = 0
+        self.stats = {"decode_steps": 0, "decode_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0, "admit_s": 0.0}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.naive_step = False   # True when the Mamba step had to be captured through the naive torch path
         self.note: str | None = None
@@ -130,10 +157,12 @@ class Engine(Admission):
 
     @property
     def live(self) -> int:
-        return sum(r is not None for r in self.rows)
+        """Rows serving a turn (prefilling or decoding)."""
+        return sum(q is not None and q.busy for q in self.rows)
 
     @property
     def idle(self) -> bool:
+        """Nothing queued, prefilling or decoding (idle sessions may still hold rows)."""
         return not self.queue and self.live == 0
 
     # ------------------------------------------------------------------ the step
@@ -201,67 +230,137 @@ class Engine(Admission):
 
     # ------------------------------------------------------------------ requests
     def submit(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
-               prefix: Prefix | None = None, max_new_tokens: int = 32, temperature: float = 0.0,
-               top_k: int | None = None, top_p: float | None = None, eos_token_id=(), tag=None,
-               **image_kw) -> Request:
-        """Queue one prompt: ``input_ids`` (T,) (or ``inputs_embeds`` (T, D)), no padding; with ``prefix``
-        it continues that prefix (T may be 0). ``image_kw``: ``pixel_values`` / ``num_tiles`` /
-        ``image_embeds`` of this prompt's images (VL models). Returns the Request; its ``tokens`` fill
-        as ``step`` / ``run`` proceed."""
+               prefix: Prefix | None = None, session: Session | None = None, max_new_tokens: int = 32,
+               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, eos_token_id=(),
+               tag=None, **image_kw) -> Request:
+        """Queue one turn: ``input_ids`` (T,) (or ``inputs_embeds`` (T, D)), no padding. ``session``: continue
+        that conversation (its last generated token and then these T tokens are prefilled; T may be 0);
+        without it the turn runs in a temporary session, closed when it ends. ``prefix``: start from that
+        shared prefix (T may be 0). ``image_kw``: ``pixel_values`` / ``num_tiles`` / ``image_embeds`` of
+        this turn's images (VL models). Returns the Request; its ``tokens`` fill as ``step`` / ``run`` go."""
         if input_ids is not None and inputs_embeds is not None:
             raise ValueError("submit: pass input_ids or inputs_embeds, not both")
         if input_ids is not None and input_ids.dim() != 1:
             raise ValueError(f"submit: input_ids must be 1-d (one prompt, no padding), got {tuple(input_ids.shape)}")
-        if inputs_embeds is not None and inputs_embeds.dim() != 2:
-            raise ValueError(f"submit: inputs_embeds must be (T, hidden), got {tuple(inputs_embeds.shape)}")
+        if inputs_embeds is not None and (inputs_embeds.dim() != 2 or inputs_embeds.shape[1] != self.lm.config.hidden_size):
+            raise ValueError(f"submit: inputs_embeds must be (T, {self.lm.config.hidden_size}), got "
+                             f"{tuple(inputs_embeds.shape)}")
         if image_kw and input_ids is None:
             raise ValueError(f"submit: {sorted(image_kw)} need input_ids (the prompt's <image> positions)")
         if image_kw and not hasattr(self.model, "embed_inputs"):
             raise ValueError(f"submit: {type(self.model).__name__} takes no images ({sorted(image_kw)})")
+        unknown = set(image_kw) - {"pixel_values", "num_tiles", "image_embeds"}
+        if unknown:
+            raise ValueError(f"submit: unknown arguments {sorted(unknown)}")
         if max_new_tokens < 1:
             raise ValueError(f"submit: max_new_tokens must be >= 1, got {max_new_tokens}")
         if temperature > 0 and not self.sampling:
             raise ValueError("submit: temperature > 0 needs an Engine built with sampling=True")
+        if session is not None:
+            self._check_open(session, "submit")
+            if session.busy:
+                raise ValueError(f"submit: session {session.id} has a turn in flight; wait for it (or cancel it)")
+            if prefix is not None and session.history:
+                raise ValueError(f"submit: prefix= starts a conversation, session {session.id} already holds "
+                                 f"{session.history} tokens")
+        if image_kw:
+            self._check_images(input_ids, image_kw)
         eos = (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id or ())
         req = Request(input_ids, inputs_embeds, dict(image_kw), prefix, max_new_tokens, float(temperature),
                       top_k, top_p, frozenset(int(i) for i in eos), tag)
-        if req.prompt_len == 0:
-            raise ValueError("submit: empty prompt (no tokens and no prefix)")
-        if req.prompt_len + max_new_tokens > self.max_len:
-            raise ValueError(f"submit: prompt ({req.prompt_len}) + max_new_tokens ({max_new_tokens}) exceed the "
-                             f"engine's max_len {self.max_len}")
+        past = session.history if session is not None else 0
+        if req.prompt_len + past == 0:
+            raise ValueError("submit: empty prompt (no tokens, no prefix and no conversation to continue)")
+        if past + req.prompt_len + max_new_tokens > self.max_len:
+            held = f"session {session.id} holds {past} tokens; " if session is not None else ""
+            raise ValueError(f"submit: {held}prompt ({req.prompt_len}) + max_new_tokens ({max_new_tokens}) exceed "
+                             f"the engine's max_len {self.max_len}")
+        if session is None:
+            session = self.session()
+            session.temporary = True
+        req.session, session.request = session, req
+        session.last_used = self.steps
         self.queue.append(req)
         return req
+
+    def _check_images(self, input_ids: torch.Tensor, image_kw: dict) -> None:
+        """The number of <image> tokens must match the images given (checked here, before the turn queues)."""
+        cfg = self.model.config
+        n_tok = int((input_ids == cfg.image_token_id).sum())
+        px, emb = image_kw.get("pixel_values"), image_kw.get("image_embeds")
+        if px is not None and emb is not None:
+            raise ValueError("submit: pass pixel_values or image_embeds, not both")
+        if px is None and emb is None:
+            raise ValueError("submit: num_tiles needs pixel_values or image_embeds")
+        if px is not None:
+            if px.dim() != 4:
+                raise ValueError(f"submit: pixel_values must be (tiles, 3, H, W), got {tuple(px.shape)}")
+            n_img = px.shape[0] * cfg.tokens_per_tile
+        else:
+            n_img = emb.shape[0] * emb.shape[1] if emb.dim() == 3 else emb.shape[0]
+        if n_tok != n_img:
+            raise ValueError(f"submit: the prompt has {n_tok} <image> tokens but the images give {n_img} "
+                             f"embeddings; build the prompt with the Processor for these images")
+        nt = image_kw.get("num_tiles")
+        if nt is not None and px is not None and int(torch.as_tensor(nt).sum()) != px.shape[0]:
+            raise ValueError(f"submit: num_tiles sums to {int(torch.as_tensor(nt).sum())} but pixel_values holds "
+                             f"{px.shape[0]} tiles")
 
     def prefix(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
                **image_kw) -> Prefix:
         """Prefill a shared prefix (e.g. system prompt + screenshot) once; ``submit(..., prefix=)`` copies
         it into each continuation's row instead of prefilling it again."""
-        req = Request(input_ids, inputs_embeds, dict(image_kw), None, 1)
+        if image_kw:
+            self._check_images(input_ids, image_kw)
+        req = Request(input_ids, inputs_embeds, dict(image_kw), None, 1, session=Session(0))
         with torch.inference_mode():
-            x = self._embeds(req)[None]
+            self._embed_new([req])
+            x = req.x[None]
             tmp, logits = self._prefill(x, torch.ones(x.shape[:2], dtype=torch.bool, device=x.device), None)
         return Prefix(tmp, logits[0], x.shape[1])
 
+    @torch.inference_mode()
     def cancel(self, req: Request) -> None:
-        """Drop a request: out of the queue, or its row freed."""
-        if req.row is not None:
-            with torch.inference_mode():
-                self._free(req)
-        elif req in self.queue:
+        """Drop a turn: out of the queue, the prefill, or the decoding rows. Its session keeps what its
+        state consumed so far (a temporary session is closed)."""
+        if req.done:
+            return
+        if req in self.queue:
             self.queue.remove(req)
-        req.done = True
+        if req in self.prefilling:
+            self.prefilling.remove(req)
+            req.x = None
+        s = req.session
+        if s is not None and s.row is not None:
+            self.active[s.row] = 0
+        self._finish(req)
 
     def step(self) -> list[tuple[Request, int]]:
-        """Decode one token for every live row, then admit queued requests into free rows (prefill; each
-        yields its first token). Returns the (request, token) pairs produced, live rows first."""
+        """Decode one token for every decoding row, admit queued turns into rows, prefill one chunk (a turn
+        whose prompt completes yields its first token). Returns the (request, token) pairs produced."""
         with torch.inference_mode():
+            t0 = time.perf_counter()
             out = self._decode()
+            t1 = time.perf_counter()
             out += self._admit()
+            self._sync()
+            t2 = time.perf_counter()
+            out += self._prefill_step()
+            self._sync()
+            t3 = time.perf_counter()
+        st = self.stats
+        st["decode_s"] += t1 - t0
+        st["admit_s"] += t2 - t1
+        st["prefill_s"] += t3 - t2
+        self.steps += 1
         return out
 
+    def _sync(self) -> None:
+        if self.timing and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def run(self) -> None:
-        """Step until the queue is empty and every row has finished."""
+        """Step until the queue is empty and every turn has finished."""
         while not self.idle:
             self.step()
 
@@ -276,38 +375,53 @@ class Engine(Admission):
         else:
             self._step(b)
         toks = self.tokens[:n].tolist()  # the one host sync per step
+        self.stats["decode_steps"] += 1
+        self.stats["decode_tokens"] += n
         out = []
         for r in range(n):
-            req = self.rows[r]
-            self.lens[r] += 1
-            out.append((req, toks[r]))
-            self._emit(req, toks[r])
+            s = self.rows[r]
+            s.length += 1  # the step consumed the pending token
+            out.append((s.request, toks[r]))
+            self._emit(s.request, toks[r])
         return out
 
     def _emit(self, req: Request, tok: int) -> None:
         req.tokens.append(tok)
+        req.session.pending = tok
         if tok in req.eos or len(req.tokens) >= req.max_new_tokens:
-            self._free(req)
-            req.done = True
+            if req.session.row is not None:
+                self.active[req.session.row] = 0
+            self._finish(req)
 
-    def _free(self, req: Request) -> None:
-        r = req.row
-        self.rows[r], req.row = None, None
-        self.active[r] = 0
+    def _finish(self, req: Request) -> None:
+        req.done, req.phase, req.t_done = True, "done", time.perf_counter()
+        s = req.session
+        if s is not None:
+            s.last_used = self.steps
+            if s.temporary:
+                self._close(s)
+
+    def _decoding(self, row: int) -> bool:
+        s = self.rows[row]
+        return s is not None and s.request is not None and s.request.phase == "decode"
 
     def _compact(self) -> int:
-        """Move the highest live rows into the holes below, so that rows [0, n) are the live ones."""
-        live = [i for i, q in enumerate(self.rows) if q is not None]
-        n = len(live)
-        holes = [i for i in range(n) if self.rows[i] is None]
-        for dst, src in zip(holes, [i for i in live if i >= n]):
-            self.state.move(src, dst, self.lens[src])
+        """Move (into free rows) or swap (with other sessions' rows) the decoding rows into rows [0, n)."""
+        dec = [i for i in range(self.max_batch) if self._decoding(i)]
+        n = len(dec)
+        holes = [i for i in range(n) if not self._decoding(i)]
+        for dst, src in zip(holes, [i for i in dec if i >= n]):
+            a, b = self.rows[src], self.rows[dst]
+            if b is None:
+                self.state.move(src, dst, a.length)
+            else:
+                self.state.swap(src, dst, a.length, b.length)
             for t in (self.tokens, self.active, self.temperature, self.top_k, self.top_p):
-                t[dst] = t[src]
-            self.active[src] = 0
-            self.rows[dst], self.rows[src] = self.rows[src], None
-            self.rows[dst].row = dst
-            self.lens[dst] = self.lens[src]
+                t[[dst, src]] = t[[src, dst]]
+            self.rows[dst], self.rows[src] = a, b
+            a.row = dst
+            if b is not None:
+                b.row = src
         return n
 
     # ------------------------------------------------------------------ generate()
@@ -315,8 +429,8 @@ class Engine(Admission):
                temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                eos_token_id=(), pad_token_id: int = 0, **prefill_kwargs) -> Iterator[torch.Tensor]:
         """``generate.stream`` on this engine: (B,) new tokens per step, ``pad_token_id`` for finished
-        rows, ending early when every row has finished. The engine must be idle; the prompt batch
-        is prefilled as one padded group, as the plain path does."""
+        rows, ending early when every row has finished. The engine must be idle; the prompts are
+        admitted together and prefilled in shared chunks."""
         if not self.idle:
             raise RuntimeError("Engine.stream: the engine is serving other requests")
         b, t = input_ids.shape
@@ -332,14 +446,14 @@ class Engine(Admission):
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         reqs = [self.submit(inputs_embeds=x[i][mask[i]], max_new_tokens=max_new_tokens, temperature=temperature,
                             top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, tag=i) for i in range(b)]
+        k = 0  # the k-th new token of every row is yielded once each row has it or has finished
         try:
-            for _ in range(max_new_tokens):
-                out = [pad_token_id] * b
-                for req, tok in self.step():
-                    out[req.tag] = tok
+            while k < max_new_tokens and not all(r.done and len(r.tokens) <= k for r in reqs):
+                while not all(r.done or len(r.tokens) > k for r in reqs):
+                    self.step()
+                out = [r.tokens[k] if len(r.tokens) > k else pad_token_id for r in reqs]
                 yield torch.tensor(out, dtype=torch.long, device=input_ids.device)
-                if all(r.done for r in reqs):
-                    return
+                k += 1
         finally:
             for r in reqs:
                 if not r.done:

@@ -1,99 +1,192 @@
-"""How queued requests enter the decode engine's rows (``holotron/engine.py``): prompts embedded (images
-merged for a VL model), prefilled through ``HybridLM.forward`` in chunks of about ``prefill_tokens``
-tokens, a group of requests together and left-padded, after a shared prefix's state when they have one;
-the result copied into free rows of the ``DecodeState``, pads dropped, and each row's first token chosen.
+"""How queued turns enter the decode engine (``holotron/engine.py``) and get prefilled.
 
-``Admission`` is a base class of ``Engine``, written against its attributes (``model``, ``lm``, ``device``,
-``state``, ``rows``, ``lens``, ``queue``, ``tokens``, the sampling tensors, ``_emit``).
+Admission (``_admit``): each queued request's session gets a row of the ``DecodeState`` (the one it
+holds, a free one, or one an idle session gives up by being saved to host memory), its state there
+(restored from the host, copied from a ``Prefix``, or empty), and its new tokens embedded: the
+session's pending token first, then the prompt; the screenshots of every request admitted in one step go
+through the vision encoder together (``vision_tiles`` tiles per call).
+
+Prefill (``_prefill_step``): one chunk per engine step, at most ``prefill_tokens`` tokens (pads
+included) taken from the prefilling requests in arrival order, several requests side by side
+(left-padded), a long prompt over several steps; ``HybridLM.extend`` writes straight into their rows.
+Between chunks the decoding rows take their step, so admissions never stall decoding for longer than
+one chunk. A request whose prompt is done gets its first token from the chunk's last logits.
+
+``_prefill`` is the separate path of ``Engine.prefix``: a shared prefix prefilled once into its own
+``InferenceState``. ``Admission`` is a base class of ``Engine``, written against its attributes.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
 from .engine_requests import Prefix, Request
 from .sampling import choose_tokens
-from .state import KVCache, MambaState
 
 __all__ = ["Admission"]
 
 
 class Admission:
-    """``Engine._embeds``, ``_prefill`` and ``_admit``."""
+    """``Engine._admit``, ``_prefill_step``, ``_start_decode`` and ``_prefill``."""
 
-    def _embeds(self, req: Request) -> torch.Tensor:
-        """(T, D) prompt embeddings (images merged for a VL model)."""
-        if req.inputs_embeds is not None:
-            return req.inputs_embeds.to(self.device)
-        ids = req.input_ids.to(self.device)
-        if hasattr(self.model, "embed_inputs"):
-            return self.model.embed_inputs(ids[None], **req.image_kw)[0]
-        return self.lm.backbone.embeddings(ids)
-
+    # ------------------------------------------------------------------ a shared prefix
     def _prefill(self, x: torch.Tensor, mask: torch.Tensor, prefix: Prefix | None):
-        """Prefill (n, T, D) left-padded embeddings (mask (n, T) False at pads), after ``prefix`` when
-        given, in chunks of about ``prefill_tokens`` tokens. Returns the InferenceState and last logits (n, V)."""
+        """Prefill (n, T, D) left-padded embeddings (mask (n, T)) into a new InferenceState in chunks of
+        about ``prefill_tokens`` tokens. Returns the state and the last logits (n, V)."""
         n, T, _ = x.shape
-        P = prefix.length if prefix is not None else 0
-        tmp = self.lm.new_state(n, capacity=P + T)
-        if prefix is not None:
-            for d, s in zip(tmp.layers, prefix.state.layers):
-                if isinstance(d, MambaState):
-                    d.conv.copy_(s.conv.expand_as(d.conv))
-                    d.ssm.copy_(s.ssm.expand_as(d.ssm))
-                elif isinstance(d, KVCache):
-                    d.k[:, :, :P].copy_(s.k[:, :, :P].expand(n, -1, -1, -1))
-                    d.v[:, :, :P].copy_(s.v[:, :, :P].expand(n, -1, -1, -1))
-            tmp.seqlen = P
-            mask = torch.cat([torch.ones(n, P, dtype=torch.bool, device=mask.device), mask], 1)
+        tmp = self.lm.new_state(n, capacity=T)
         cs = self.lm.config.chunk_size
         chunk = max(cs, (self.prefill_tokens // n) // cs * cs)
         for c0 in range(0, T, chunk):
             c1 = min(T, c0 + chunk)
-            logits = self.lm(inputs_embeds=x[:, c0:c1], state=tmp, attention_mask=mask[:, :P + c1], logits_to_keep=1)
+            logits = self.lm(inputs_embeds=x[:, c0:c1], state=tmp, attention_mask=mask[:, :c1], logits_to_keep=1)
         return tmp, logits[:, -1]
 
+    # ------------------------------------------------------------------ admission
+    def _embed_new(self, reqs: list[Request]) -> None:
+        """Set ``req.x``: (T, D) embeddings of what each request prefills (the pending token, the prompt);
+        screenshots of all of them through the vision encoder in shared batches."""
+        emb = self.lm.backbone.embeddings
+        images: dict[int, torch.Tensor] = {}
+        with_px = [r for r in reqs if r.image_kw.get("pixel_values") is not None]
+        if with_px:
+            tiles = [r.image_kw["pixel_values"] for r in with_px]
+            flat, sizes = [], []
+            for t in tiles:
+                flat.append(t.to(self.device))
+                sizes.append(t.shape[0])
+            px = torch.cat(flat)
+            feats = torch.cat([self.model.embed_images(px[i:i + self.vision_tiles])
+                               for i in range(0, px.shape[0], self.vision_tiles)])
+            for r, part in zip(with_px, feats.split(sizes)):
+                images[id(r)] = part
+        for r in reqs:
+            parts = []
+            if r.session.pending is not None:
+                parts.append(emb(torch.tensor([r.session.pending], device=self.device)))
+            if r.inputs_embeds is not None:
+                parts.append(r.inputs_embeds.to(self.device))
+            elif r.input_ids is not None and r.input_ids.numel():
+                ids = r.input_ids.to(self.device)
+                if r.image_kw:
+                    kw = {k: v for k, v in r.image_kw.items() if k != "pixel_values"}
+                    if id(r) in images:
+                        kw["image_embeds"] = images[id(r)]
+                    parts.append(self.model.embed_inputs(ids[None], **kw)[0])
+                else:
+                    parts.append(emb(ids))
+            r.x = torch.cat(parts) if parts else None
+            r.pos = 0
+
     def _admit(self) -> list[tuple[Request, int]]:
-        free = [i for i, q in enumerate(self.rows) if q is None]
-        take: list[Request] = []
-        while self.queue and len(take) < len(free):
-            take.append(self.queue.popleft())
-        if not take:
+        """Queued requests into rows, in arrival order, while rows can be had and the prefill backlog is
+        below ``4 * prefill_tokens``; returns first tokens of those with nothing to prefill."""
+        backlog = sum(r.x.shape[0] - r.pos for r in self.prefilling)
+        admitted: list[Request] = []
+        waiting = []
+        while self.queue:
+            req = self.queue.popleft()
+            if backlog >= 4 * self.prefill_tokens and (admitted or self.prefilling):
+                waiting.append(req)
+                continue
+            s = req.session
+            if s.row is None and not self._acquire_row(s, req):
+                waiting.append(req)
+                continue
+            self._set_row_sampling(s.row, req)
+            admitted.append(req)
+            backlog += req.suffix_len + (s.pending is not None)
+        self.queue.extendleft(reversed(waiting))
+        if not admitted:
             return []
-        groups: dict[tuple, list[tuple[Request, int]]] = {}  # same prefix (and suffix or not): one prefill
-        for req, row in zip(take, free):
-            groups.setdefault((id(req.prefix), req.suffix_len == 0), []).append((req, row))
+        good = admitted
+        try:
+            self._embed_new(good)
+        except (ValueError, RuntimeError):  # find the culprit(s) one by one; the others go on
+            good = []
+            for req in admitted:
+                try:
+                    self._embed_new([req])
+                    good.append(req)
+                except (ValueError, RuntimeError) as e:
+                    self._fail(req, e)
+        out, instant = [], []
+        for req in good:
+            if req.x is None:  # a prefix and nothing more: its logits give the first token
+                instant.append(req)
+            else:
+                req.phase = "prefill"
+                self.prefilling.append(req)
+        if instant:
+            logits = torch.stack([r.prefix.logits for r in instant]).to(self.device)
+            out += self._start_decode(instant, logits)
+        return out
+
+    def _fail(self, req: Request, e: BaseException) -> None:
+        req.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        req.done, req.phase, req.x = True, "done", None
+        req.t_done = time.perf_counter()
+        s = req.session
+        s.request = None
+        if s.temporary:
+            self._close(s)
+
+    # ------------------------------------------------------------------ prefill, one chunk per step
+    def _prefill_step(self) -> list[tuple[Request, int]]:
+        if not self.prefilling:
+            return []
+        budget = self.prefill_tokens
+        take, T = [], 0
+        for req in self.prefilling:
+            piece = min(req.x.shape[0] - req.pos, budget)
+            t = max(T, piece)
+            if take and t * (len(take) + 1) > budget:
+                break
+            take.append(req)
+            T = t
+        counts = [min(r.x.shape[0] - r.pos, T) for r in take]
+        x = take[0].x.new_zeros(len(take), T, take[0].x.shape[-1])
+        for i, (r, n) in enumerate(zip(take, counts)):
+            x[i, T - n:] = r.x[r.pos:r.pos + n]
+        rows = [r.session.row for r in take]
+        starts = [r.session.length for r in take]
+        logits = self.lm.extend(x, self.state, rows, starts, counts)
+        finished, fin_logits = [], []
+        for i, (r, n) in enumerate(zip(take, counts)):
+            r.pos += n
+            r.session.length += n
+            if r.pos == r.x.shape[0]:
+                r.session.pending = None
+                finished.append(r)
+                fin_logits.append(i)
+        self.prefill_tokens_done += sum(counts)
+        if not finished:
+            return []
+        done = set(map(id, finished))
+        self.prefilling = [r for r in self.prefilling if id(r) not in done]
+        for r in finished:
+            r.x = None
+        return self._start_decode(finished, logits[fin_logits])
+
+    def _start_decode(self, reqs: list[Request], logits: torch.Tensor) -> list[tuple[Request, int]]:
+        """First tokens from each request's last prompt logits; the rows join the decoding ones."""
+        rows = [r.session.row for r in reqs]
+        rows_t = torch.tensor(rows, device=self.device)
+        if self.sampling:
+            first = choose_tokens(logits.float(), self.temperature[rows_t], self.top_k[rows_t], self.top_p[rows_t],
+                                  self.generator)
+        else:
+            first = logits.argmax(-1)
+        self.tokens[rows_t] = first
+        self.active[rows_t] = 1
         out = []
-        for (_, empty), members in groups.items():
-            reqs, rows = [m[0] for m in members], [m[1] for m in members]
-            pre = reqs[0].prefix
-            if empty:  # the prefix alone: copy its state, its logits give the first token
-                src, logits, idx = pre.state, pre.logits[None].expand(len(reqs), -1), [0] * len(reqs)
-            else:
-                embeds = [self._embeds(r) for r in reqs]
-                T = max(e.shape[0] for e in embeds)
-                x = embeds[0].new_zeros(len(reqs), T, embeds[0].shape[-1])
-                mask = torch.zeros(len(reqs), T, dtype=torch.bool, device=x.device)
-                for i, e in enumerate(embeds):
-                    x[i, T - e.shape[0]:] = e
-                    mask[i, T - e.shape[0]:] = True
-                src, logits = self._prefill(x, mask, pre)
-                idx = list(range(len(reqs)))
-            for req, row, i in zip(reqs, rows, idx):
-                self.lens[row] = self.state.load(row, src, i)
-                self.rows[row], req.row = req, row
-                self.temperature[row] = req.temperature
-                self.top_k[row] = req.top_k if req.top_k is not None else self.vocab
-                self.top_p[row] = req.top_p if req.top_p is not None else 2.0
-                self.active[row] = 1
-            rows_t = torch.tensor(rows, device=self.device)
-            if self.sampling:
-                first = choose_tokens(logits.float(), self.temperature[rows_t], self.top_k[rows_t], self.top_p[rows_t],
-                                      self.generator)
-            else:
-                first = logits.argmax(-1)
-            self.tokens[rows_t] = first
-            for req, tok in zip(reqs, first.tolist()):
-                out.append((req, tok))
-                self._emit(req, tok)
+        now = time.perf_counter()
+        for req, tok in zip(reqs, first.tolist()):
+            req.phase = "decode"
+            req.session.pending = None
+            out.append((req, tok))
+            req.t_first = now
+            self._emit(req, tok)
         return out

@@ -1,19 +1,23 @@
-"""What the decode engine (``holotron/engine.py``) serves: requests and shared prefixes.
+"""What the decode engine (``holotron/engine.py``) serves: requests, sessions and shared prefixes.
 
-``Request``: one prompt (ids or embeddings, no padding), its sampling settings and the tokens so far.
-``Prefix``: the state after a shared prompt prefix, which ``Engine.submit(..., prefix=)`` copies into each
-continuation's row. ``default_batch_sizes``: the batch sizes a step is captured for.
+``Request``: one turn: its new prompt (ids or embeddings, no padding), sampling settings, the tokens so
+far, its phase (queued -> prefill -> decode -> done) and host timestamps (submitted, first token, done).
+``Session``: a conversation whose state the engine keeps between turns (a row of the decode state, or a
+snapshot in host memory): turn k+1 prefills only its own new tokens. ``Prefix``: the state after a shared
+prompt prefix, which ``Engine.submit(..., prefix=)`` copies into each continuation's row.
+``default_batch_sizes``: the batch sizes a step is captured for.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
 
-from .state import InferenceState
+from .state import InferenceState, RowSnapshot
 
-__all__ = ["Prefix", "Request", "default_batch_sizes"]
+__all__ = ["Prefix", "Request", "Session", "default_batch_sizes"]
 
 
 @dataclass(eq=False)
@@ -29,8 +33,47 @@ class Prefix:
 
 
 @dataclass(eq=False)
+class Session:
+    """A conversation kept by one engine between turns (``Engine.session()``).
+
+    Its state (Mamba states, the KV of every token so far) lives in a row of the engine's decode state
+    (``row``) or, after ``Engine.save`` or when its row was needed by another, in host memory
+    (``snapshot``). ``length``: the tokens its state holds. ``pending``: the last generated token, which
+    the state has not consumed yet: the next turn starts with it, then its own new tokens.
+    """
+
+    id: int
+    row: int | None = None
+    length: int = 0
+    pending: int | None = None
+    snapshot: RowSnapshot | None = None
+    request: "Request | None" = None
+    closed: bool = False
+    temporary: bool = False  # opened by a submit() without session=: closed when its request ends
+    last_used: int = 0       # the engine step of its last activity (the least recent is saved first)
+
+    @property
+    def busy(self) -> bool:
+        """A turn is queued or running."""
+        return self.request is not None and not self.request.done
+
+    @property
+    def on_host(self) -> bool:
+        return self.snapshot is not None
+
+    @property
+    def history(self) -> int:
+        """Tokens of the conversation so far (the state's plus the pending one)."""
+        return self.length + (self.pending is not None)
+
+    def __repr__(self) -> str:
+        where = f"row {self.row}" if self.row is not None else "host" if self.on_host else "empty"
+        return f"Session(id={self.id}, length={self.length}, {where}{', closed' if self.closed else ''})"
+
+
+@dataclass(eq=False)
 class Request:
-    """One sequence: its prompt (ids or embeddings, no padding), sampling settings, and the tokens so far."""
+    """One turn: its new prompt (ids or embeddings, no padding), sampling settings, and the tokens so far."""
 
     input_ids: torch.Tensor | None        # (T,)
     inputs_embeds: torch.Tensor | None    # (T, D)
@@ -42,9 +85,20 @@ class Request:
     top_p: float | None = None
     eos: frozenset = frozenset()
     tag: object = None                    # caller's label (generate() puts the batch row here)
+    session: Session | None = None
     tokens: list[int] = field(default_factory=list)
     done: bool = False
-    row: int | None = None
+    error: str | None = None              # why the engine dropped it (the others keep being served)
+    phase: str = "queued"                 # queued | prefill | decode | done
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None          # host time of the first new token
+    t_done: float | None = None
+    x: torch.Tensor | None = None         # (T, D) embeddings to prefill (while in the prefill phase)
+    pos: int = 0                          # how many of them are prefilled
+
+    @property
+    def row(self) -> int | None:
+        return self.session.row if self.session is not None and not self.done else None
 
     @property
     def suffix_len(self) -> int:

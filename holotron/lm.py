@@ -93,9 +93,11 @@ class HybridLM(nn.Module):
     def step(self, tokens: torch.Tensor, state: DecodeState, active: torch.Tensor | None = None) -> torch.Tensor:
         """One token per row of ``state`` (a ``DecodeState``, or its ``rows(b)``): tokens (b,) -> fp32
         logits (b, V). Row r's token goes to KV slot ``state.lengths[r]`` (clamped to the last slot);
-        the lengths then advance by ``active`` (b,) (default 1 each). Static shapes, no host sync."""
+        the lengths then advance by ``active`` (b,) (default 1 each); rows where ``active`` is 0 keep
+        their whole state (their logits are computed and meaningless). Static shapes, no host sync."""
         lengths = state.lengths.clamp(max=state.max_len - 1)
-        where = Positions(lengths=lengths, key_mask=(state.slots[None, :] <= lengths[:, None])[:, None, None])
+        where = Positions(lengths=lengths, key_mask=(state.slots[None, :] <= lengths[:, None])[:, None, None],
+                          active=active)
         x = self.backbone.embeddings(tokens[:, None])                           # (b, 1, D)
         if self.config.residual_in_fp32:
             x = x.float()
@@ -104,6 +106,35 @@ class HybridLM(nn.Module):
         h = self.backbone.norm_f(x.to(self.backbone.norm_f.weight.dtype))
         state.lengths.add_(1 if active is None else active)
         return self.lm_head(h[:, 0].to(self.lm_head.weight.dtype)).float()
+
+    # ------------------------------------------------------------------ prefill into decode rows
+    def extend(self, inputs_embeds: torch.Tensor, state: DecodeState, rows: list[int], starts: list[int],
+               counts: list[int]) -> torch.Tensor:
+        """Prefill new tokens into rows of a ``DecodeState`` (the decode engine's admissions and session
+        turns): inputs_embeds (b, T, D) left-padded, row i's last ``counts[i]`` positions are new tokens of
+        state row ``rows[i]``, whose length before the call is ``starts[i]`` (host ints: no sync). The
+        rows' Mamba states, KV slots and lengths advance; returns fp32 logits (b, V) at the last position."""
+        b, t, d = inputs_embeds.shape
+        if not (len(rows) == len(starts) == len(counts) == b):
+            raise ValueError(f"extend: rows, starts and counts need one entry per batch row ({b})")
+        if d != self.config.hidden_size or min(counts) < 1 or max(counts) > t:
+            raise ValueError(f"extend: inputs_embeds (b, T, {self.config.hidden_size}) with 1 <= counts <= T, got "
+                             f"{tuple(inputs_embeds.shape)} and counts {counts}")
+        if max(s + n for s, n in zip(starts, counts)) > state.max_len:
+            raise ValueError(f"extend: a row would exceed max_len {state.max_len}")
+        dev = inputs_embeds.device
+        mask = None
+        if min(counts) < t:
+            cnt = torch.tensor(counts, device=dev)
+            mask = torch.arange(t, device=dev)[None, :] >= (t - cnt)[:, None]
+        where = Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts))
+        x = inputs_embeds.float() if self.config.residual_in_fp32 else inputs_embeds
+        for blk, st in zip(self.backbone.layers, state.layers):
+            x = blk(x, st, where)
+        idx = torch.tensor(rows, device=state.lengths.device)
+        state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
+        h = self.backbone.norm_f(x[:, -1].to(self.backbone.norm_f.weight.dtype))
+        return self.lm_head(h.to(self.lm_head.weight.dtype)).float()
 
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,

@@ -61,12 +61,16 @@ def neg_A(A_log: torch.Tensor) -> torch.Tensor:
 def mamba_step(xBC: torch.Tensor, dt: torch.Tensor, z: torch.Tensor, conv_state: torch.Tensor,
                ssm_state: torch.Tensor, conv_weight: torch.Tensor, conv_bias: torch.Tensor | None,
                A_log: torch.Tensor, D: torch.Tensor, dt_bias: torch.Tensor, dt_lo: float, dt_hi: float,
-               n_groups: int) -> torch.Tensor:
+               n_groups: int, active: torch.Tensor | None = None) -> torch.Tensor:
     """One decode token after in_proj: xBC (b, conv_dim), dt (b, H) raw, z (b, H*P); conv_state and
-    ssm_state updated in place. Returns (S C + D x) * silu(z), (b, H*P), before the gated norm's norm."""
+    ssm_state updated in place. Returns (S C + D x) * silu(z), (b, H*P), before the gated norm's norm.
+    ``active`` (b,): rows where it is 0 keep both states unchanged (their dt becomes -inf, so softplus
+    gives 0: decay exp(0) = 1 and no input; the conv window is not written)."""
     b = xBC.shape[0]
     _, H, P, N = ssm_state.shape
-    xc = kernels.conv_step(conv_state, xBC, conv_weight, conv_bias)
+    if active is not None:
+        dt = dt.masked_fill(active[:, None] == 0, float("-inf"))
+    xc = kernels.conv_step(conv_state, xBC, conv_weight, conv_bias, active=active)
     x, B, C = xc.split([H * P, n_groups * N, n_groups * N], dim=-1)
     y = kernels.ssd_step(ssm_state, x.reshape(b, H, P), dt, neg_A(A_log), B.reshape(b, n_groups, N),
                          C.reshape(b, n_groups, N), D=D, z=z.reshape(b, H, P), dt_bias=dt_bias, dt_softplus=True,
@@ -75,7 +79,8 @@ def mamba_step(xBC: torch.Tensor, dt: torch.Tensor, z: torch.Tensor, conv_state:
 
 
 @mamba_step.register_fake
-def _(xBC, dt, z, conv_state, ssm_state, conv_weight, conv_bias, A_log, D, dt_bias, dt_lo, dt_hi, n_groups):
+def _(xBC, dt, z, conv_state, ssm_state, conv_weight, conv_bias, A_log, D, dt_bias, dt_lo, dt_hi, n_groups,
+      active=None):
     return z.new_empty(z.shape[0], ssm_state.shape[1] * ssm_state.shape[2])
 
 
@@ -131,15 +136,24 @@ class Mamba2Mixer(nn.Module):
         return F.silu(out).transpose(1, 2).to(xBC.dtype)                   # (B, T, c)
 
     def step(self, u: torch.Tensor, state: MambaState, where: Positions | None = None) -> torch.Tensor:
-        """One token per row: u (B, 1, D) -> (B, 1, D); ``state`` updated in place. Static shapes, no host sync."""
+        """One token per row: u (B, 1, D) -> (B, 1, D); ``state`` updated in place (not on rows where
+        ``where.active`` is 0). Static shapes, no host sync."""
         b = u.shape[0]
         z, xBC, dt = self.in_proj(u)[:, 0].split([self.d_inner, self.conv_dim, self.n_heads], dim=-1)
         y = mamba_step(xBC, dt, z, state.conv, state.ssm, self.conv1d.weight, self.conv1d.bias, self.A_log,
-                       self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]), self.n_groups)
+                       self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]), self.n_groups,
+                       None if where is None else where.active)
         return self.out_proj(self.norm.normed(y.float(), y.dtype).view(b, 1, self.d_inner))
 
     def forward(self, u: torch.Tensor, state: MambaState | None = None, where: Positions | None = None) -> torch.Tensor:
-        """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``where.mask`` (B, T) bool, False at pads."""
+        """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``where.mask`` (B, T) bool, False at pads.
+        With ``where.rows`` (``HybridLM.extend``), ``state`` holds the decode state's rows and the batch's
+        rows are its ``where.rows``."""
+        if where is not None and where.rows is not None:
+            part = state.take(where.rows)
+            out = self.forward(u, part, Positions(mask=where.mask))
+            state.put(where.rows, part)
+            return out
         mask = None if where is None else where.mask
         b, t, _ = u.shape
         if state is not None and t == 1 and mask is None:

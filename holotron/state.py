@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions"]
+__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions", "RowSnapshot"]
 
 
 def _rows(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -48,6 +48,22 @@ class MambaState:
     def select(self, index: torch.Tensor) -> None:
         self.conv = self.conv.index_select(0, _rows(index, self.conv))
         self.ssm = self.ssm.index_select(0, _rows(index, self.ssm))
+
+    def take(self, rows: list[int]) -> "MambaState":
+        """The states of ``rows``: views when they are consecutive (updates reach this state), else copies
+        (``put`` writes them back)."""
+        if rows == list(range(rows[0], rows[0] + len(rows))):
+            return MambaState(conv=self.conv[rows[0]:rows[0] + len(rows)], ssm=self.ssm[rows[0]:rows[0] + len(rows)])
+        idx = torch.tensor(rows, device=self.conv.device)
+        return MambaState(conv=self.conv.index_select(0, idx), ssm=self.ssm.index_select(0, idx))
+
+    def put(self, rows: list[int], part: "MambaState") -> None:
+        """Write ``take(rows)``'s (updated) states back (nothing to do for views)."""
+        if part.conv.data_ptr() == self.conv[rows[0]].data_ptr() and part.conv.shape[0] == len(rows):
+            return
+        idx = torch.tensor(rows, device=self.conv.device)
+        self.conv.index_copy_(0, idx, part.conv)
+        self.ssm.index_copy_(0, idx, part.ssm)
 
 
 @dataclass
@@ -149,7 +165,12 @@ class Positions:
     Prefill / ``forward`` (an ``InferenceState``): ``mask`` (B, T) bool, False at pads (None: no pads);
     ``attn_mask`` from ``causal_mask``; ``pos`` the first position of the call.
     Decode ``step`` (a ``DecodeState``, one token per row): ``lengths`` (B,) int64, the KV slot of each
-    row's token; ``key_mask`` (B, 1, 1, L) bool, the slots each row attends to.
+    row's token; ``key_mask`` (B, 1, 1, L) bool, the slots each row attends to; ``active`` (B,) int64,
+    0 on rows whose state must not change (rows of the engine that are not decoding).
+    Prefill into rows of a ``DecodeState`` (``HybridLM.extend``): ``rows`` (host ints, b of them) the
+    state rows of the batch's rows, ``starts`` their lengths before the call (the KV slot of their first
+    new token), ``counts`` their real tokens this call (left-padded: the last ``counts[i]`` positions);
+    ``mask`` as for prefill.
     """
 
     mask: torch.Tensor | None = None
@@ -157,6 +178,10 @@ class Positions:
     pos: int = 0
     lengths: torch.Tensor | None = None
     key_mask: torch.Tensor | None = None
+    active: torch.Tensor | None = None
+    rows: list[int] | None = None
+    starts: list[int] | None = None
+    counts: list[int] | None = None
 
 
 class DecodeState:
@@ -243,6 +268,58 @@ class DecodeState:
                 s.v[dst, :, :used].copy_(s.v[src, :, :used])
         self.lengths[dst] = self.lengths[src]
 
+    def swap(self, a: int, b: int, used_a: int, used_b: int) -> None:
+        """Exchange rows ``a`` and ``b`` (their Mamba states, first ``used_*`` KV slots and lengths)."""
+        for s in self.layers:
+            if isinstance(s, MambaState):
+                for t in (s.conv, s.ssm):
+                    tmp = t[a].clone()
+                    t[a].copy_(t[b])
+                    t[b].copy_(tmp)
+            elif isinstance(s, KVCache):
+                for t in (s.k, s.v):
+                    tmp = t[a, :, :used_a].clone()
+                    t[a, :, :used_b].copy_(t[b, :, :used_b])
+                    t[b, :, :used_a].copy_(tmp)
+        la, lb = self.lengths[a].clone(), self.lengths[b].clone()
+        self.lengths[a], self.lengths[b] = lb, la
+
+    def reset(self, row: int) -> None:
+        """An empty row: zero Mamba states, length 0 (KV slots are masked by the length, not cleared)."""
+        for s in self.layers:
+            if isinstance(s, MambaState):
+                s.conv[row].zero_()
+                s.ssm[row].zero_()
+        self.lengths[row] = 0
+
+    def snapshot(self, row: int, used: int, device: torch.device | str = "cpu") -> "RowSnapshot":
+        """A copy of row ``row`` (Mamba states, the first ``used`` KV slots) on ``device`` (host by default;
+        pinned there when CUDA is present, so that ``restore`` copies asynchronously)."""
+        pin = torch.device(device).type == "cpu" and torch.cuda.is_available() and self.lengths.is_cuda
+        parts = []
+        for s in self.layers:
+            if isinstance(s, MambaState):
+                parts.append((_copy_to(s.conv[row], device, pin), _copy_to(s.ssm[row], device, pin)))
+            elif isinstance(s, KVCache):
+                parts.append((_copy_to(s.k[row, :, :used], device, pin), _copy_to(s.v[row, :, :used], device, pin)))
+            else:
+                parts.append(None)
+        return RowSnapshot(parts, used)
+
+    def restore(self, row: int, snap: "RowSnapshot") -> None:
+        """Copy ``snap`` into row ``row`` (it becomes that row's state and length)."""
+        if snap.length > self.max_len:
+            raise ValueError(f"DecodeState.restore: {snap.length} tokens do not fit max_len {self.max_len}")
+        n = snap.length
+        for s, part in zip(self.layers, snap.parts):
+            if isinstance(s, MambaState):
+                s.conv[row].copy_(part[0], non_blocking=True)
+                s.ssm[row].copy_(part[1], non_blocking=True)
+            elif isinstance(s, KVCache):
+                s.k[row, :, :n].copy_(part[0], non_blocking=True)
+                s.v[row, :, :n].copy_(part[1], non_blocking=True)
+        self.lengths[row] = n
+
     def bytes_per_row(self, length: int | None = None) -> dict[str, int]:
         """Bytes one row holds: Mamba (constant) and KV for ``length`` tokens (default ``max_len``)."""
         length = self.max_len if length is None else length
@@ -258,3 +335,22 @@ class DecodeState:
             elif isinstance(s, KVCache):
                 n += s.nbytes()
         return n
+
+
+def _copy_to(t: torch.Tensor, device, pin: bool) -> torch.Tensor:
+    if pin:
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return out.copy_(t)
+    return t.to(device, copy=True)
+
+
+@dataclass(eq=False)
+class RowSnapshot:
+    """One sequence's state outside the decode state (``DecodeState.snapshot``): per layer (conv, ssm),
+    (k, v) of its ``length`` filled slots, or None; on the host or on a device."""
+
+    parts: list
+    length: int
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes + b.nbytes for p in self.parts if p is not None for a, b in [p])

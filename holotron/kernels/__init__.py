@@ -261,11 +261,12 @@ def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     return fn(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit)
 
 
-def conv_step(conv, x, weight, bias=None, backend=None):
+def conv_step(conv, x, weight, bias=None, backend=None, active=None):
     """The causal depthwise conv of one decode token: ``conv`` (batch, channels, K) holds the last K
     inputs, oldest first, and slides by one in place (x (batch, channels) enters last); returns
     silu(sum_k conv[..., k] * weight[:, k] + bias) (batch, channels) in x's dtype. weight (channels, K)
-    or (channels, 1, K). Naive twin: ``holotron/kernels/conv_naive.py``; Triton:
+    or (channels, 1, K). ``active`` (batch,) integer or bool: rows where it is 0 get their output but
+    keep their window (the decode engine's rows that are not decoding). Naive twin: ``holotron/kernels/conv_naive.py``; Triton:
     ``holotron/kernels/conv_step_triton.py``."""
     c, K = conv.shape[1:]
     weight = weight.reshape(weight.shape[0], -1)
@@ -274,8 +275,10 @@ def conv_step(conv, x, weight, bias=None, backend=None):
     _expect(tuple(weight.shape) == (c, K), f"weight must have shape (channels={c}, K={K}), got {_shape(weight)}")
     _expect(bias is None or tuple(bias.shape) == (c,), f"bias must have shape (channels={c},), got "
             f"{_shape(bias) if bias is not None else None}")
+    _expect(active is None or tuple(active.shape) == (conv.shape[0],),
+            f"active must have shape (batch={conv.shape[0]},), got {_shape(active) if active is not None else None}")
     if _pick(backend, x.device, "conv_step", "naive") == "triton":
         from .conv_step_triton import conv_step_triton
-        return conv_step_triton(conv, x, weight.contiguous(), bias)
+        return conv_step_triton(conv, x, weight.contiguous(), bias, active)
     from .conv_naive import conv_step_naive
-    return conv_step_naive(conv, x, weight, bias)
+    return conv_step_naive(conv, x, weight, bias, active)

@@ -1,0 +1,178 @@
+"""Agent sessions of the decode engine (``holotron/engine.py``): conversations kept between turns.
+
+    s = eng.session()                                    # an empty conversation
+    r1 = eng.submit(turn1_ids, session=s, pixel_values=px, max_new_tokens=100)
+    eng.run()                                            # (or step() alongside other sessions)
+    r2 = eng.submit(turn2_ids, session=s, ...)           # prefills only turn 2 (after r1's last token)
+    a, b = eng.fork(s, 2)                                # two continuations of the same screen
+    eng.save(s); eng.restore(s)                          # its state to host memory and back
+    eng.close(s)
+
+A session's state is a row of the engine's ``DecodeState`` (Mamba states: constant size; the KV of its
+tokens so far) or, once saved, a ``RowSnapshot`` in host memory. A turn needs a row: a session on the
+host is restored when its turn is admitted; when no row is free, the idle session used least recently
+(``offload=True``, the default) is saved to host memory to make room. ``memory()`` says what the rows
+cost and how many sessions fit. ``Sessions`` is a base class of ``Engine``, written against its
+attributes (``state``, ``rows``, ``active``, the sampling tensors, ``vocab``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .engine_requests import Request, Session
+
+__all__ = ["Sessions", "row_bytes"]
+
+
+def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32) -> dict[str, int]:
+    """Bytes one engine row holds for a ``HybridLM``: the Mamba states (constant) and the KV of
+    ``max_len`` tokens, from the layer shapes (nothing is allocated)."""
+    mamba = kv = 0
+    for blk in lm.backbone.layers:
+        m = blk.mixer
+        if blk.kind == "mamba":
+            w = m.conv1d.weight
+            mamba += m.conv_dim * m.d_conv * w.element_size()
+            mamba += m.n_heads * m.head_dim * m.d_state * torch.empty(0, dtype=ssm_dtype).element_size()
+        elif blk.kind == "attention":
+            kv += 2 * m.n_kv_heads * m.head_dim * max_len * m.k_proj.weight.element_size()
+    return {"mamba": mamba, "attention": kv, "total": mamba + kv}
+
+
+class Sessions:
+    """``Engine.session``, ``fork``, ``save``, ``restore``, ``close``, ``memory`` and the row bookkeeping."""
+
+    # ------------------------------------------------------------------ the public calls
+    def session(self) -> Session:
+        """A new, empty conversation (it takes a row at its first turn)."""
+        self._next_id += 1
+        s = Session(self._next_id)
+        self.sessions[s.id] = s
+        return s
+
+    @torch.inference_mode()
+    def fork(self, s: Session, n: int = 1) -> list[Session]:
+        """``n`` new sessions, each a copy of ``s``'s state (``s`` must be idle). A copy goes to a free row
+        when there is one, else to host memory."""
+        self._check_open(s, "fork")
+        if s.busy:
+            raise ValueError(f"fork: session {s.id} has a turn in flight; fork it when the turn is done")
+        if n < 1:
+            raise ValueError(f"fork: n must be >= 1, got {n}")
+        out = []
+        for _ in range(n):
+            c = self.session()
+            c.length, c.pending = s.length, s.pending
+            free = self._free_rows()
+            if s.row is not None and free:
+                r = free[0]
+                self.state.move(s.row, r, s.length)
+                self._hold(r, c)
+            elif s.row is not None:
+                c.snapshot = self.state.snapshot(s.row, s.length)
+            elif s.snapshot is not None:
+                c.snapshot = s.snapshot  # snapshots are never written to: sharing is a copy
+            out.append(c)
+        return out
+
+    @torch.inference_mode()
+    def save(self, s: Session) -> None:
+        """Move ``s``'s state to host memory and free its row (``s`` must be idle)."""
+        self._check_open(s, "save")
+        if s.busy:
+            raise ValueError(f"save: session {s.id} has a turn in flight")
+        if s.row is not None:
+            s.snapshot = self.state.snapshot(s.row, s.length)
+            self._release(s.row)
+
+    @torch.inference_mode()
+    def restore(self, s: Session) -> None:
+        """Bring a saved session back into a row now (a turn does this by itself)."""
+        self._check_open(s, "restore")
+        if s.row is None and not self._acquire_row(s, None):
+            raise RuntimeError(f"restore: no row is free for session {s.id} (every row is serving a turn)")
+
+    @torch.inference_mode()
+    def close(self, s: Session) -> None:
+        """End a session: its row (or host copy) is freed; a turn in flight is cancelled."""
+        if s.closed:
+            return
+        if s.busy:
+            self.cancel(s.request)
+        self._close(s)
+
+    def memory(self) -> dict:
+        """Rows, their bytes, and where the sessions are: ``sessions_fit`` is how many sessions the rows
+        hold at once (more wait in host memory, ``host_bytes``)."""
+        per_row = self.state.bytes_per_row()
+        on_host = [s for s in self.sessions.values() if s.snapshot is not None]
+        return {"rows": self.max_batch, "rows_held": sum(r is not None for r in self.rows),
+                "row_bytes": per_row["total"], "row_mamba_bytes": per_row["mamba"],
+                "row_kv_bytes": per_row["attention"], "state_bytes": self.state.nbytes(),
+                "sessions": len(self.sessions), "sessions_on_host": len(on_host),
+                "host_bytes": sum(s.snapshot.nbytes() for s in on_host), "sessions_fit": self.max_batch}
+
+    @staticmethod
+    def rows_that_fit(model, max_len: int, free_bytes: int, ssm_dtype: torch.dtype = torch.float32) -> int:
+        """How many rows of ``max_len`` tokens fit in ``free_bytes`` (e.g. ``torch.cuda.mem_get_info()[0]``
+        less a margin for activations)."""
+        lm = getattr(model, "language_model", model)
+        return int(free_bytes // row_bytes(lm, max_len, ssm_dtype)["total"])
+
+    # ------------------------------------------------------------------ rows
+    def _check_open(self, s: Session, what: str) -> None:
+        if not isinstance(s, Session) or self.sessions.get(s.id) is not s:
+            raise ValueError(f"{what}: not a session of this engine: {s!r}")
+        if s.closed:
+            raise ValueError(f"{what}: session {s.id} is closed; open a new one with Engine.session()")
+
+    def _free_rows(self) -> list[int]:
+        return [i for i, q in enumerate(self.rows) if q is None]
+
+    def _hold(self, row: int, s: Session) -> None:
+        self.rows[row], s.row = s, row
+        self.active[row] = 0
+
+    def _release(self, row: int) -> None:
+        s = self.rows[row]
+        self.rows[row] = None
+        self.active[row] = 0
+        if s is not None:
+            s.row = None
+
+    def _acquire_row(self, s: Session, req: Request | None) -> bool:
+        """A row for ``s``, loaded with its state (host snapshot, ``req``'s prefix, or empty)."""
+        free = self._free_rows()
+        if not free and not (self.offload and self._evict()):
+            return False
+        r = self._free_rows()[0]
+        with torch.inference_mode():
+            if s.snapshot is not None:
+                self.state.restore(r, s.snapshot)
+                s.snapshot = None
+            elif req is not None and req.prefix is not None:
+                s.length = self.state.load(r, req.prefix.state, 0)
+            else:
+                self.state.reset(r)
+        self._hold(r, s)
+        return True
+
+    def _evict(self) -> bool:
+        """Save the least recently used idle session to host memory; False when every row is busy."""
+        idle = [q for q in self.rows if q is not None and not q.busy]
+        if not idle:
+            return False
+        self.save(min(idle, key=lambda q: q.last_used))
+        return True
+
+    def _set_row_sampling(self, row: int, req: Request) -> None:
+        self.temperature[row] = req.temperature
+        self.top_k[row] = req.top_k if req.top_k is not None else self.vocab
+        self.top_p[row] = req.top_p if req.top_p is not None else 2.0
+
+    def _close(self, s: Session) -> None:
+        if s.row is not None:
+            self._release(s.row)
+        s.snapshot, s.closed = None, True
+        self.sessions.pop(s.id, None)
