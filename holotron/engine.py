@@ -242,8 +242,9 @@ class Engine(Admission, Sessions):
             raise ValueError("submit: pass input_ids or inputs_embeds, not both")
         if input_ids is not None and input_ids.dim() != 1:
             raise ValueError(f"submit: input_ids must be 1-d (one prompt, no padding), got {tuple(input_ids.shape)}")
-        if inputs_embeds is not None and (inputs_embeds.dim() != 2 or inputs_embeds.shape[1] != self.lm.config.hidden_size):
-            raise ValueError(f"submit: inputs_embeds must be (T, {self.lm.config.hidden_size}), got "
+        width = self.lm.config.hidden_size
+        if inputs_embeds is not None and (inputs_embeds.dim() != 2 or inputs_embeds.shape[1] != width):
+            raise ValueError(f"submit: inputs_embeds must be (T, {width}), got "
                              f"{tuple(inputs_embeds.shape)}")
         if image_kw and input_ids is None:
             raise ValueError(f"submit: {sorted(image_kw)} need input_ids (the prompt's <image> positions)")

@@ -265,9 +265,9 @@ def conv_step(conv, x, weight, bias=None, backend=None, active=None):
     """The causal depthwise conv of one decode token: ``conv`` (batch, channels, K) holds the last K
     inputs, oldest first, and slides by one in place (x (batch, channels) enters last); returns
     silu(sum_k conv[..., k] * weight[:, k] + bias) (batch, channels) in x's dtype. weight (channels, K)
-    or (channels, 1, K). ``active`` (batch,) integer or bool: rows where it is 0 get their output but
-    keep their window (the decode engine's rows that are not decoding). Naive twin: ``holotron/kernels/conv_naive.py``; Triton:
-    ``holotron/kernels/conv_step_triton.py``."""
+    or (channels, 1, K). ``active`` (batch,) integer or bool: rows where it is 0 get their output
+    but keep their window (the decode engine's rows that are not decoding). Naive twin:
+    ``holotron/kernels/conv_naive.py``; Triton: ``holotron/kernels/conv_step_triton.py``."""
     c, K = conv.shape[1:]
     weight = weight.reshape(weight.shape[0], -1)
     _expect(x.dim() == 2 and tuple(x.shape) == (conv.shape[0], c),

@@ -25,7 +25,7 @@ def _conv_step(conv_ptr, x_ptr, w_ptr, b_ptr, out_ptr, act_ptr, C, s_cb, s_cc, s
     mc = cs < C
     ms = mc  # where the window is written
     if HAS_ACTIVE:
-        ms = mc & (tl.load(act_ptr + bi) != 0)
+        ms = mc & (tl.load(act_ptr + bi + cs * 0) != 0)  # the row's flag, broadcast over the block
     base = conv_ptr + bi * s_cb + cs * s_cc
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for k in tl.static_range(K - 1):  # window[k] <- window[k + 1], read before it is overwritten

@@ -1,0 +1,263 @@
+"""Agent sessions on the decode engine, against running each conversation alone with the plain loop:
+multi-turn sessions, many sessions with admissions mixed into decoding, forks, saving to host memory and
+restoring, more sessions than rows, screenshots batched across sessions, and bad requests (one clear
+error each, the engine keeps serving the others). Also the pieces under them: ``HybridLM.extend`` into
+rows of a ``DecodeState``, and the decode step leaving rows that are not decoding untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
+from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
+
+from holotron import kernels
+from holotron.engine import Engine, row_bytes
+from holotron.generate import generate
+from holotron.state import DecodeState, MambaState
+
+IMG_START, IMG_END = 19, 20
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=5)
+
+
+def _ids(n, seed, lo=3, hi=96):
+    return torch.randint(lo, hi, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _alone(model, history, n, **kw):
+    """The plain loop on the whole conversation so far: the reference every session turn must equal."""
+    return generate(model, history[None], n, engine=False, eos_token_id=[], **kw)[0].tolist()
+
+
+def _drive(eng, agents):
+    """Run ``agents`` (lists of (prompt, n_new)) as sessions with zero think time: each submits its next
+    turn as soon as its previous one is done. Returns each agent's list of generated token lists."""
+    sess = [eng.session() for _ in agents]
+    out = [[] for _ in agents]
+    nxt = [0] * len(agents)
+    cur = [None] * len(agents)
+    while True:
+        for i, turns in enumerate(agents):
+            if (cur[i] is None or cur[i].done) and nxt[i] < len(turns):
+                if cur[i] is not None:
+                    out[i].append(cur[i].tokens)
+                p, n = turns[nxt[i]]
+                cur[i] = eng.submit(p, session=sess[i], max_new_tokens=n)
+                nxt[i] += 1
+        if eng.idle:
+            break
+        eng.step()
+    for i in range(len(agents)):
+        out[i].append(cur[i].tokens)
+    return out, sess
+
+
+def _reference(model, turns):
+    """Each turn's tokens from the plain loop over the whole history (prompt, answer, prompt, ...)."""
+    hist, out = torch.empty(0, dtype=torch.long), []
+    for p, n in turns:
+        hist = torch.cat([hist, p])
+        gen = _alone(model, hist, n)
+        out.append(gen)
+        hist = torch.cat([hist, torch.tensor(gen)])
+    return out
+
+
+def test_extend_into_scattered_rows_equals_one_forward(model):
+    prompts = [_ids(n, seed=n) for n in (13, 7, 20)]
+    with torch.no_grad():
+        ref = [model(p[None])[0, -1] for p in prompts]
+        st = DecodeState.allocate(model, 5, 64)
+        rows, cut = [4, 1, 2], [5, 3, 11]   # not consecutive: copies in and out of the Mamba rows
+
+        def batch(parts):
+            t = max(len(p) for p in parts)
+            x = torch.zeros(len(parts), t, model.config.hidden_size)
+            for i, p in enumerate(parts):
+                x[i, t - len(p):] = model.backbone.embeddings(p)
+            return x
+
+        first = [p[:c] for p, c in zip(prompts, cut)]
+        rest = [p[c:] for p, c in zip(prompts, cut)]
+        model.extend(batch(first), st, rows, [0, 0, 0], [len(p) for p in first])
+        out = model.extend(batch(rest), st, rows, cut, [len(p) for p in rest])
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r, atol=1e-5, rtol=1e-5)
+    assert st.lengths.tolist() == [0, 7, 20, 0, 13]
+
+
+def test_a_decode_step_leaves_rows_that_are_not_decoding_unchanged(model):
+    with torch.no_grad():
+        st = DecodeState.allocate(model, 4, 64)
+        x = model.backbone.embeddings(_ids(9, seed=1))[None].expand(4, -1, -1).contiguous()
+        model.extend(x, st, [0, 1, 2, 3], [0] * 4, [9] * 4)
+        before = [(s.conv.clone(), s.ssm.clone()) if isinstance(s, MambaState) else (s.k.clone(), s.v.clone())
+                  for s in st.layers if s is not None]
+        active = torch.tensor([1, 0, 1, 0])
+        model.step(torch.tensor([5, 6, 7, 8]), st, active)
+    assert st.lengths.tolist() == [10, 9, 10, 9]
+    after = [(s.conv, s.ssm) if isinstance(s, MambaState) else (s.k, s.v) for s in st.layers if s is not None]
+    for (a0, a1), (b0, b1) in zip(before, after):
+        for r in (1, 3):
+            assert torch.equal(a0[r], b0[r]) and torch.equal(a1[r], b1[r])
+        assert not torch.equal(a1[0], b1[0])
+
+
+@pytest.mark.parametrize("backend", ["naive", "triton"])
+def test_conv_step_keeps_the_window_of_inactive_rows(backend):
+    if backend == "triton" and "triton" not in kernels.available_backends("cpu"):
+        pytest.skip("triton not installed")
+    g = torch.Generator().manual_seed(0)
+    conv = torch.randn(3, 40, 4, generator=g)
+    x, w, b = torch.randn(3, 40, generator=g), torch.randn(40, 4, generator=g), torch.randn(40, generator=g)
+    ref_conv = conv.clone()
+    ref = kernels.conv_step(ref_conv, x, w, b, backend="naive")
+    got_conv = conv.clone()
+    got = kernels.conv_step(got_conv, x, w, b, backend=backend, active=torch.tensor([1, 0, 1]))
+    torch.testing.assert_close(got, ref)
+    assert torch.equal(got_conv[1], conv[1])
+    torch.testing.assert_close(got_conv[[0, 2]], ref_conv[[0, 2]])
+
+
+def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_history(model):
+    eng = Engine(model, max_batch=2, max_len=128)
+    seen = []
+    orig = eng.lm.extend
+    eng.lm.extend = lambda x, st, rows, starts, counts: (seen.append(sum(counts)), orig(x, st, rows, starts, counts))[1]
+    try:
+        turns = [(_ids(12, seed=1), 5), (_ids(7, seed=2), 6), (_ids(3, seed=3), 4)]
+        got, (s,) = _drive(eng, [turns])
+    finally:
+        del eng.lm.extend
+    assert got[0] == _reference(model, turns)
+    assert seen == [12, 1 + 7, 1 + 3]  # each later turn: the last answer's final token, then its own prompt
+    assert s.length == 12 + 5 + 7 + 6 + 3 + 4 - 1 and s.pending == got[0][-1][-1]
+
+
+def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model):
+    agents = [[(_ids(5 + 3 * a + t, seed=10 * a + t), 3 + (a + t) % 4) for t in range(3)] for a in range(5)]
+    eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12)  # long prompts span steps while others decode
+    got, _ = _drive(eng, agents)
+    for a, turns in enumerate(agents):
+        assert got[a] == _reference(model, turns), f"agent {a}"
+    assert eng.stats["decode_steps"] > 0 and eng.prefill_tokens_done == sum(
+        len(p) for turns in agents for p, _ in turns) + sum(len(turns) - 1 for turns in agents)
+
+
+def test_forks_continue_one_screen_independently(model):
+    eng = Engine(model, max_batch=2, max_len=128)  # two rows: the second fork goes to host memory
+    s = eng.session()
+    first = _ids(10, seed=4)
+    r = eng.submit(first, session=s, max_new_tokens=4)
+    eng.run()
+    a, b = eng.fork(s, 2)
+    assert a.row is not None and b.on_host
+    tasks = {a: _ids(4, seed=5), b: _ids(6, seed=6), s: _ids(2, seed=7)}
+    reqs = {k: eng.submit(v, session=k, max_new_tokens=5) for k, v in tasks.items()}
+    eng.run()
+    for k, v in tasks.items():
+        hist = torch.cat([first, torch.tensor(r.tokens), v])
+        assert reqs[k].tokens == _alone(model, hist, 5)
+
+
+def test_save_restore_and_more_sessions_than_rows(model):
+    agents = [[(_ids(6 + a, seed=20 + a), 4), (_ids(3, seed=30 + a), 3)] for a in range(5)]
+    eng = Engine(model, max_batch=2, max_len=128)  # 5 sessions on 2 rows: idle ones wait in host memory
+    got, sess = _drive(eng, agents)
+    for a, turns in enumerate(agents):
+        assert got[a] == _reference(model, turns)
+    mem = eng.memory()
+    assert mem["sessions"] == 5 and mem["sessions_on_host"] >= 3 and mem["host_bytes"] > 0
+    s = sess[0]
+    if not s.on_host:
+        eng.save(s)
+    assert s.on_host and s.row is None
+    eng.restore(s)
+    assert s.row is not None and not s.on_host
+    r = eng.submit(_ids(2, seed=40), session=s, max_new_tokens=3)
+    eng.run()
+    hist = torch.empty(0, dtype=torch.long)
+    for (p, _), g in zip(agents[0], got[0]):
+        hist = torch.cat([hist, p, torch.tensor(g)])
+    assert r.tokens == _alone(model, torch.cat([hist, _ids(2, seed=40)]), 3)
+
+
+def test_screenshots_of_many_sessions_go_through_the_vision_encoder_together():
+    model = tiny_vl(seed=2)
+    g = torch.Generator().manual_seed(0)
+    calls = []
+    orig = model.embed_images
+    model.embed_images = lambda px: (calls.append(px.shape[0]), orig(px))[1]
+
+    def turn(n_tiles, text):
+        return torch.tensor([IMG_START] + [IMAGE_TOKEN_ID] * (n_tiles * TOKENS_PER_TILE) + [IMG_END] + text)
+
+    try:
+        eng = Engine(model, max_batch=3, max_len=256)
+        shots = [torch.randn(n, 3, TILE, TILE, generator=g) for n in (1, 2, 1)]
+        prompts = [turn(px.shape[0], [40 + i, 41]) for i, px in enumerate(shots)]
+        sess = [eng.session() for _ in shots]
+        reqs = [eng.submit(p, session=s, pixel_values=px, max_new_tokens=4) for p, s, px in zip(prompts, sess, shots)]
+        eng.run()
+        assert calls == [4]  # one encoder call for the three sessions' four tiles
+        nxt = turn(1, [50])
+        shot2 = torch.randn(1, 3, TILE, TILE, generator=g)
+        r2 = eng.submit(nxt, session=sess[1], pixel_values=shot2, max_new_tokens=4)
+        eng.run()
+    finally:
+        del model.embed_images
+    for p, px, r in zip(prompts, shots, reqs):
+        assert r.tokens == _alone(model, p, 4, pixel_values=px)
+    hist = torch.cat([prompts[1], torch.tensor(reqs[1].tokens), nxt])
+    assert r2.tokens == _alone(model, hist, 4, pixel_values=torch.cat([shots[1], shot2]), num_tiles=[2, 1])
+
+
+def test_bad_requests_get_one_clear_error_and_the_others_are_served(model):
+    eng = Engine(model, max_batch=2, max_len=64)
+    good = eng.submit(_ids(8, seed=1), max_new_tokens=4)
+    s = eng.session()
+    busy = eng.submit(_ids(5, seed=2), session=s, max_new_tokens=3)
+    with pytest.raises(ValueError, match="exceed the engine's max_len 64"):
+        eng.submit(_ids(60, seed=3), max_new_tokens=8)
+    with pytest.raises(ValueError, match="turn in flight"):
+        eng.submit(_ids(2, seed=4), session=s)
+    eng.run()
+    with pytest.raises(ValueError, match=r"session \d+ holds 8 tokens"):
+        eng.submit(_ids(50, seed=5), session=s, max_new_tokens=10)
+    eng.close(s)
+    with pytest.raises(ValueError, match="closed"):
+        eng.submit(_ids(2, seed=6), session=s)
+    with pytest.raises(ValueError, match="closed"):
+        eng.fork(s)
+    other = Engine(model, max_batch=1, max_len=64)
+    with pytest.raises(ValueError, match="not a session of this engine"):
+        other.submit(_ids(2, seed=7), session=eng.session())
+    assert good.done and good.tokens == _alone(model, _ids(8, seed=1), 4)
+    assert busy.done and busy.tokens == _alone(model, _ids(5, seed=2), 3)
+    assert eng.idle and eng.live == 0
+
+
+def test_an_image_token_count_that_does_not_match_is_refused_at_submit():
+    model = tiny_vl(seed=2)
+    eng = Engine(model, max_batch=2, max_len=128)
+    px = torch.randn(2, 3, TILE, TILE)
+    ids = torch.tensor([IMG_START] + [IMAGE_TOKEN_ID] * TOKENS_PER_TILE + [IMG_END, 40])  # one tile's tokens
+    with pytest.raises(ValueError, match=f"has {TOKENS_PER_TILE} <image> tokens but the images give "
+                                         f"{2 * TOKENS_PER_TILE}"):
+        eng.submit(ids, pixel_values=px)
+    ok = eng.submit(ids, pixel_values=px[:1], max_new_tokens=3)
+    eng.run()
+    assert ok.done and ok.error is None and len(ok.tokens) == 3
+
+
+def test_memory_accounting_matches_the_allocated_rows(model):
+    eng = Engine(model, max_batch=3, max_len=128)
+    mem = eng.memory()
+    per = row_bytes(model, eng.max_len)
+    assert mem["row_bytes"] == per["total"] == eng.state.bytes_per_row()["total"]
+    assert Engine.rows_that_fit(model, eng.max_len, 10 * per["total"] + 1) == 10
+    assert mem["rows"] == mem["sessions_fit"] == 3 and mem["rows_held"] == 0
