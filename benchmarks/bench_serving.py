@@ -4,6 +4,7 @@ hybrid Nemotron-H 12B and for a pure-attention model of the same parameter count
     PYTHONPATH=. python3 benchmarks/bench_serving.py [--budget 210]   # CUDA; JSON + PNG to $OUT (or .)
     PYTHONPATH=. python3 benchmarks/bench_serving.py --small          # tiny configs, any device (smoke test)
     PYTHONPATH=. python3 benchmarks/bench_serving.py --decode-only    # the decode sweeps alone (below)
+    PYTHONPATH=. python3 benchmarks/bench_serving.py --serving-only   # the serving section alone (below)
 
 Measured, random bf16 weights initialised on the GPU, fp32 Mamba state:
   decode   tokens/s at batch 1..256 after a 1,024-token prompt (hybrid): per step, the CUDA-graph replay
@@ -450,7 +451,9 @@ def serving(lm, prefix, n_req: int, rows: int, suffix: int, dev, seed: int = 0) 
     toks = sum(len(r.tokens) for r in reqs)
     out = {"requests": n_req, "rows": rows, "prefix_tokens": prefix.length, "suffix_tokens": suffix,
            "new_tokens": toks, "steps": steps, "seconds": s, "tokens_per_s": toks / s,
-           "mean_live_rows": statistics.mean(live), "all_done": all(r.done for r in reqs)}
+           "mean_live_rows": statistics.mean(live), "all_done": all(r.done for r in reqs),
+           "engine_stats": dict(eng.stats),
+           "ttft_ms_p50": 1e3 * statistics.median(r.t_first - r.t_submit for r in reqs if r.t_first is not None)}
     del eng
     free_cuda()
     return out
@@ -552,6 +555,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--decode-only", action="store_true",
                     help="only the decode sweeps at batch 1, 8, 64, 128: fp32 / bf16 state, eager / compiled step")
+    ap.add_argument("--serving-only", action="store_true",
+                    help="only the serving section: 128 requests continuing one 1,024-token prefix, 64 rows")
     ap.add_argument("--quantize", choices=["fp8"], default=None,
                     help="FP8 weights for the language model's linear layers (holotron.quant.quantize_); with "
                          "--decode-only the eager step only (fp32 and bf16 state)")
@@ -574,7 +579,8 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "small": small,
         "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else "")
-                   + (" --decode-only" if args.decode_only else ""),
+                   + (" --decode-only" if args.decode_only else "")
+                   + (" --serving-only" if args.serving_only else ""),
     }
     try:
         import triton
@@ -645,6 +651,12 @@ def main() -> int:
         res["elapsed_s"] = clk.elapsed()
         save()
         table(res)
+        return 0
+    if args.serving_only:
+        section("serving", lambda: serving(lm, pre, 16 if small else 128, 4 if small else 64, 16, dev))  # noqa: F821
+        res["elapsed_s"] = clk.elapsed()
+        save()
+        print(json.dumps(res["serving"], indent=1, default=str))
         return 0
     section("decode_1k", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre))  # noqa: F821
     section("prefill", lambda: [prefill_tps(helper, 1024 if small else 16384, c, dev, 3)  # noqa: F821

@@ -16,7 +16,7 @@ get rows and their new tokens embedded, screenshots batched), then one prefill c
 ``prefill_tokens`` tokens across the prefilling turns, written straight into their rows
 (``holotron/engine_prefill.py``). Decoding never waits for more than one chunk.
 
-The decode step, ``_step(b)``: ``HybridLM.step`` on the first b rows of the ``DecodeState`` (every
+The decode step, ``_step(b)`` (``holotron/engine_step.py``): ``HybridLM.step`` on the first b rows of the ``DecodeState`` (every
 layer's own one-token ``step``; ``torch.compile``d as a whole with ``compile=True``) -> greedy or sampled
 token (``holotron/sampling.py``), written back as the next step's input. Every shape is fixed by ``b``
 and ``max_len``; positions are the ``lengths`` tensor; rows whose ``active`` is 0 (prefilling, idle
@@ -29,7 +29,7 @@ Rows: every turn runs in a session (``holotron/engine_sessions.py``; a plain ``s
 one, closed when its turn ends). The decoding rows are kept at rows [0, n) by moving or swapping rows, and
 a step runs on the smallest captured batch >= n: finished rows stop costing work. Requests, sessions and
 prefixes are ``holotron/engine_requests.py``'s. ``generate()`` uses this engine on CUDA (``engine=False``
-or HOLOTRON_ENGINE=0 opts out).
+or HOLOTRON_ENGINE=0 opts out) through ``stream`` (``holotron/engine_generate.py``) and ``engine_for``.
 """
 
 from __future__ import annotations
@@ -43,15 +43,16 @@ from collections.abc import Iterator
 
 import torch
 
-from . import kernels
+from .engine_generate import stream
 from .engine_prefill import Admission
 from .engine_requests import Prefix, Request, Session, default_batch_sizes
 from .engine_sessions import Sessions, row_bytes
+from .engine_step import CapturedStep
 from .sampling import choose_tokens
 from .state import DecodeState
 
-__all__ = ["Engine", "Request", "Prefix", "Session", "EngineUnsupported", "engine_for", "release", "choose_tokens",
-           "row_bytes"]
+__all__ = ["Engine", "Request", "Prefix", "Session", "EngineUnsupported", "engine_for", "release", "enabled",
+           "choose_tokens", "row_bytes"]
 
 log = logging.getLogger("holotron.engine")
 
@@ -62,7 +63,7 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(Admission, Sessions):
+class Engine(Admission, Sessions, CapturedStep):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of turns, chunked prefill mixed with decoding, sessions,
     prefix snapshots.
@@ -165,69 +166,6 @@ class Engine(Admission, Sessions):
         """Nothing queued, prefilling or decoding (idle sessions may still hold rows)."""
         return not self.queue and self.live == 0
 
-    # ------------------------------------------------------------------ the step
-    def _step(self, b: int) -> None:
-        """One token for rows [0, b): reads ``tokens``, writes the next ``tokens``; static shapes, no sync."""
-        if self.naive_step:
-            with kernels.use_backend("naive"):
-                return self._step_once(b)
-        return self._step_once(b)
-
-    def _step_once(self, b: int) -> None:
-        try:
-            logits = self._model_step(self.tokens[:b], self._rows[b], self.active[:b])
-        except Exception as e:  # noqa: BLE001 - a step torch.compile cannot build: the eager one, said once
-            if self._model_step == self.lm.step:
-                raise
-            self._model_step = self.lm.step
-            self.note = f"torch.compile of the step failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); eager"
-            log.warning("holotron.engine: %s", self.note)
-            logits = self._model_step(self.tokens[:b], self._rows[b], self.active[:b])
-        if self.logits is not None:
-            self.logits[:b].copy_(logits)
-        if self.sampling:
-            nxt = choose_tokens(logits, self.temperature[:b], self.top_k[:b], self.top_p[:b], self.generator)
-        else:
-            nxt = logits.argmax(-1)
-        self.tokens[:b].copy_(nxt)
-
-    def _capture_all(self) -> None:
-        if self.live:
-            raise RuntimeError("Engine: graphs are captured while the engine is empty")
-        try:
-            self._capture()
-        except torch.cuda.OutOfMemoryError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a kernel that cannot be captured: retry on the naive step
-            self.graphs.clear()
-            torch.cuda.synchronize(self.device)
-            self.naive_step = True
-            self.note = (f"capturing the decode step failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                         "the Mamba step is captured through the naive torch path instead")
-            log.warning("holotron.engine: %s", self.note)
-            self._capture()
-
-    def _capture(self) -> None:
-        """Warm up every batch size on a side stream (Triton JIT, cuBLAS workspaces; the rows are empty,
-        so the steps change nothing that matters), then capture, largest first, into one pool."""
-        with torch.inference_mode():
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for b in self.batch_sizes:
-                    for _ in range(2):
-                        self._step(b)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            pool = torch.cuda.graph_pool_handle()
-            for b in sorted(self.batch_sizes, reverse=True):
-                g = torch.cuda.CUDAGraph()
-                if self.generator is not None:
-                    g.register_generator_state(self.generator)
-                with torch.cuda.graph(g, pool=pool):
-                    self._step(b)
-                self.graphs[b] = g
-            torch.cuda.synchronize(self.device)
-
     # ------------------------------------------------------------------ requests
     def submit(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
                prefix: Prefix | None = None, session: Session | None = None, max_new_tokens: int = 32,
@@ -283,29 +221,6 @@ class Engine(Admission, Sessions):
         session.last_used = self.steps
         self.queue.append(req)
         return req
-
-    def _check_images(self, input_ids: torch.Tensor, image_kw: dict) -> None:
-        """The number of <image> tokens must match the images given (checked here, before the turn queues)."""
-        cfg = self.model.config
-        n_tok = int((input_ids == cfg.image_token_id).sum())
-        px, emb = image_kw.get("pixel_values"), image_kw.get("image_embeds")
-        if px is not None and emb is not None:
-            raise ValueError("submit: pass pixel_values or image_embeds, not both")
-        if px is None and emb is None:
-            raise ValueError("submit: num_tiles needs pixel_values or image_embeds")
-        if px is not None:
-            if px.dim() != 4:
-                raise ValueError(f"submit: pixel_values must be (tiles, 3, H, W), got {tuple(px.shape)}")
-            n_img = px.shape[0] * cfg.tokens_per_tile
-        else:
-            n_img = emb.shape[0] * emb.shape[1] if emb.dim() == 3 else emb.shape[0]
-        if n_tok != n_img:
-            raise ValueError(f"submit: the prompt has {n_tok} <image> tokens but the images give {n_img} "
-                             f"embeddings; build the prompt with the Processor for these images")
-        nt = image_kw.get("num_tiles")
-        if nt is not None and px is not None and int(torch.as_tensor(nt).sum()) != px.shape[0]:
-            raise ValueError(f"submit: num_tiles sums to {int(torch.as_tensor(nt).sum())} but pixel_values holds "
-                             f"{px.shape[0]} tiles")
 
     def prefix(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
                **image_kw) -> Prefix:
@@ -425,40 +340,9 @@ class Engine(Admission, Sessions):
                 b.row = src
         return n
 
-    # ------------------------------------------------------------------ generate()
-    def stream(self, input_ids: torch.Tensor, max_new_tokens: int, *, attention_mask: torch.Tensor | None = None,
-               temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-               eos_token_id=(), pad_token_id: int = 0, **prefill_kwargs) -> Iterator[torch.Tensor]:
-        """``generate.stream`` on this engine: (B,) new tokens per step, ``pad_token_id`` for finished
-        rows, ending early when every row has finished. The engine must be idle; the prompts are
-        admitted together and prefilled in shared chunks."""
-        if not self.idle:
-            raise RuntimeError("Engine.stream: the engine is serving other requests")
-        b, t = input_ids.shape
-        if b > self.max_batch:
-            raise ValueError(f"Engine.stream: batch {b} exceeds max_batch {self.max_batch}")
-        with torch.inference_mode():
-            if hasattr(self.model, "embed_inputs"):
-                x = self.model.embed_inputs(input_ids, **prefill_kwargs)
-            elif prefill_kwargs:
-                raise ValueError(f"{type(self.model).__name__} takes no {sorted(prefill_kwargs)}")
-            else:
-                x = self.lm.backbone.embeddings(input_ids)
-        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        reqs = [self.submit(inputs_embeds=x[i][mask[i]], max_new_tokens=max_new_tokens, temperature=temperature,
-                            top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, tag=i) for i in range(b)]
-        k = 0  # the k-th new token of every row is yielded once each row has it or has finished
-        try:
-            while k < max_new_tokens and not all(r.done and len(r.tokens) <= k for r in reqs):
-                while not all(r.done or len(r.tokens) > k for r in reqs):
-                    self.step()
-                out = [r.tokens[k] if len(r.tokens) > k else pad_token_id for r in reqs]
-                yield torch.tensor(out, dtype=torch.long, device=input_ids.device)
-                k += 1
-        finally:
-            for r in reqs:
-                if not r.done:
-                    self.cancel(r)
+    def stream(self, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> Iterator[torch.Tensor]:
+        """``generate.stream`` on this engine (``holotron/engine_generate.py``): (B,) new tokens per step."""
+        return stream(self, input_ids, max_new_tokens, **kwargs)
 
     def __repr__(self) -> str:
         return (f"Engine(max_batch={self.max_batch}, max_len={self.max_len}, sampling={self.sampling}, "

@@ -45,6 +45,29 @@ class Admission:
         return tmp, logits[:, -1]
 
     # ------------------------------------------------------------------ admission
+    def _check_images(self, input_ids: torch.Tensor, image_kw: dict) -> None:
+        """The number of <image> tokens must match the images given (checked here, before the turn queues)."""
+        cfg = self.model.config
+        n_tok = int((input_ids == cfg.image_token_id).sum())
+        px, emb = image_kw.get("pixel_values"), image_kw.get("image_embeds")
+        if px is not None and emb is not None:
+            raise ValueError("submit: pass pixel_values or image_embeds, not both")
+        if px is None and emb is None:
+            raise ValueError("submit: num_tiles needs pixel_values or image_embeds")
+        if px is not None:
+            if px.dim() != 4:
+                raise ValueError(f"submit: pixel_values must be (tiles, 3, H, W), got {tuple(px.shape)}")
+            n_img = px.shape[0] * cfg.tokens_per_tile
+        else:
+            n_img = emb.shape[0] * emb.shape[1] if emb.dim() == 3 else emb.shape[0]
+        if n_tok != n_img:
+            raise ValueError(f"submit: the prompt has {n_tok} <image> tokens but the images give {n_img} "
+                             f"embeddings; build the prompt with the Processor for these images")
+        nt = image_kw.get("num_tiles")
+        if nt is not None and px is not None and int(torch.as_tensor(nt).sum()) != px.shape[0]:
+            raise ValueError(f"submit: num_tiles sums to {int(torch.as_tensor(nt).sum())} but pixel_values holds "
+                             f"{px.shape[0]} tiles")
+
     def _embed_new(self, reqs: list[Request]) -> None:
         """Set ``req.x``: (T, D) embeddings of what each request prefills (the pending token, the prompt);
         screenshots of all of them through the vision encoder in shared batches."""

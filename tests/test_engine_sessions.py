@@ -58,12 +58,13 @@ def _drive(eng, agents):
 
 def _reference(model, turns):
     """Each turn's tokens from the plain loop over the whole history (prompt, answer, prompt, ...)."""
-    hist, out = torch.empty(0, dtype=torch.long), []
+    dev = turns[0][0].device
+    hist, out = torch.empty(0, dtype=torch.long, device=dev), []
     for p, n in turns:
         hist = torch.cat([hist, p])
         gen = _alone(model, hist, n)
         out.append(gen)
-        hist = torch.cat([hist, torch.tensor(gen)])
+        hist = torch.cat([hist, torch.tensor(gen, device=dev)])
     return out
 
 
@@ -261,3 +262,42 @@ def test_memory_accounting_matches_the_allocated_rows(model):
     assert mem["row_bytes"] == per["total"] == eng.state.bytes_per_row()["total"]
     assert Engine.rows_that_fit(model, eng.max_len, 10 * per["total"] + 1) == 10
     assert mem["rows"] == mem["sessions_fit"] == 3 and mem["rows_held"] == 0
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+def test_sessions_on_cuda_graphs_equal_each_alone():
+    model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).cuda()
+    agents = [[(_ids(5 + 4 * a + t, seed=10 * a + t).cuda(), 3 + (a + t) % 4) for t in range(3)] for a in range(6)]
+    eng = Engine(model, max_batch=4, max_len=256, prefill_tokens=16)  # 6 agents on 4 rows: offload too
+    assert eng.cuda_graph
+    got, _ = _drive(eng, agents)
+    for a, turns in enumerate(agents):
+        assert got[a] == _reference(model, turns), f"agent {a}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_extend_on_cuda_matches_one_forward(dtype):
+    """The per-row attention (a lower-right causal bias over the row's cache: the fused kernels) at a
+    head size of the real model's, in bf16 too."""
+    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
+                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
+    model = tiny_lm(cfg, seed=3).cuda().to(dtype)
+    prompts = [_ids(n, seed=n).cuda() for n in (130, 71, 200)]
+    with torch.no_grad():
+        ref = torch.stack([model(p[None])[0, -1] for p in prompts])
+        st = DecodeState.allocate(model, 4, 256)
+        cut = [60, 70, 17]
+        for part in (0, 1):
+            pieces = [p[:c] if part == 0 else p[c:] for p, c in zip(prompts, cut)]
+            t = max(len(p) for p in pieces)
+            x = torch.zeros(3, t, cfg.hidden_size, device="cuda", dtype=dtype)
+            for i, p in enumerate(pieces):
+                x[i, t - len(p):] = model.backbone.embeddings(p)
+            out = model.extend(x, st, [3, 0, 1], [0] * 3 if part == 0 else cut, [len(p) for p in pieces])
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    err = ((out - ref).abs().max() / ref.abs().max()).item()
+    assert err < tol, err
