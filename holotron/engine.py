@@ -17,8 +17,9 @@ get rows and their new tokens embedded, screenshots batched), then one prefill c
 (``holotron/engine_prefill.py``). Decoding never waits for more than one chunk.
 
 The decode step, ``_step(b)`` (``holotron/engine_step.py``): ``HybridLM.step`` on the first b rows of
-the ``DecodeState`` (every layer's own one-token ``step``; ``torch.compile``d as a whole with ``compile=True``) -> greedy or sampled
-token (``holotron/sampling.py``), written back as the next step's input. Every shape is fixed by ``b``
+the ``DecodeState`` (every layer's own one-token ``step``; ``torch.compile``d as a whole with
+``compile=True``) -> greedy or sampled token (``holotron/sampling.py``), written back as the next
+step's input. Every shape is fixed by ``b``
 and ``max_len``; positions are the ``lengths`` tensor; rows whose ``active`` is 0 (prefilling, idle
 sessions, free rows) keep their state; nothing reads a value back to the host. On CUDA ``_step(b)`` is
 captured once per batch size in ``batch_sizes`` (a torch.cuda.CUDAGraph each, one memory pool) and
