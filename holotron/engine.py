@@ -179,6 +179,8 @@ class Engine(Admission, Sessions, CapturedStep):
         this turn's images (VL models). Returns the Request; its ``tokens`` fill as ``step`` / ``run`` go."""
         if input_ids is not None and inputs_embeds is not None:
             raise ValueError("submit: pass input_ids or inputs_embeds, not both")
+        if input_ids is not None and not isinstance(input_ids, torch.Tensor):
+            input_ids = torch.as_tensor(list(input_ids), dtype=torch.long)  # a list of ids
         if input_ids is not None and input_ids.dim() != 1:
             raise ValueError(f"submit: input_ids must be 1-d (one prompt, no padding), got {tuple(input_ids.shape)}")
         width = self.lm.config.hidden_size
