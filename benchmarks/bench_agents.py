@@ -7,6 +7,7 @@ concurrent computer-use agents on one GPU, throughput against concurrency).
     PYTHONPATH=. python3 benchmarks/bench_agents.py                  # CUDA; JSON + PNG to $OUT (or .)
     PYTHONPATH=. python3 benchmarks/bench_agents.py --cases one-tile --agents 1,8,32,64,100 --budget 540
     PYTHONPATH=. python3 benchmarks/bench_agents.py --small          # tiny configs, any device (smoke test)
+    PYTHONPATH=. python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --max-rows 32  # offload
 
 Workload, per (model, case, N): N agents, ``--turns`` turns each (default 8). A turn is one screenshot
 (case ``one-tile``: 1 tile; case ``twelve-tile``: 12 tiles + the thumbnail = 13 tiles), i.e. tiles x 256
@@ -14,34 +15,39 @@ Workload, per (model, case, N): N agents, ``--turns`` turns each (default 8). A 
 (``eos_token_id=[]``: the weights are random); the lengths are drawn uniformly from a seeded generator,
 the same for both models. Every agent opens a session and submits turn 1; then ``Engine.step()`` runs in
 a loop and an agent whose turn is done submits its next one on the same session at once, so each turn
-prefills only its own new tokens. The engine has ``max_batch`` = N rows, or as many as fit in the free
-GPU memory less 10 GiB (``Engine.rows_that_fit``): the other sessions then wait in host memory
-(``offload``) and are restored when their turn is admitted. ``max_len`` is the longest history an agent
-reaches plus slack. Random bf16 weights initialised on the GPU (no CPU copy of the 12B weights): the
-language model is bench_serving's ``build``, RADIO ViT-H/16 + mlp1 are bench_vision's ``randomize``;
-the screenshot is one random normal tensor (tiles, 3, 512, 512) shared by every turn (the encoder's
-work does not depend on the values). Before the timed run, one warm-up turn (Triton JIT, cuBLAS) runs
-on the same engine and the engine's counters are reset.
+prefills only its own new tokens; an agent that has done its turns closes its session. The engine has
+``max_batch`` = N rows, or as many as fit in the free GPU memory less 10 GiB (``Engine.rows_that_fit``),
+or ``--max-rows``: the other sessions then wait in host memory (``offload``: a session whose turn has
+just ended is saved to the host when a queued turn needs its row) and are restored when their next turn
+is admitted. ``max_len`` is the longest history an agent reaches plus 64 tokens, rounded up to 256.
+Random bf16 weights initialised on the GPU (no CPU copy of the 12B weights): the language model is
+bench_serving's ``build``, RADIO ViT-H/16 + mlp1 are bench_vision's ``randomize``; the screenshot is one
+random normal tensor (tiles, 3, 512, 512) shared by every turn (the encoder's work does not depend on
+the values). Before the timed run, one warm-up turn (Triton JIT, cuBLAS) runs on the same engine and
+the engine's counters are reset.
 
 Reported per (model, case, N): output tokens/s and total tokens/s ((prompt tokens, image tokens included,
 + output tokens) / wall time from the first submit to the last token); time to first token and per-turn
 latency, p50 / p95 over every turn (``t_first - t_submit``, ``t_done - t_submit``: queueing included);
 peak GPU memory (``torch.cuda.max_memory_allocated`` from before the engine is built); rows, state
 bytes per row, sessions in host memory at the peak; the engine's phase seconds (``timing=True``
-synchronises each phase: decode = graph replay + token read-back + bookkeeping; admit = rows, host
-restores, embedding and the vision encoder; prefill = the chunks); errors (``req.error``) and whether
-every turn completed. Decode efficiency: the engine's decode tokens/s during its decode phase
-(``decode_tokens / decode_s``) divided by the captured step alone (``eng.graphs[b].replay()``, CUDA
-events, 10 reps, right after the run on the state it left) at b = the captured size for min(N, rows),
-counting min(N, rows) tokens a step; both numbers are printed. That ratio also falls when fewer rows
-decode (turns prefilling, agents finished), so ``graph_fraction`` adds the overhead alone: the replay
-time of the batch sizes the run actually stepped at, summed over its steps, over ``decode_s``. An
-out-of-memory is recorded as "OOM" and the sweep goes on; the largest N that ran is reported per model
-and case; configurations left when ``--budget`` seconds are near (each (model, case) gets an equal
-share of what is left, estimated from the previous N) are recorded as "skipped (time)", a run still
-going at the end of the budget is cut ("cut (time)", its completed turns counted); a configuration
-whose host-side sessions would not fit in 80 % of the available host memory is "skipped (host memory)".
-The JSON (``bench_agents.json``) is rewritten after every configuration.
+synchronises each phase: decode = moving the decoding rows together, graph replay, token read-back,
+bookkeeping; admit = rows, saves to and restores from the host, embedding, the vision encoder;
+prefill = the chunks); errors (``req.error``) and whether every turn completed.
+
+Decode efficiency: the engine's decode tokens/s during its decode phase (``decode_tokens / decode_s``)
+divided by the captured step alone (``eng.graphs[b].replay()``, CUDA events, 10 reps, right after the
+run on the state it left) at b = the captured size for min(N, rows), counting min(N, rows) tokens a
+step; both numbers are printed. That ratio also falls when fewer rows decode (turns prefilling, agents
+finished), so ``graph_fraction`` gives the overhead alone: the replay time of the batch sizes the run
+actually stepped at, summed over its steps, over ``decode_s``.
+
+An out-of-memory is recorded as "OOM" and the sweep goes on; the largest N that ran is reported per
+model and case; configurations left when ``--budget`` seconds are near (each (model, case) gets an
+equal share of what is left, estimated from the previous N) are recorded as "skipped (time)", a run
+still going at the end of the budget is cut ("cut (time)", its completed turns counted); a
+configuration whose host-side sessions would not fit in 80 % of the available host memory is
+"skipped (host memory)". The JSON (``bench_agents.json``) is rewritten after every configuration.
 """
 
 from __future__ import annotations
@@ -209,11 +215,12 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         before = eng.stats["decode_tokens"]
         eng.step()
         per_step[eng.stats["decode_tokens"] - before] += 1
-        for i in [i for i in waiting if cur[i].done]:
+        for i in sorted(i for i in waiting if cur[i].done):
             if cur[i].error is None and nxt[i] < len(plan[i]):
                 submit(i)
-            else:
+            else:   # the agent is done: its session ends (its row is free, nothing goes to the host)
                 waiting.discard(i)
+                eng.close(sessions[i])
         if rows < n:
             on_host = [q for q in sessions if q.on_host]
             if len(on_host) > host_peak or eng.steps % 32 == 0:
@@ -241,7 +248,6 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     for q in sessions:
         eng.close(q)
     note = eng.note
-    del eng, sessions, cur
 
     finished = [r for r in reqs if r.done and r.error is None]
     started = [r for r in reqs if r.t_first is not None]
@@ -327,6 +333,8 @@ def sweep(args, res: dict, save) -> None:
                 if dev.type == "cuda":
                     free = torch.cuda.mem_get_info(dev)[0] - MARGIN
                     rows = min(n, Engine.rows_that_fit(model, max_len, max(0, free), args.ssm_dtype))
+                if args.max_rows:
+                    rows = min(rows, args.max_rows)
                 row.update(max_len=max_len, rows=rows)
                 if rows < 1:
                     row["status"] = "OOM"
@@ -399,6 +407,10 @@ def chart(res: dict, png: str) -> str | None:
             ax.plot(x, [r["total_tokens_per_s"] for r in ok], "o-", color=colors[model], label=f"{model}: total")
             ax.plot(x, [r["output_tokens_per_s"] for r in ok], "s--", color=colors[model], label=f"{model}: output")
         ax.set_xscale("log", base=2)
+        agents = sorted({r["agents"] for r in res["rows"] if r.get("case") == case and r.get("status") == "ok"})
+        if agents:
+            ax.set_xticks(agents, [str(a) for a in agents])
+            ax.minorticks_off()
         ax.set_xlabel("concurrent agents")
         ax.set_ylabel("tokens/s")
         ax.set_title(f"{case} screenshots, {res['workload']['turns']} turns per agent")
@@ -415,7 +427,7 @@ def table(res: dict) -> None:
     print(f"\n== agents at concurrency ({res['device']}, {res['workload']['turns']} turns each) ==")
     print(f"{'model':>9} {'case':>11} {'N':>4} {'rows':>4} {'out tok/s':>9} {'tot tok/s':>9} {'TTFT p50':>8} "
           f"{'p95':>7} {'turn p50':>8} {'p95':>7} {'peak GiB':>8} {'dec tok/s':>9} {'graph':>9} {'eff':>5} "
-          f"{'done':>5} status")
+          f"{'gfrac':>5} {'done':>5} status")
     for r in res["rows"]:
         if r.get("status") not in ("ok", "cut (time)", "stalled") or "wall_s" not in r:
             print(f"{r['model']:>9} {r['case']:>11} {r['agents']:>4} {r.get('rows', ''):>4} {r['status']}")
@@ -424,7 +436,7 @@ def table(res: dict) -> None:
               f"{r['total_tokens_per_s']:9.0f} {r['ttft_p50_s']:8.3f} {r['ttft_p95_s']:7.3f} "
               f"{r['latency_p50_s']:8.2f} {r['latency_p95_s']:7.2f} {r['peak_GiB']:8.1f} "
               f"{r['engine_decode_tokens_per_s']:9.0f} {r['graph_tokens_per_s']:9.0f} {r['decode_efficiency']:5.0%} "
-              f"{r['turns_completed']:>2}/{r['turns_expected']:<2} {r['status']}"
+              f"{r['graph_fraction']:5.0%} {r['turns_completed']:>2}/{r['turns_expected']:<2} {r['status']}"
               + (f" ({r['errors']} errors)" if r["errors"] else ""))
     print(f"largest N that ran with every turn done: {json.dumps(res.get('largest_agents_ok', {}))}")
 
@@ -458,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--prefill-tokens", type=int, default=8192, help="the engine's prefill chunk (tokens)")
+    ap.add_argument("--max-rows", type=int, default=None,
+                    help="at most this many engine rows (default: N, or as many as fit); the other sessions wait")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", action="store_true", help="the PNG (drawn anyway when matplotlib is importable)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG")
@@ -475,8 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "python": platform.python_version(),
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
-        "agents": args.agents, "cases": args.cases, "model_names": args.models, "budget_s": args.budget,
-        "host_bytes_available": host_available(), "rows": [],
+        "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
+        "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }
     try:
         import triton

@@ -186,8 +186,8 @@ def set_rows(eng: Engine, b: int, ctx: int) -> None:
 
 def clear_rows(eng: Engine) -> None:
     with torch.inference_mode():
-        eng.rows = [None] * eng.max_batch
-        eng.lens = [0] * eng.max_batch
+        for s in list(eng.sessions.values()):
+            eng._close(s)
         eng.active.zero_()
         eng.state.lengths.zero_()
 
@@ -225,9 +225,11 @@ def replay_ms(eng: Engine, b: int, ctx: int, steps: int) -> float:
 def engine_step_ms(eng: Engine, b: int, ctx: int, steps: int) -> float:
     """Milliseconds per ``Engine.step()`` with b live rows (replay, token read-back, bookkeeping), wall clock."""
     with torch.inference_mode():
-        for r in range(b):
-            req = Request(None, None, {}, None, max_new_tokens=10**9)
-            req.row, eng.rows[r], eng.lens[r] = r, req, ctx
+        for r in range(b):  # b sessions decoding forever, at length ctx
+            s = eng.session()
+            s.request = Request(None, None, {}, None, max_new_tokens=10**9, session=s, phase="decode")
+            s.length = ctx
+            eng._hold(r, s)
         set_rows(eng, b, ctx)
     eng.step()
     sync(eng.device)

@@ -139,8 +139,7 @@ class Engine(Admission, Sessions, CapturedStep):
         self.queue: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.steps = 0
-        self.prefill_tokens_done = 0
-        self.stats = {"decode_steps": 0, "decode_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0, "admit_s": 0.0}
+        self.reset_stats()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.naive_step = False   # True when the Mamba step had to be captured through the naive torch path
         self.note: str | None = None
@@ -273,6 +272,11 @@ class Engine(Admission, Sessions, CapturedStep):
         st["prefill_s"] += t3 - t2
         self.steps += 1
         return out
+
+    def reset_stats(self) -> None:
+        """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
+        self.stats = {"decode_steps": 0, "decode_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0, "admit_s": 0.0}
+        self.prefill_tokens_done = 0
 
     def _sync(self) -> None:
         if self.timing and self.device.type == "cuda":

@@ -102,6 +102,9 @@ class Admission:
                     parts.append(emb(ids))
             r.x = torch.cat(parts) if parts else None
             r.pos = 0
+        for r in reqs:  # the images are in r.x now: drop the requests' references to them (an idle session
+            # keeps its last request, which would otherwise hold a screenshot on the device)
+            r.image_kw = {k: v for k, v in r.image_kw.items() if k == "num_tiles"}
 
     def _admit(self) -> list[tuple[Request, int]]:
         """Queued requests into rows, in arrival order, while rows can be had and the prefill backlog is
@@ -109,13 +112,15 @@ class Admission:
         backlog = sum(r.x.shape[0] - r.pos for r in self.prefilling)
         admitted: list[Request] = []
         waiting = []
+        rows_left = True  # once no row can be had, only turns whose sessions hold one go on
         while self.queue:
             req = self.queue.popleft()
             if backlog >= 4 * self.prefill_tokens and (admitted or self.prefilling):
                 waiting.append(req)
                 continue
             s = req.session
-            if s.row is None and not self._acquire_row(s, req):
+            if s.row is None and not (rows_left and self._acquire_row(s, req)):
+                rows_left = False
                 waiting.append(req)
                 continue
             self._set_row_sampling(s.row, req)

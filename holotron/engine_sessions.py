@@ -115,8 +115,9 @@ class Sessions:
 
     @staticmethod
     def rows_that_fit(model, max_len: int, free_bytes: int, ssm_dtype: torch.dtype = torch.float32) -> int:
-        """How many rows of ``max_len`` tokens fit in ``free_bytes`` (e.g. ``torch.cuda.mem_get_info()[0]``
-        less a margin for activations)."""
+        """How many rows of ``max_len`` tokens fit in ``free_bytes``: the rows' state only, so pass the free
+        memory (``torch.cuda.mem_get_info()[0]``) less a margin for the prefill's activations, the vision
+        encoder, the step's (rows, vocab) logits and the captured graphs' pool."""
         lm = getattr(model, "language_model", model)
         return int(free_bytes // row_bytes(lm, max_len, ssm_dtype)["total"])
 

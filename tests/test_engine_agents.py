@@ -1,0 +1,38 @@
+"""The agents-at-concurrency benchmark (``benchmarks/bench_agents.py``) end to end on tiny models: its
+``--small`` sweep runs on the CPU (with fewer engine rows than agents, so sessions wait in host memory),
+every agent session completes all its turns, and the JSON it writes holds positive throughputs and
+latencies."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_agents  # noqa: E402
+
+
+def test_small_agent_sweep_completes_every_turn(tmp_path):
+    rc = bench_agents.main(["--small", "--agents", "1,3", "--turns", "2", "--prefill-tokens", "64", "--max-rows", "2",
+                            "--no-plot", "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "bench_agents.json").read_text())
+    assert res["command"].startswith("PYTHONPATH=. python3 benchmarks/bench_agents.py --small")
+    rows = res["rows"]
+    assert {(r["model"], r["case"], r["agents"]) for r in rows} == {
+        (m, c, n) for m in ("hybrid", "attention") for c in ("one-tile", "twelve-tile") for n in (1, 3)}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["all_turns_completed"] and r["errors"] == 0
+        assert r["turns_completed"] == r["turns_expected"] == 2 * r["agents"]
+        assert r["rows"] == min(r["agents"], 2)
+        assert (r["sessions_on_host_peak"] > 0) == (r["agents"] > 2)
+        assert r["output_tokens"] >= r["turns_expected"] * 6   # 6..10 new tokens a turn with --small
+        assert r["prompt_tokens"] >= r["turns_expected"] * r["image_tokens_per_turn"]
+        assert r["output_tokens_per_s"] > 0 and r["total_tokens_per_s"] > r["output_tokens_per_s"]
+        assert 0 < r["ttft_p50_s"] <= r["ttft_p95_s"] and 0 < r["latency_p50_s"] <= r["latency_p95_s"]
+        assert r["engine_decode_tokens_per_s"] > 0 and r["graph_tokens_per_s"] > 0
+    assert res["largest_agents_ok"] == {m: {"one-tile": 3, "twelve-tile": 3} for m in ("hybrid", "attention")}
