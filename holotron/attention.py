@@ -43,6 +43,18 @@ def causal_mask(t: int, total: int, key_valid: torch.Tensor | None, device) -> t
     return allowed[:, None]
 
 
+def _lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
+    """Causal attention of the last q.shape[2] positions of k (a lower-right causal bias). The bias lets SDPA
+    pick a fused kernel; if none takes it, an explicit boolean mask (the same attention) is used instead."""
+    n, total = q.shape[2], k.shape[2]
+    try:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(n, total), enable_gqa=gqa)
+    except RuntimeError:
+        q_pos = torch.arange(total - n, total, device=q.device)[:, None]
+        allowed = torch.arange(total, device=q.device)[None, :] <= q_pos
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
+
+
 class Attention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, head_dim: int):
         super().__init__()
@@ -103,8 +115,7 @@ class Attention(nn.Module):
             if s0 == 0 or n == 1:  # plain causal over the row's own tokens, or one query that sees all
                 out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=n > 1, enable_gqa=gqa)
             else:
-                out = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=causal_lower_right(n, s0 + n),
-                                                     enable_gqa=gqa)
+                out = _lower_right(qr, kr, vr, gqa)
             y[i, :, t - n:] = out[0]
         return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
