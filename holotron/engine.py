@@ -73,10 +73,12 @@ class Engine(Admission, Sessions, CapturedStep):
     top-k / top-p to the step (``holotron/sampling.py``: top-k candidates, no sort of the vocabulary)
     and an own ``generator`` on the model's device. ``cuda_graph``: None = on when the model is on CUDA.
     ``prefill_tokens``: the most tokens (pads included) one engine step prefills. ``vision_tiles``: the
-    most screenshot tiles per vision-encoder call. ``offload``: save idle sessions to host memory when a
-    turn needs a row and none is free. ``timing``: synchronise after each phase of a step and add its
-    seconds to ``stats`` (benchmarks). ``keep_logits``: keep each step's logits in ``self.logits`` (tests).
-    ``zero_state=False`` leaves the state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the
+    most screenshot tiles per vision-encoder call. ``step_prompt_max``: a text-only turn of at most this
+    many new tokens, admitted while other rows decode, is fed through the decode steps (one token a step,
+    almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``offload``: save
+    idle sessions to host memory when a turn needs a row and none is free. ``timing``: synchronise after
+    each phase of a step and add its seconds to ``stats`` (benchmarks). ``keep_logits``: keep each step's
+    logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the
     Mamba state's dtype (default float32; bfloat16 halves the bytes each decode step reads and writes, the
     step still computes in fp32 and rounds the stored state once per token). ``compile``: ``torch.compile``
     the whole ``HybridLM.step`` (True, or the name of a torch.compile backend; off by default: the first
@@ -89,7 +91,8 @@ class Engine(Admission, Sessions, CapturedStep):
                  cuda_graph: bool | None = None, batch_sizes: list[int] | None = None,
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
-                 vision_tiles: int = 64, offload: bool = True, timing: bool = False):
+                 vision_tiles: int = 64, offload: bool = True, timing: bool = False,
+                 step_prompt_max: int = 32):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -107,6 +110,7 @@ class Engine(Admission, Sessions, CapturedStep):
         self.ssm_dtype = ssm_dtype
         self.prefill_tokens = prefill_tokens
         self.vision_tiles = vision_tiles
+        self.step_prompt_max = step_prompt_max
         self.offload = offload
         self.timing = timing
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else bool(cuda_graph)
@@ -275,7 +279,8 @@ class Engine(Admission, Sessions, CapturedStep):
 
     def reset_stats(self) -> None:
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
-        self.stats = {"decode_steps": 0, "decode_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0, "admit_s": 0.0}
+        self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0,
+                      "admit_s": 0.0}
         self.prefill_tokens_done = 0
 
     def _sync(self) -> None:
@@ -300,15 +305,25 @@ class Engine(Admission, Sessions, CapturedStep):
         toks = self.tokens[:n].tolist()  # the one host sync per step
         self.stats["decode_steps"] += 1
         self.stats["decode_tokens"] += n
-        out = []
+        out, feed = [], []
         for r in range(n):
             s = self.rows[r]
-            s.length += 1  # the step consumed the pending token
-            out.append((s.request, toks[r]))
-            self._emit(s.request, toks[r])
+            s.length += 1  # the step consumed the row's input token
+            req = s.request
+            if req.forced is not None and req.fpos < len(req.forced):  # still reading its prompt
+                feed.append((r, req.forced[req.fpos]))
+                req.fpos += 1
+                continue
+            out.append((req, toks[r]))
+            self._emit(req, toks[r])
+        if feed:
+            rows, ids = zip(*feed)
+            self.tokens[torch.tensor(rows, device=self.device)] = torch.tensor(ids, device=self.device)
         return out
 
     def _emit(self, req: Request, tok: int) -> None:
+        if req.t_first is None:
+            req.t_first = time.perf_counter()
         req.tokens.append(tok)
         req.session.pending = tok
         if tok in req.eos or len(req.tokens) >= req.max_new_tokens:

@@ -129,6 +129,9 @@ class Admission:
         self.queue.extendleft(reversed(waiting))
         if not admitted:
             return []
+        admitted = self._feed_through_steps(admitted)
+        if not admitted:
+            return []
         good = admitted
         try:
             self._embed_new(good)
@@ -151,6 +154,31 @@ class Admission:
             logits = torch.stack([r.prefix.logits for r in instant]).to(self.device)
             out += self._start_decode(instant, logits)
         return out
+
+    def _feed_through_steps(self, reqs: list[Request]) -> list[Request]:
+        """Short text-only turns, while other rows decode, read their prompt through the decode steps:
+        their row joins the decoding ones with the first prompt token as input, and ``_decode`` feeds the
+        rest one per step (the output after the last one is the first new token). Returns the others."""
+        if self.step_prompt_max < 1 or not any(self._decoding(i) for i in range(self.max_batch)):
+            return reqs
+        rest, rows, first = [], [], []
+        for req in reqs:
+            ids = [] if req.input_ids is None else req.input_ids.tolist()
+            s = req.session
+            new = ([s.pending] if s.pending is not None else []) + ids
+            if req.image_kw or req.inputs_embeds is not None or not new or len(new) > self.step_prompt_max:
+                rest.append(req)
+                continue
+            req.forced, req.fpos, req.phase = new, 1, "decode"
+            s.pending = None
+            self.stats["forced_tokens"] += len(new)
+            rows.append(s.row)
+            first.append(new[0])
+        if rows:
+            idx = torch.tensor(rows, device=self.device)
+            self.tokens[idx] = torch.tensor(first, device=self.device)
+            self.active[idx] = 1
+        return rest
 
     def _fail(self, req: Request, e: BaseException) -> None:
         req.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -210,11 +238,9 @@ class Admission:
         self.tokens[rows_t] = first
         self.active[rows_t] = 1
         out = []
-        now = time.perf_counter()
         for req, tok in zip(reqs, first.tolist()):
             req.phase = "decode"
             req.session.pending = None
             out.append((req, tok))
-            req.t_first = now
             self._emit(req, tok)
         return out

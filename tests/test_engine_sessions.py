@@ -145,8 +145,19 @@ def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(mode
     got, _ = _drive(eng, agents)
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
-    assert eng.stats["decode_steps"] > 0 and eng.prefill_tokens_done == sum(
-        len(p) for turns in agents for p, _ in turns) + sum(len(turns) - 1 for turns in agents)
+    fed = eng.prefill_tokens_done + eng.stats["forced_tokens"]  # chunks + prompts read by decode steps
+    assert fed == sum(len(p) for turns in agents for p, _ in turns) + sum(len(turns) - 1 for turns in agents)
+    assert eng.prefill_tokens_done > 0 and eng.stats["forced_tokens"] > 0 and eng.stats["decode_steps"] > 0
+
+
+def test_short_prompts_read_through_decode_steps_equal_a_prefill(model):
+    agents = [[(_ids(4 + a, seed=60 + a), 3 + 4 * a), (_ids(3, seed=70 + a), 5)] for a in range(3)]
+    runs = {}
+    for limit in (0, 32):
+        eng = Engine(model, max_batch=3, max_len=128, step_prompt_max=limit)
+        runs[limit] = (_drive(eng, agents)[0], dict(eng.stats))
+    assert runs[0][1]["forced_tokens"] == 0 and runs[32][1]["forced_tokens"] > 0
+    assert runs[0][0] == runs[32][0] == [_reference(model, turns) for turns in agents]
 
 
 def test_forks_continue_one_screen_independently(model):
