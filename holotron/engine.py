@@ -78,13 +78,13 @@ class Engine(Admission, Sessions, CapturedStep):
     almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``offload``: save
     idle sessions to host memory when a turn needs a row and none is free. ``timing``: synchronise after
     each phase of a step and add its seconds to ``stats`` (benchmarks). ``keep_logits``: keep each step's
-    logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the
-    Mamba state's dtype (default float32; bfloat16 halves the bytes each decode step reads and writes, the
-    step still computes in fp32 and rounds the stored state once per token). ``compile``: ``torch.compile``
-    the whole ``HybridLM.step`` (True, or the name of a torch.compile backend; off by default: the first
-    capture then costs the compile); the Mamba kernels stay one opaque op (``mamba_step`` in
-    ``holotron/mamba2.py``). A step that cannot be compiled falls back to the eager one, with a warning in
-    ``note``.
+    logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised (benchmarks on
+    synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32; bfloat16 halves the bytes
+    each decode step reads and writes, the step still computes in fp32 and rounds the stored state once per
+    token). ``compile``: ``torch.compile`` the whole ``HybridLM.step`` (True, or the name of a torch.compile
+    backend; off by default: the first capture then costs the compile); the Mamba kernels stay one opaque
+    op (``mamba_step`` in ``holotron/mamba2.py``). A step that cannot be compiled falls back to the eager
+    one, with a warning in ``note``.
     """
 
     def __init__(self, model, max_batch: int, max_len: int, *, sampling: bool = False,
