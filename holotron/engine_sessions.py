@@ -73,6 +73,7 @@ class Sessions:
                 c.snapshot = self.state.snapshot(s.row, s.length)
             elif s.snapshot is not None:
                 c.snapshot = s.snapshot  # snapshots are never written to: sharing is a copy
+                s.snapshot.refs += 1
             out.append(c)
         return out
 
@@ -150,7 +151,7 @@ class Sessions:
         r = self._free_rows()[0]
         with torch.inference_mode():
             if s.snapshot is not None:
-                self.state.restore(r, s.snapshot)
+                self.state.restore(r, s.snapshot, release=True)
                 s.snapshot = None
             elif req is not None and req.prefix is not None:
                 s.length = self.state.load(r, req.prefix.state, 0)
@@ -175,5 +176,7 @@ class Sessions:
     def _close(self, s: Session) -> None:
         if s.row is not None:
             self._release(s.row)
+        if s.snapshot is not None:
+            s.snapshot.release()
         s.snapshot, s.closed = None, True
         self.sessions.pop(s.id, None)

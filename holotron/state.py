@@ -293,21 +293,40 @@ class DecodeState:
         self.lengths[row] = 0
 
     def snapshot(self, row: int, used: int, device: torch.device | str = "cpu") -> "RowSnapshot":
-        """A copy of row ``row`` (Mamba states, the first ``used`` KV slots) on ``device`` (host by default;
-        pinned there when CUDA is present, so that ``restore`` copies asynchronously)."""
-        pin = torch.device(device).type == "cpu" and torch.cuda.is_available() and self.lengths.is_cuda
-        parts = []
+        """A copy of row ``row`` (Mamba states, the first ``used`` KV slots) on ``device`` (host by default).
+        From a CUDA state to the host it goes into one pinned buffer, reused from a pool once a snapshot is
+        restored (``restore(..., release=True)``), copied asynchronously: later work on the row is ordered
+        after the copy by the stream."""
+        srcs = []
         for s in self.layers:
             if isinstance(s, MambaState):
-                parts.append((_copy_to(s.conv[row], device, pin), _copy_to(s.ssm[row], device, pin)))
+                srcs.append((s.conv[row], s.ssm[row]))
             elif isinstance(s, KVCache):
-                parts.append((_copy_to(s.k[row, :, :used], device, pin), _copy_to(s.v[row, :, :used], device, pin)))
+                srcs.append((s.k[row, :, :used], s.v[row, :, :used]))
             else:
+                srcs.append(None)
+        if not (torch.device(device).type == "cpu" and self.lengths.is_cuda):
+            return RowSnapshot([None if p is None else (p[0].to(device, copy=True), p[1].to(device, copy=True))
+                                for p in srcs], used)
+        sizes = [(-(-t.nbytes // 256) * 256) for p in srcs if p is not None for t in p]  # 256-byte aligned parts
+        buf = _pinned_take(sum(sizes))
+        parts, off = [], 0
+        for p in srcs:
+            if p is None:
                 parts.append(None)
-        return RowSnapshot(parts, used)
+                continue
+            pair = []
+            for t in p:
+                view = buf[off:off + t.nbytes].view(t.dtype).view(t.shape)
+                view.copy_(t, non_blocking=True)
+                pair.append(view)
+                off += -(-t.nbytes // 256) * 256
+            parts.append(tuple(pair))
+        return RowSnapshot(parts, used, buf)
 
-    def restore(self, row: int, snap: "RowSnapshot") -> None:
-        """Copy ``snap`` into row ``row`` (it becomes that row's state and length)."""
+    def restore(self, row: int, snap: "RowSnapshot", release: bool = False) -> None:
+        """Copy ``snap`` into row ``row`` (it becomes that row's state and length). ``release``: the snapshot
+        is not needed any more (its pinned buffer returns to the pool)."""
         if snap.length > self.max_len:
             raise ValueError(f"DecodeState.restore: {snap.length} tokens do not fit max_len {self.max_len}")
         n = snap.length
@@ -319,6 +338,8 @@ class DecodeState:
                 s.k[row, :, :n].copy_(part[0], non_blocking=True)
                 s.v[row, :, :n].copy_(part[1], non_blocking=True)
         self.lengths[row] = n
+        if release:
+            snap.release()
 
     def bytes_per_row(self, length: int | None = None) -> dict[str, int]:
         """Bytes one row holds: Mamba (constant) and KV for ``length`` tokens (default ``max_len``)."""
@@ -337,11 +358,22 @@ class DecodeState:
         return n
 
 
-def _copy_to(t: torch.Tensor, device, pin: bool) -> torch.Tensor:
-    if pin:
-        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return out.copy_(t)
-    return t.to(device, copy=True)
+# pinned host buffers of restored snapshots, by size class (a power of two), kept for the next snapshots;
+# copies into and out of them are ordered by the CUDA stream, so a buffer is reused only after its copy
+_POOL: dict[int, list[torch.Tensor]] = {}
+_POOL_KEEP = 8  # buffers kept per size class
+
+
+def _pinned_take(nbytes: int) -> torch.Tensor:
+    cls = 1 << max(20, (nbytes - 1).bit_length())
+    free = _POOL.get(cls)
+    return free.pop() if free else torch.empty(cls, dtype=torch.uint8, pin_memory=True)
+
+
+def _pinned_give(buf: torch.Tensor) -> None:
+    free = _POOL.setdefault(buf.numel(), [])
+    if len(free) < _POOL_KEEP:
+        free.append(buf)
 
 
 @dataclass(eq=False)
@@ -351,6 +383,15 @@ class RowSnapshot:
 
     parts: list
     length: int
+    buffer: torch.Tensor | None = None  # the pinned buffer the parts are views of (host snapshots of CUDA)
+    refs: int = 1                       # sessions sharing it (forks of a saved session)
 
     def nbytes(self) -> int:
         return sum(a.nbytes + b.nbytes for p in self.parts if p is not None for a, b in [p])
+
+    def release(self) -> None:
+        """One sharer is done with it; the last one gives the pinned buffer back to the pool."""
+        self.refs -= 1
+        if self.refs == 0 and self.buffer is not None:
+            _pinned_give(self.buffer)
+            self.buffer, self.parts = None, []
