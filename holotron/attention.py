@@ -125,8 +125,8 @@ class Attention(nn.Module):
         u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
         go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
         to (its filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r
-        queries of one head, so the cache is read once, without a GQA expansion. ``where.active`` (B,):
-        rows where it is 0 write nothing (their slot keeps its value).
+        queries of one head, so the cache is read once, without a GQA expansion. (``HybridLM.step`` points
+        rows that are not decoding at a spare slot that no row attends to.)
         """
         lengths, key_mask = where.lengths, where.key_mask
         b = u.shape[0]
@@ -135,10 +135,6 @@ class Attention(nn.Module):
         k = self.k_proj(u).view(b, hkv, 1, hd)
         v = self.v_proj(u).view(b, hkv, 1, hd)
         slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
-        if where.active is not None:
-            keep = (where.active == 0).view(b, 1, 1, 1)
-            k = torch.where(keep, cache.k.gather(2, slot), k)
-            v = torch.where(keep, cache.v.gather(2, slot), v)
         cache.k.scatter_(2, slot, k)
         cache.v.scatter_(2, slot, v)
         y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=key_mask)  # (B, Hkv, r, hd)

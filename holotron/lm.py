@@ -93,10 +93,12 @@ class HybridLM(nn.Module):
     def step(self, tokens: torch.Tensor, state: DecodeState, active: torch.Tensor | None = None) -> torch.Tensor:
         """One token per row of ``state`` (a ``DecodeState``, or its ``rows(b)``): tokens (b,) -> fp32
         logits (b, V). Row r's token goes to KV slot ``state.lengths[r]`` (clamped to the last slot);
-        the lengths then advance by ``active`` (b,) (default 1 each); rows where ``active`` is 0 keep
-        their whole state (their logits are computed and meaningless). Static shapes, no host sync."""
+        the lengths then advance by ``active`` (b,) (default 1 each); rows where ``active`` is 0 write
+        none of their state (their keys go to the spare slot ``max_len``, the Mamba kernels skip their
+        stores; their logits are computed and meaningless). Static shapes, no host sync."""
         lengths = state.lengths.clamp(max=state.max_len - 1)
-        where = Positions(lengths=lengths, key_mask=(state.slots[None, :] <= lengths[:, None])[:, None, None],
+        write = lengths if active is None else torch.where(active != 0, lengths, state.max_len)  # spare slot
+        where = Positions(lengths=write, key_mask=(state.slots[None, :] <= lengths[:, None])[:, None, None],
                           active=active)
         x = self.backbone.embeddings(tokens[:, None])                           # (b, 1, D)
         if self.config.residual_in_fp32:

@@ -64,17 +64,14 @@ def mamba_step(xBC: torch.Tensor, dt: torch.Tensor, z: torch.Tensor, conv_state:
                n_groups: int, active: torch.Tensor | None = None) -> torch.Tensor:
     """One decode token after in_proj: xBC (b, conv_dim), dt (b, H) raw, z (b, H*P); conv_state and
     ssm_state updated in place. Returns (S C + D x) * silu(z), (b, H*P), before the gated norm's norm.
-    ``active`` (b,): rows where it is 0 keep both states unchanged (their dt becomes -inf, so softplus
-    gives 0: decay exp(0) = 1 and no input; the conv window is not written)."""
+    ``active`` (b,): rows where it is 0 write neither state (the kernels skip their stores)."""
     b = xBC.shape[0]
     _, H, P, N = ssm_state.shape
-    if active is not None:
-        dt = dt.masked_fill(active[:, None] == 0, float("-inf"))
     xc = kernels.conv_step(conv_state, xBC, conv_weight, conv_bias, active=active)
     x, B, C = xc.split([H * P, n_groups * N, n_groups * N], dim=-1)
     y = kernels.ssd_step(ssm_state, x.reshape(b, H, P), dt, neg_A(A_log), B.reshape(b, n_groups, N),
                          C.reshape(b, n_groups, N), D=D, z=z.reshape(b, H, P), dt_bias=dt_bias, dt_softplus=True,
-                         dt_limit=(dt_lo, dt_hi))
+                         dt_limit=(dt_lo, dt_hi), active=active)
     return y.reshape(b, H * P)
 
 

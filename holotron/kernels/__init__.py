@@ -249,16 +249,20 @@ def ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
 
 
 def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
-             dt_limit=(0.0, math.inf), backend=None):
+             dt_limit=(0.0, math.inf), backend=None, active=None):
     """One decode step: updates ``state`` (batch, heads, headdim, dstate) in place, returns y
-    (batch, heads, headdim)."""
+    (batch, heads, headdim). ``active`` (batch,) integer or bool, optional: rows where it is 0 get y but
+    their state is not written (the decode engine's rows that are not decoding)."""
     limit = _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit)
+    _expect(active is None or tuple(active.shape) == (x.shape[0],),
+            f"active must have shape (batch={x.shape[0]},), got {_shape(active) if active is not None else None}")
     name = _pick(backend, x.device, "ssd_step", "naive")
     if name in ("naive", "chunked"):  # one token: the chunked algorithm is the recurrence itself
         from .ssd_naive import ssd_step_naive as fn
     else:
         from .ssd_triton_step import ssd_step_triton as fn
-    return fn(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit)
+    return fn(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit,
+              active=active)
 
 
 def conv_step(conv, x, weight, bias=None, backend=None, active=None):

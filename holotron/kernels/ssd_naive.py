@@ -81,7 +81,13 @@ def ssd_scan_naive(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=
 
 
 def ssd_step_naive(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
-                   dt_limit=(0.0, float("inf"))):
+                   dt_limit=(0.0, float("inf")), active=None):
+    if active is not None:  # rows where active is 0 keep their state
+        old = state.clone()
+        y = ssd_step_naive(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                           dt_limit=dt_limit)
+        state.copy_(torch.where(active.view(-1, 1, 1, 1) != 0, state, old))
+        return y
     h = x.shape[1]
     cd = state.dtype if state.dtype == torch.float64 else torch.float32
     xf = x.to(cd)

@@ -3,7 +3,9 @@
 Arguments are validated by ``holotron.kernels.ssd_step``; call that. One launch, one program per
 (batch row, head, block of state rows): S = exp(dt A) S + dt x B^T in place, y = S C + D x, y *= silu(z).
 The state is fp32 or fp64 (computed in its dtype), or bf16 / fp16 (computed in fp32, rounded once when
-stored). Nothing waits on the host: the step can be captured in a CUDA graph.
+stored). Nothing waits on the host: the step can be captured in a CUDA graph. ``active`` (b,) (optional):
+rows where it is 0 compute y but do not store their state (the decode engine's rows that are not
+decoding: a prefill may be writing them at the same time on another stream).
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from .ssd_triton_common import _process_dt, empty
 
 @triton.jit
 def _step(
-    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr,
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, act_ptr,
     H, P, N, HPG, lo, hi,
     s_s_b, s_s_h, s_s_p, s_x_b, s_x_h, s_dt_b, s_dt_h, s_b_b, s_b_g, s_c_b, s_c_g,
     s_z_b, s_z_h, s_y_b, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    STATE_LOW: tl.constexpr,
+    STATE_LOW: tl.constexpr, HAS_ACTIVE: tl.constexpr,
 ):
     """S = exp(dt A) S + dt x B^T; y = S C + D x; y *= silu(z). In the state's dtype (fp32 or fp64); a bf16 /
     fp16 state (STATE_LOW) is computed in fp32 and rounded once when stored (y uses the unrounded S)."""
@@ -50,7 +52,10 @@ def _step(
     Bv = tl.load(B_ptr + bi * s_b_b + g * s_b_g + ns, mask=mn, other=0.0).to(cd)
     Cv = tl.load(C_ptr + bi * s_c_b + g * s_c_g + ns, mask=mn, other=0.0).to(cd)
     S = S * tl.exp(dt * A) + (dt * x)[:, None] * Bv[None, :]
-    tl.store(sptr, S.to(state_ptr.dtype.element_ty), mask=mp[:, None] & mn[None, :])
+    ms = mp
+    if HAS_ACTIVE:
+        ms = mp & (tl.load(act_ptr + bi + ps * 0) != 0)  # the row's flag, broadcast over its state rows
+    tl.store(sptr, S.to(state_ptr.dtype.element_ty), mask=ms[:, None] & mn[None, :])
     y = tl.sum(S * Cv[None, :], axis=1)
     if HAS_D:
         if D_PER_CHANNEL:
@@ -68,7 +73,7 @@ STEP_CONFIG = dict(BLOCK_P=None, num_warps=4)
 
 
 def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
-                    dt_limit=(0.0, float("inf"))):
+                    dt_limit=(0.0, float("inf")), active=None):
     """One token: updates ``state`` (b, h, p, n) in place, returns y (b, h, p) like x."""
     b, h, p = x.shape
     g, n = B.shape[-2:]
@@ -89,7 +94,7 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
     Dc = None if D is None else D.contiguous()
     _step[(b, h, triton.cdiv(p, BLOCK_P))](
         state, x, dt, A, B, C, Dc if Dc is not None else A, z if z is not None else x,
-        dt_bias if dt_bias is not None else A, y,
+        dt_bias if dt_bias is not None else A, y, active if active is not None else dt,
         h, p, n, h // g, lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
         state.stride(0), state.stride(1), state.stride(2), x.stride(0), x.stride(1),
         dt.stride(0), dt.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
@@ -97,6 +102,6 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
         BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, STATE_LOW=state.dtype in (torch.bfloat16, torch.float16),
-        num_warps=STEP_CONFIG["num_warps"],
+        HAS_ACTIVE=active is not None, num_warps=STEP_CONFIG["num_warps"],
     )
     return y
