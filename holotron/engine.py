@@ -75,16 +75,19 @@ class Engine(Admission, Sessions, CapturedStep):
     ``prefill_tokens``: the most tokens (pads included) one engine step prefills. ``vision_tiles``: the
     most screenshot tiles per vision-encoder call. ``step_prompt_max``: a text-only turn of at most this
     many new tokens, admitted while other rows decode, is fed through the decode steps (one token a step,
-    almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``offload``: save
-    idle sessions to host memory when a turn needs a row and none is free. ``timing``: synchronise after
-    each phase of a step and add its seconds to ``stats`` (benchmarks). ``keep_logits``: keep each step's
-    logits in ``self.logits`` (tests). ``zero_state=False`` leaves the state uninitialised (benchmarks on
-    synthetic states). ``ssm_dtype``: the Mamba state's dtype (default float32; bfloat16 halves the bytes
-    each decode step reads and writes, the step still computes in fp32 and rounds the stored state once per
-    token). ``compile``: ``torch.compile`` the whole ``HybridLM.step`` (True, or the name of a torch.compile
-    backend; off by default: the first capture then costs the compile); the Mamba kernels stay one opaque
-    op (``mamba_step`` in ``holotron/mamba2.py``). A step that cannot be compiled falls back to the eager
-    one, with a warning in ``note``.
+    almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``overlap``
+    (default: on CUDA): a prefill chunk runs on its own stream while the decode steps go on
+    (``holotron/engine_prefill.py``). ``offload``: save idle sessions to host memory when a turn needs a
+    row and none is free. ``timing``: wait for the current stream after each phase of a step and add its
+    seconds to ``stats`` (benchmarks; a chunk running on its own stream overlaps the decode phase).
+    ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
+    state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default
+    float32; bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32
+    and rounds the stored state once per token). ``compile``: ``torch.compile`` the whole
+    ``HybridLM.step`` (True, or the name of a torch.compile backend; off by default: the first capture
+    then costs the compile); the Mamba kernels stay one opaque op (``mamba_step`` in
+    ``holotron/mamba2.py``). A step that cannot be compiled falls back to the eager one, with a warning in
+    ``note``.
     """
 
     def __init__(self, model, max_batch: int, max_len: int, *, sampling: bool = False,
@@ -92,7 +95,7 @@ class Engine(Admission, Sessions, CapturedStep):
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
-                 step_prompt_max: int = 32):
+                 step_prompt_max: int = 32, overlap: bool | None = None):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -125,6 +128,11 @@ class Engine(Admission, Sessions, CapturedStep):
         if sizes[-1] != max_batch:
             sizes.append(max_batch)
         self.batch_sizes = sizes
+        self.overlap = self.cuda_graph if overlap is None else bool(overlap)
+        if self.overlap and self.device.type != "cuda":
+            raise ValueError(f"Engine: overlap=True needs the model on a CUDA device, it is on {self.device}")
+        self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap else None
+        self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
 
         dev, R = self.device, max_batch
         with torch.inference_mode():
@@ -228,19 +236,6 @@ class Engine(Admission, Sessions, CapturedStep):
         self.queue.append(req)
         return req
 
-    def prefix(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
-               **image_kw) -> Prefix:
-        """Prefill a shared prefix (e.g. system prompt + screenshot) once; ``submit(..., prefix=)`` copies
-        it into each continuation's row instead of prefilling it again."""
-        if image_kw:
-            self._check_images(input_ids, image_kw)
-        req = Request(input_ids, inputs_embeds, dict(image_kw), None, 1, session=Session(0))
-        with torch.inference_mode():
-            self._embed_new([req])
-            x = req.x[None]
-            tmp, logits = self._prefill(x, torch.ones(x.shape[:2], dtype=torch.bool, device=x.device), None)
-        return Prefix(tmp, logits[0], x.shape[1])
-
     @torch.inference_mode()
     def cancel(self, req: Request) -> None:
         """Drop a turn: out of the queue, the prefill, or the decoding rows. Its session keeps what its
@@ -250,6 +245,8 @@ class Engine(Admission, Sessions, CapturedStep):
         if req in self.queue:
             self.queue.remove(req)
         if req in self.prefilling:
+            if req.session is not None and req.session.row is not None:
+                self._order_after_chunk([req.session.row])
             self.prefilling.remove(req)
             req.x = None
         s = req.session
@@ -285,7 +282,7 @@ class Engine(Admission, Sessions, CapturedStep):
 
     def _sync(self) -> None:
         if self.timing and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()
 
     def run(self) -> None:
         """Step until the queue is empty and every turn has finished."""
@@ -338,29 +335,6 @@ class Engine(Admission, Sessions, CapturedStep):
             s.last_used = self.steps
             if s.temporary:
                 self._close(s)
-
-    def _decoding(self, row: int) -> bool:
-        s = self.rows[row]
-        return s is not None and s.request is not None and s.request.phase == "decode"
-
-    def _compact(self) -> int:
-        """Move (into free rows) or swap (with other sessions' rows) the decoding rows into rows [0, n)."""
-        dec = [i for i in range(self.max_batch) if self._decoding(i)]
-        n = len(dec)
-        holes = [i for i in range(n) if not self._decoding(i)]
-        for dst, src in zip(holes, [i for i in dec if i >= n]):
-            a, b = self.rows[src], self.rows[dst]
-            if b is None:
-                self.state.move(src, dst, a.length)
-            else:
-                self.state.swap(src, dst, a.length, b.length)
-            for t in (self.tokens, self.active, self.temperature, self.top_k, self.top_p):
-                t[[dst, src]] = t[[src, dst]]
-            self.rows[dst], self.rows[src] = a, b
-            a.row = dst
-            if b is not None:
-                b.row = src
-        return n
 
     def stream(self, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> Iterator[torch.Tensor]:
         """``generate.stream`` on this engine (``holotron/engine_generate.py``): (B,) new tokens per step."""

@@ -9,8 +9,11 @@ through the vision encoder together (``vision_tiles`` tiles per call).
 Prefill (``_prefill_step``): one chunk per engine step, at most ``prefill_tokens`` tokens (pads
 included) taken from the prefilling requests in arrival order, several requests side by side
 (left-padded), a long prompt over several steps; ``HybridLM.extend`` writes straight into their rows.
-Between chunks the decoding rows take their step, so admissions never stall decoding for longer than
-one chunk. A request whose prompt is done gets its first token from the chunk's last logits.
+A request whose prompt is done gets its first token from the chunk's last logits. On CUDA (``overlap``)
+the chunk runs on its own stream while the next engine steps decode on the current one: decoding rows
+never wait for a chunk (the decode step is bandwidth-bound, a chunk is matmul-bound, and they share the
+GPU). A short text-only turn admitted while rows decode skips the chunk: the decode steps read its
+prompt one token a step (``step_prompt_max``).
 
 ``_prefill`` is the separate path of ``Engine.prefix``: a shared prefix prefilled once into its own
 ``InferenceState``. ``Admission`` is a base class of ``Engine``, written against its attributes.
@@ -22,7 +25,7 @@ import time
 
 import torch
 
-from .engine_requests import Prefix, Request
+from .engine_requests import Prefix, Request, Session
 from .sampling import choose_tokens
 
 __all__ = ["Admission"]
@@ -44,7 +47,20 @@ class Admission:
             logits = self.lm(inputs_embeds=x[:, c0:c1], state=tmp, attention_mask=mask[:, :c1], logits_to_keep=1)
         return tmp, logits[:, -1]
 
-    # ------------------------------------------------------------------ admission
+    # ------------------------------------------------------------------ a shared prefix, admission
+    def prefix(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
+               **image_kw) -> Prefix:
+        """Prefill a shared prefix (e.g. system prompt + screenshot) once; ``submit(..., prefix=)`` copies
+        it into each continuation's row instead of prefilling it again."""
+        if image_kw:
+            self._check_images(input_ids, image_kw)
+        req = Request(input_ids, inputs_embeds, dict(image_kw), None, 1, session=Session(0))
+        with torch.inference_mode():
+            self._embed_new([req])
+            x = req.x[None]
+            tmp, logits = self._prefill(x, torch.ones(x.shape[:2], dtype=torch.bool, device=x.device), None)
+        return Prefix(tmp, logits[0], x.shape[1])
+
     def _check_images(self, input_ids: torch.Tensor, image_kw: dict) -> None:
         """The number of <image> tokens must match the images given (checked here, before the turn queues)."""
         cfg = self.model.config
@@ -191,8 +207,19 @@ class Admission:
 
     # ------------------------------------------------------------------ prefill, one chunk per step
     def _prefill_step(self) -> list[tuple[Request, int]]:
+        """Finish the chunk in flight (overlap) when it is done, then start the next one. Without overlap
+        the chunk runs to its end here. With overlap it runs on ``prefill_stream`` while the next steps
+        decode on the current stream: decode steps write nothing of rows that are not decoding, the
+        rows' device lengths are set when the chunk is finished, and a row the chunk uses is moved
+        only after it (``_order_after_chunk``)."""
+        out = []
+        if self.inflight is not None:
+            ev = self.inflight[-1]
+            if not ev.query() and any(self._decoding(i) for i in range(self.max_batch)):
+                return out  # the rows decoding go on meanwhile
+            out += self._finish_chunk()
         if not self.prefilling:
-            return []
+            return out
         budget = self.prefill_tokens
         take, T = [], 0
         for req in self.prefilling:
@@ -203,25 +230,60 @@ class Admission:
             take.append(req)
             T = t
         counts = [min(r.x.shape[0] - r.pos, T) for r in take]
+        rows = [r.session.row for r in take]
+        starts = [r.session.length for r in take]
+        if not self.overlap:
+            self.inflight = (take, counts, self._chunk(take, counts, T, rows, starts, True), None)
+            return out + self._finish_chunk()
+        main = torch.cuda.current_stream(self.device)
+        self.prefill_stream.wait_stream(main)  # the rows' states and the embeddings are ready
+        with torch.cuda.stream(self.prefill_stream):
+            logits = self._chunk(take, counts, T, rows, starts, False)
+            ev = torch.cuda.Event()
+            ev.record()
+        self.inflight = (take, counts, logits, ev)
+        return out
+
+    def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
         x = take[0].x.new_zeros(len(take), T, take[0].x.shape[-1])
         for i, (r, n) in enumerate(zip(take, counts)):
             x[i, T - n:] = r.x[r.pos:r.pos + n]
-        rows = [r.session.row for r in take]
-        starts = [r.session.length for r in take]
-        logits = self.lm.extend(x, self.state, rows, starts, counts)
-        finished, fin_logits = [], []
+        return self.lm.extend(x, self.state, rows, starts, counts, advance=advance)
+
+    def _order_after_chunk(self, rows) -> None:
+        """Work queued on the current stream from now on that touches ``rows`` waits for the chunk in flight."""
+        if self.inflight is not None and self.inflight[-1] is not None:
+            mine = {r.session.row for r in self.inflight[0] if r.session is not None}
+            if mine & set(rows):
+                torch.cuda.current_stream(self.device).wait_event(self.inflight[-1])
+
+    def _finish_chunk(self) -> list[tuple[Request, int]]:
+        """Bookkeeping of the chunk just run: positions, lengths (on the device too with overlap), and the
+        first token of each turn whose prompt is done."""
+        take, counts, logits, ev = self.inflight
+        self.inflight = None
+        if ev is not None:
+            torch.cuda.current_stream(self.device).wait_event(ev)
+            logits.record_stream(torch.cuda.current_stream(self.device))
+        finished, fin_logits, rows, lengths = [], [], [], []
         for i, (r, n) in enumerate(zip(take, counts)):
+            if r.done:  # cancelled meanwhile
+                continue
             r.pos += n
             r.session.length += n
+            rows.append(r.session.row)
+            lengths.append(r.session.length)
             if r.pos == r.x.shape[0]:
                 r.session.pending = None
                 finished.append(r)
                 fin_logits.append(i)
         self.prefill_tokens_done += sum(counts)
+        if ev is not None and rows:
+            self.state.lengths[torch.tensor(rows, device=self.device)] = torch.tensor(lengths, device=self.device)
+        done = set(map(id, finished)) | {id(r) for r in take if r.done}
+        self.prefilling = [r for r in self.prefilling if id(r) not in done]
         if not finished:
             return []
-        done = set(map(id, finished))
-        self.prefilling = [r for r in self.prefilling if id(r) not in done]
         for r in finished:
             r.x = None
         return self._start_decode(finished, logits[fin_logits])

@@ -148,7 +148,7 @@ class Sessions:
         free = self._free_rows()
         if not free and not (self.offload and self._evict()):
             return False
-        r = self._free_rows()[0]
+        r = self._free_rows()[-1]  # from the top: rows being prefilled stay clear of the decoding rows [0, n)
         with torch.inference_mode():
             if s.snapshot is not None:
                 self.state.restore(r, s.snapshot, release=True)
@@ -167,6 +167,32 @@ class Sessions:
             return False
         self.save(min(idle, key=lambda q: q.last_used))
         return True
+
+    def _decoding(self, row: int) -> bool:
+        s = self.rows[row]
+        return s is not None and s.request is not None and s.request.phase == "decode"
+
+    def _compact(self) -> int:
+        """Move (into free rows) or swap (with other sessions' rows) the decoding rows into rows [0, n)."""
+        dec = [i for i in range(self.max_batch) if self._decoding(i)]
+        n = len(dec)
+        holes = [i for i in range(n) if not self._decoding(i)]
+        pairs = list(zip(holes, [i for i in dec if i >= n]))
+        if pairs:
+            self._order_after_chunk([r for p in pairs for r in p])
+        for dst, src in pairs:
+            a, b = self.rows[src], self.rows[dst]
+            if b is None:
+                self.state.move(src, dst, a.length)
+            else:
+                self.state.swap(src, dst, a.length, b.length)
+            for t in (self.tokens, self.active, self.temperature, self.top_k, self.top_p):
+                t[[dst, src]] = t[[src, dst]]
+            self.rows[dst], self.rows[src] = a, b
+            a.row = dst
+            if b is not None:
+                b.row = src
+        return n
 
     def _set_row_sampling(self, row: int, req: Request) -> None:
         self.temperature[row] = req.temperature

@@ -111,11 +111,12 @@ class HybridLM(nn.Module):
 
     # ------------------------------------------------------------------ prefill into decode rows
     def extend(self, inputs_embeds: torch.Tensor, state: DecodeState, rows: list[int], starts: list[int],
-               counts: list[int]) -> torch.Tensor:
+               counts: list[int], advance: bool = True) -> torch.Tensor:
         """Prefill new tokens into rows of a ``DecodeState`` (the decode engine's admissions and session
         turns): inputs_embeds (b, T, D) left-padded, row i's last ``counts[i]`` positions are new tokens of
         state row ``rows[i]``, whose length before the call is ``starts[i]`` (host ints: no sync). The
-        rows' Mamba states, KV slots and lengths advance; returns fp32 logits (b, V) at the last position."""
+        rows' Mamba states, KV slots and lengths advance (``advance=False``: not ``state.lengths``, which
+        the caller then sets); returns fp32 logits (b, V) at the last position."""
         b, t, d = inputs_embeds.shape
         if not (len(rows) == len(starts) == len(counts) == b):
             raise ValueError(f"extend: rows, starts and counts need one entry per batch row ({b})")
@@ -133,8 +134,9 @@ class HybridLM(nn.Module):
         x = inputs_embeds.float() if self.config.residual_in_fp32 else inputs_embeds
         for blk, st in zip(self.backbone.layers, state.layers):
             x = blk(x, st, where)
-        idx = torch.tensor(rows, device=state.lengths.device)
-        state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
+        if advance:
+            idx = torch.tensor(rows, device=state.lengths.device)
+            state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
         h = self.backbone.norm_f(x[:, -1].to(self.backbone.norm_f.weight.dtype))
         return self.lm_head(h.to(self.lm_head.weight.dtype)).float()
 

@@ -120,8 +120,8 @@ def test_chunked_prefill_equals_one_call(model):
     eng = Engine(model, max_batch=2, max_len=64, prefill_tokens=16)  # at most 16 positions per engine step
     chunks = []
     orig = eng.lm.extend
-    eng.lm.extend = lambda x, st, rows, starts, counts: (chunks.append((x.shape[:2], sum(counts))),
-                                                         orig(x, st, rows, starts, counts))[1]
+    eng.lm.extend = lambda x, st, rows, starts, counts, **kw: (chunks.append((x.shape[:2], sum(counts))),
+                                                               orig(x, st, rows, starts, counts, **kw))[1]
     try:
         fast = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=eng)
     finally:

@@ -151,7 +151,8 @@ def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_histor
     eng = Engine(model, max_batch=2, max_len=128)
     seen = []
     orig = eng.lm.extend
-    eng.lm.extend = lambda x, st, rows, starts, counts: (seen.append(sum(counts)), orig(x, st, rows, starts, counts))[1]
+    eng.lm.extend = lambda x, st, rows, starts, counts, **kw: (seen.append(sum(counts)),
+                                                                 orig(x, st, rows, starts, counts, **kw))[1]
     try:
         turns = [(_ids(12, seed=1), 5), (_ids(7, seed=2), 6), (_ids(3, seed=3), 4)]
         got, (s,) = _drive(eng, [turns])
@@ -302,12 +303,16 @@ def test_memory_accounting_matches_the_allocated_rows(model):
 
 
 @pytest.mark.gpu
-def test_sessions_on_cuda_graphs_equal_each_alone():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_sessions_on_cuda_graphs_equal_each_alone(overlap):
+    """Graph steps, chunks on their own stream (overlap), short prompts read by decode steps, offload."""
     model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).cuda()
-    agents = [[(_ids(5 + 4 * a + t, seed=10 * a + t).cuda(), 3 + (a + t) % 4) for t in range(3)] for a in range(6)]
-    eng = Engine(model, max_batch=4, max_len=256, prefill_tokens=16)  # 6 agents on 4 rows: offload too
-    assert eng.cuda_graph
+    agents = [[(_ids(5 + 20 * a + t, seed=10 * a + t).cuda(), 3 + (a + t) % 4 + 3 * a) for t in range(3)]
+              for a in range(6)]
+    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=24, overlap=overlap)  # 6 agents, 4 rows
+    assert eng.cuda_graph and eng.overlap == overlap
     got, _ = _drive(eng, agents)
+    assert eng.prefill_tokens_done > 0 and eng.stats["forced_tokens"] > 0 and eng.memory()["sessions"] == 6
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
 
