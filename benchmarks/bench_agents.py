@@ -176,7 +176,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         torch.cuda.reset_peak_memory_stats(dev)
     t = time.perf_counter()
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens, timing=True,
-                 ssm_dtype=args.ssm_dtype)
+                 ssm_dtype=args.ssm_dtype, overlap=None if args.overlap == "auto" else args.overlap == "on",
+                 step_prompt_max=args.step_prompt_max)
     setup_s = time.perf_counter() - t
 
     # warm-up: one turn alone, then turns of min(N, 4) sessions together, the second turn of each too
@@ -474,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; configurations near it are skipped")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
+                    help="prefill chunks on their own CUDA stream while decoding goes on (auto: on CUDA)")
+    ap.add_argument("--step-prompt-max", type=int, default=32,
+                    help="text-only turns up to this many tokens read through decode steps (0: off)")
     ap.add_argument("--prefill-tokens", type=int, default=8192, help="the engine's prefill chunk (tokens)")
     ap.add_argument("--max-rows", type=int, default=None,
                     help="at most this many engine rows (default: N, or as many as fit); the other sessions wait")
@@ -494,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "python": platform.python_version(),
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
+        "overlap": args.overlap,
         "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }

@@ -129,9 +129,7 @@ class Engine(Admission, Sessions, CapturedStep):
             sizes.append(max_batch)
         self.batch_sizes = sizes
         self.overlap = self.cuda_graph if overlap is None else bool(overlap)
-        if self.overlap and self.device.type != "cuda":
-            raise ValueError(f"Engine: overlap=True needs the model on a CUDA device, it is on {self.device}")
-        self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap else None
+        self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
 
         dev, R = self.device, max_batch
@@ -291,9 +289,16 @@ class Engine(Admission, Sessions, CapturedStep):
 
     # ------------------------------------------------------------------ decode
     def _decode(self) -> list[tuple[Request, int]]:
+        pre = []
+        if self.inflight is not None:
+            n = sum(self._decoding(i) for i in range(self.max_batch))
+            if any(r.session.row is not None and r.session.row < n for r in self.inflight[0] if not r.done):
+                # a row of the chunk in flight would be moved: finish the chunk first (its rows' lengths)
+                self.inflight[-1].synchronize()
+                pre = self._finish_chunk()
         n = self._compact()
         if n == 0:
-            return []
+            return pre
         b = next(s for s in self.batch_sizes if s >= n)
         if self.cuda_graph:
             self.graphs[b].replay()
@@ -316,7 +321,7 @@ class Engine(Admission, Sessions, CapturedStep):
         if feed:
             rows, ids = zip(*feed)
             self.tokens[torch.tensor(rows, device=self.device)] = torch.tensor(ids, device=self.device)
-        return out
+        return pre + out
 
     def _emit(self, req: Request, tok: int) -> None:
         if req.t_first is None:

@@ -210,8 +210,10 @@ class Admission:
         """Finish the chunk in flight (overlap) when it is done, then start the next one. Without overlap
         the chunk runs to its end here. With overlap it runs on ``prefill_stream`` while the next steps
         decode on the current stream: decode steps write nothing of rows that are not decoding, the
-        rows' device lengths are set when the chunk is finished, and a row the chunk uses is moved
-        only after it (``_order_after_chunk``)."""
+        rows' device lengths are set when the chunk is finished, ``Engine._decode`` finishes the chunk
+        before it moves one of its rows, ``cancel`` orders its work after the chunk. Off CUDA, overlap
+        runs the chunk at once but keeps it "in flight" until the next engine step (``_Ran``): the same
+        bookkeeping, testable on a CPU."""
         out = []
         if self.inflight is not None:
             ev = self.inflight[-1]
@@ -235,6 +237,9 @@ class Admission:
         if not self.overlap:
             self.inflight = (take, counts, self._chunk(take, counts, T, rows, starts, True), None)
             return out + self._finish_chunk()
+        if self.prefill_stream is None:  # off CUDA: run now, finish at the next step
+            self.inflight = (take, counts, self._chunk(take, counts, T, rows, starts, False), _Ran())
+            return out
         main = torch.cuda.current_stream(self.device)
         self.prefill_stream.wait_stream(main)  # the rows' states and the embeddings are ready
         with torch.cuda.stream(self.prefill_stream):
@@ -252,7 +257,7 @@ class Admission:
 
     def _order_after_chunk(self, rows) -> None:
         """Work queued on the current stream from now on that touches ``rows`` waits for the chunk in flight."""
-        if self.inflight is not None and self.inflight[-1] is not None:
+        if self.inflight is not None and isinstance(self.inflight[-1], torch.cuda.Event):
             mine = {r.session.row for r in self.inflight[0] if r.session is not None}
             if mine & set(rows):
                 torch.cuda.current_stream(self.device).wait_event(self.inflight[-1])
@@ -262,17 +267,18 @@ class Admission:
         first token of each turn whose prompt is done."""
         take, counts, logits, ev = self.inflight
         self.inflight = None
-        if ev is not None:
+        if isinstance(ev, torch.cuda.Event):
             torch.cuda.current_stream(self.device).wait_event(ev)
             logits.record_stream(torch.cuda.current_stream(self.device))
         finished, fin_logits, rows, lengths = [], [], [], []
         for i, (r, n) in enumerate(zip(take, counts)):
-            if r.done:  # cancelled meanwhile
+            r.session.length += n  # the state consumed them, even for a turn cancelled meanwhile
+            if r.session.row is not None:
+                rows.append(r.session.row)
+                lengths.append(r.session.length)
+            if r.done:
                 continue
             r.pos += n
-            r.session.length += n
-            rows.append(r.session.row)
-            lengths.append(r.session.length)
             if r.pos == r.x.shape[0]:
                 r.session.pending = None
                 finished.append(r)
@@ -306,3 +312,18 @@ class Admission:
             out.append((req, tok))
             self._emit(req, tok)
         return out
+
+
+class _Ran:
+    """The "event" of a chunk run at once off CUDA under overlap: not done when first asked (the decode
+    steps go on, as they would on a GPU), done after."""
+
+    def __init__(self):
+        self.asked = False
+
+    def query(self) -> bool:
+        done, self.asked = self.asked, True
+        return done
+
+    def synchronize(self) -> None:
+        self.asked = True

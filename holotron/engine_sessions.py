@@ -177,9 +177,7 @@ class Sessions:
         dec = [i for i in range(self.max_batch) if self._decoding(i)]
         n = len(dec)
         holes = [i for i in range(n) if not self._decoding(i)]
-        pairs = list(zip(holes, [i for i in dec if i >= n]))
-        if pairs:
-            self._order_after_chunk([r for p in pairs for r in p])
+        pairs = list(zip(holes, [i for i in dec if i >= n]))  # (no row of a chunk in flight: see _decode)
         for dst, src in pairs:
             a, b = self.rows[src], self.rows[dst]
             if b is None:

@@ -163,9 +163,12 @@ def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_histor
     assert s.length == 12 + 5 + 7 + 6 + 3 + 4 - 1 and s.pending == got[0][-1][-1]
 
 
-def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model, overlap):
+    """With overlap (off CUDA: a chunk is finished one engine step after it ran), rows' lengths are set
+    late and rows of a chunk are not moved before it is finished."""
     agents = [[(_ids(5 + 3 * a + t, seed=10 * a + t), 3 + (a + t) % 4) for t in range(3)] for a in range(5)]
-    eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12)  # long prompts span steps while others decode
+    eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12, overlap=overlap)  # chunks span steps
     got, _ = _drive(eng, agents)
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
@@ -184,6 +187,16 @@ def test_short_prompts_read_through_decode_steps_equal_a_prefill(model):
     assert runs[0][0] == runs[32][0] == [_reference(model, turns) for turns in agents]
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_row_being_prefilled_below_the_decoding_ones_is_moved_only_after_its_chunk(model, overlap):
+    """Agent 0 ends its first turn early and sends a long second one (several chunks) from a low row
+    while agents 1 and 2 decode: compaction must not move that row while a chunk writes it."""
+    agents = [[(_ids(6, seed=90), 2), (_ids(40, seed=91), 4)], [(_ids(5, seed=92), 30)], [(_ids(7, seed=93), 30)]]
+    eng = Engine(model, max_batch=3, max_len=128, prefill_tokens=8, overlap=overlap, step_prompt_max=0)
+    got, _ = _drive(eng, agents)
+    assert got == [_reference(model, turns) for turns in agents]
+
+
 def test_forks_continue_one_screen_independently(model):
     eng = Engine(model, max_batch=2, max_len=128)  # two rows: the second fork goes to host memory
     s = eng.session()
@@ -200,9 +213,10 @@ def test_forks_continue_one_screen_independently(model):
         assert reqs[k].tokens == _alone(model, hist, 5)
 
 
-def test_save_restore_and_more_sessions_than_rows(model):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_save_restore_and_more_sessions_than_rows(model, overlap):
     agents = [[(_ids(6 + a, seed=20 + a), 4), (_ids(3, seed=30 + a), 3)] for a in range(5)]
-    eng = Engine(model, max_batch=2, max_len=128)  # 5 sessions on 2 rows: idle ones wait in host memory
+    eng = Engine(model, max_batch=2, max_len=128, overlap=overlap)  # 5 sessions, 2 rows: idle ones on the host
     got, sess = _drive(eng, agents)
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns)
