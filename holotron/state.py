@@ -188,8 +188,9 @@ class DecodeState:
     """Preallocated state for ``max_batch`` rows of at most ``max_len`` tokens each.
 
         layers[i]  MambaState (conv (R, conv_dim, K), ssm (R, H, P, N) fp32)
-                   | KVCache (k, v (R, Hkv, max_len + 1, hd): slot max_len is a spare that is never attended,
-                     where the step writes the keys of rows that are not decoding)
+                   | KVCache (k, v (R, Hkv, capacity, hd), capacity = max_len + 1 rounded up to a multiple of
+                     64 (aligned rows for the fused attention kernels): slot max_len is a spare that is never
+                     attended, where the step writes the keys of rows that are not decoding)
                    | None
         lengths    (R,) int64 on the model's device: KV slots [0, lengths[r]) of row r hold its tokens
 
@@ -203,7 +204,8 @@ class DecodeState:
         self.layers: list[MambaState | KVCache | None] = layers
         self.lengths = lengths
         self.max_len = max_len
-        self.slots = torch.arange(max_len + 1, device=lengths.device)
+        cap = next((s.k.shape[2] for s in layers if isinstance(s, KVCache)), max_len + 1)
+        self.slots = torch.arange(cap, device=lengths.device)
 
     @classmethod
     def allocate(cls, lm, max_batch: int, max_len: int, ssm_dtype: torch.dtype = torch.float32,
@@ -211,7 +213,7 @@ class DecodeState:
         """For a ``HybridLM`` (its layers' own ``new_state``, the one allocator). ``zero=False`` leaves the
         tensors uninitialised (benchmarks that time steps on synthetic states; masked KV slots must
         otherwise be finite, so the default zeroes)."""
-        layers = lm.layer_states(max_batch, max_len + 1, ssm_dtype, zero=zero)
+        layers = lm.layer_states(max_batch, -(-(max_len + 1) // 64) * 64, ssm_dtype, zero=zero)
         lengths = torch.zeros(max_batch, dtype=torch.long, device=lm.backbone.embeddings.weight.device)
         return cls(layers, lengths, max_len)
 
