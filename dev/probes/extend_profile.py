@@ -1,0 +1,108 @@
+"""Probe: where a prefill chunk into engine rows (``HybridLM.extend``) spends its time at 12B, next to the
+plain ``forward`` over an InferenceState on the same tokens. Random bf16 weights on the GPU.
+
+    PYTHONPATH=. python3 dev/probes/extend_profile.py --out $OUT
+
+Cases (25 rows x ~320 tokens, the agents benchmark's one-tile turn): forward (no pads, no state rows),
+extend on consecutive rows with equal counts (no mask), extend with varied counts (left pads: the
+masked path) on non-consecutive rows (Mamba states copied in and out), the same after 2,000 tokens of
+history (attention over the cache). Times are CUDA-event medians; the last case is also profiled
+(the top CUDA kernels by total time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from bench_serving import SMALL, build  # noqa: E402
+
+from holotron.config import TextConfig  # noqa: E402
+from holotron.state import DecodeState  # noqa: E402
+
+
+def cuda_ms(fn, reps=3):
+    fn()
+    if not torch.cuda.is_available():
+        import time
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t) * 1e3 / reps
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return statistics.median(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--rows", type=int, default=25)
+    ap.add_argument("--tokens", type=int, default=320)
+    ap.add_argument("--small", action="store_true", help="tiny config on the CPU (a smoke test)")
+    args = ap.parse_args()
+    dev = torch.device("cpu" if args.small else "cuda")
+    lm = build(TextConfig(**SMALL) if args.small else TextConfig(), dev, torch.float32 if args.small else torch.bfloat16)
+    b, t, D = args.rows, args.tokens, lm.config.hidden_size
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(b, t, D, device=dev, dtype=lm.dtype, generator=g)
+    st = DecodeState.allocate(lm, 32, 4096)
+    res = {"rows": b, "tokens": t}
+
+    def fwd():
+        s = lm.new_state(b, capacity=t)
+        lm(inputs_embeds=x, state=s, logits_to_keep=1)
+
+    varied = [t - (i * 7) % 24 for i in range(b)]
+    scattered = list(range(31, 31 - b, -1))
+
+    def ext(rows, counts, start):
+        def run():
+            lm.extend(x, st, rows, [start] * b, counts, advance=False)
+        return run
+
+    with torch.inference_mode():
+        cases = {
+            "forward (InferenceState, no pads)": fwd,
+            "extend, consecutive rows, no pads": ext(list(range(b)), [t] * b, 0),
+            "extend, scattered rows, left pads": ext(scattered, varied, 0),
+            "extend, scattered rows, left pads, 2,000 tokens of history": ext(scattered, varied, 2000),
+        }
+        for name, fn in cases.items():
+            ms = cuda_ms(fn)
+            res[name] = {"ms": ms, "tokens_per_s": b * t / ms * 1e3}
+            print(f"{name:62s} {ms:8.1f} ms  {b * t / ms * 1e3:9.0f} tok/s", flush=True)
+        prof_fn = cases["extend, scattered rows, left pads, 2,000 tokens of history"]
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda"
+                                                         else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            prof_fn()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+        key = "cuda_time_total" if dev.type == "cuda" else "cpu_time_total"
+        table = prof.key_averages().table(sort_by=key, row_limit=25)
+        print(table)
+        res["profile"] = table
+        cpu = prof.key_averages().table(sort_by="cpu_time_total", row_limit=12)
+        res["profile_cpu"] = cpu
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "extend_profile.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
