@@ -55,7 +55,8 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="tiny config on the CPU (a smoke test)")
     args = ap.parse_args()
     dev = torch.device("cpu" if args.small else "cuda")
-    lm = build(TextConfig(**SMALL) if args.small else TextConfig(), dev, torch.float32 if args.small else torch.bfloat16)
+    cfg = TextConfig(**SMALL) if args.small else TextConfig()
+    lm = build(cfg, dev, torch.float32 if args.small else torch.bfloat16)
     b, t, D = args.rows, args.tokens, lm.config.hidden_size
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(b, t, D, device=dev, dtype=lm.dtype, generator=g)
