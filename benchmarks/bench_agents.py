@@ -176,7 +176,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         torch.cuda.reset_peak_memory_stats(dev)
     t = time.perf_counter()
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens, timing=True,
-                 ssm_dtype=args.ssm_dtype, overlap=None if args.overlap == "auto" else args.overlap == "on",
+                 ssm_dtype=args.ssm_dtype, overlap=args.overlap == "on",
                  step_prompt_max=args.step_prompt_max)
     setup_s = time.perf_counter() - t
 
@@ -476,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
-                    help="prefill chunks on their own CUDA stream while decoding goes on (auto: on CUDA)")
+                    help="prefill chunks on their own CUDA stream while decoding goes on (auto: the engine's "
+                         "default, off)")
     ap.add_argument("--step-prompt-max", type=int, default=32,
                     help="text-only turns up to this many tokens read through decode steps (0: off)")
     ap.add_argument("--prefill-tokens", type=int, default=8192, help="the engine's prefill chunk (tokens)")

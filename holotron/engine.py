@@ -76,9 +76,9 @@ class Engine(Admission, Sessions, CapturedStep):
     most screenshot tiles per vision-encoder call. ``step_prompt_max``: a text-only turn of at most this
     many new tokens, admitted while other rows decode, is fed through the decode steps (one token a step,
     almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``overlap``
-    (default: on CUDA): a prefill chunk runs on its own stream while the decode steps go on
-    (``holotron/engine_prefill.py``). ``offload``: save idle sessions to host memory when a turn needs a
-    row and none is free. ``timing``: wait for the current stream after each phase of a step and add its
+    (CUDA, off by default: measured slower, see docs/benchmarks.md): a prefill chunk runs on its own
+    stream while the decode steps go on (``holotron/engine_prefill.py``). ``offload``: save idle
+    sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current stream after each phase of a step and add its
     seconds to ``stats`` (benchmarks; a chunk running on its own stream overlaps the decode phase).
     ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
     state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default
@@ -95,7 +95,7 @@ class Engine(Admission, Sessions, CapturedStep):
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
-                 step_prompt_max: int = 32, overlap: bool | None = None):
+                 step_prompt_max: int = 32, overlap: bool = False):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -128,7 +128,7 @@ class Engine(Admission, Sessions, CapturedStep):
         if sizes[-1] != max_batch:
             sizes.append(max_batch)
         self.batch_sizes = sizes
-        self.overlap = self.cuda_graph if overlap is None else bool(overlap)
+        self.overlap = bool(overlap)
         self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
 

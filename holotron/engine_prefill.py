@@ -9,7 +9,7 @@ through the vision encoder together (``vision_tiles`` tiles per call).
 Prefill (``_prefill_step``): one chunk per engine step, at most ``prefill_tokens`` tokens (pads
 included) taken from the prefilling requests in arrival order, several requests side by side
 (left-padded), a long prompt over several steps; ``HybridLM.extend`` writes straight into their rows.
-A request whose prompt is done gets its first token from the chunk's last logits. On CUDA (``overlap``)
+A request whose prompt is done gets its first token from the chunk's last logits. With ``overlap`` (CUDA)
 the chunk runs on its own stream while the next engine steps decode on the current one: decoding rows
 never wait for a chunk (the decode step is bandwidth-bound, a chunk is matmul-bound, and they share the
 GPU). A short text-only turn admitted while rows decode skips the chunk: the decode steps read its
