@@ -78,8 +78,9 @@ class Engine(Admission, Sessions, CapturedStep):
     almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``overlap``
     (CUDA, off by default: measured slower, see docs/benchmarks.md): a prefill chunk runs on its own
     stream while the decode steps go on (``holotron/engine_prefill.py``). ``offload``: save idle
-    sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current stream after each phase of a step and add its
-    seconds to ``stats`` (benchmarks; a chunk running on its own stream overlaps the decode phase).
+    sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current
+    stream after each phase of a step and add its seconds to ``stats`` (benchmarks; a chunk running on
+    its own stream overlaps the decode phase).
     ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
     state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default
     float32; bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32
