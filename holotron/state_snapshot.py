@@ -1,0 +1,48 @@
+"""One sequence's state outside the decode state: ``RowSnapshot`` (``DecodeState.snapshot`` / ``restore`` in
+``holotron/state.py``), and the pool of pinned host buffers that snapshots of a CUDA state go into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["RowSnapshot"]
+
+# pinned host buffers of restored snapshots, by size class (a power of two), kept for the next snapshots;
+# copies into and out of them are ordered by the CUDA stream, so a buffer is reused only after its copy
+_POOL: dict[int, list[torch.Tensor]] = {}
+_POOL_KEEP = 8  # buffers kept per size class
+
+
+def _pinned_take(nbytes: int) -> torch.Tensor:
+    cls = 1 << max(20, (nbytes - 1).bit_length())
+    free = _POOL.get(cls)
+    return free.pop() if free else torch.empty(cls, dtype=torch.uint8, pin_memory=True)
+
+
+def _pinned_give(buf: torch.Tensor) -> None:
+    free = _POOL.setdefault(buf.numel(), [])
+    if len(free) < _POOL_KEEP:
+        free.append(buf)
+
+
+@dataclass(eq=False)
+class RowSnapshot:
+    """One sequence's state outside the decode state (``DecodeState.snapshot``): per layer (conv, ssm),
+    (k, v) of its ``length`` filled slots, or None; on the host or on a device."""
+
+    parts: list
+    length: int
+    buffer: torch.Tensor | None = None  # the pinned buffer the parts are views of (host snapshots of CUDA)
+    refs: int = 1                       # sessions sharing it (forks of a saved session)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes + b.nbytes for p in self.parts if p is not None for a, b in [p])
+
+    def release(self) -> None:
+        """One sharer is done with it; the last one gives the pinned buffer back to the pool."""
+        self.refs -= 1
+        if self.refs == 0 and self.buffer is not None:
+            _pinned_give(self.buffer)
+            self.buffer, self.parts = None, []
