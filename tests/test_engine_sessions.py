@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_lm import random_ids as _ids
 from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
 
@@ -22,10 +23,6 @@ IMG_START, IMG_END = 19, 20
 @pytest.fixture(scope="module")
 def model():
     return tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=5)
-
-
-def _ids(n, seed, lo=3, hi=96):
-    return torch.randint(lo, hi, (n,), generator=torch.Generator().manual_seed(seed))
 
 
 def _alone(model, history, n, **kw):

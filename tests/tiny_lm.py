@@ -32,6 +32,11 @@ TINY = dict(
 )
 
 
+def random_ids(n: int, seed: int, lo: int = 3, hi: int = 96) -> torch.Tensor:
+    """n token ids in [lo, hi) from a seeded generator (the tiny vocabulary, special ids left out)."""
+    return torch.randint(lo, hi, (n,), generator=torch.Generator().manual_seed(seed))
+
+
 @pytest.fixture(autouse=True)
 def scan_backend_of_the_device():
     """Run the models on the scan backend ``backend=None`` picks for the device *without* the test

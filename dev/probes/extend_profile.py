@@ -22,29 +22,15 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 from bench_serving import SMALL, build  # noqa: E402
+from timing import times_ms  # noqa: E402
 
 from holotron.config import TextConfig  # noqa: E402
 from holotron.state import DecodeState  # noqa: E402
 
 
 def cuda_ms(fn, reps=3):
-    fn()
-    if not torch.cuda.is_available():
-        import time
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        return (time.perf_counter() - t) * 1e3 / reps
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
+    """Median milliseconds per call after one warm-up call (benchmarks/timing.py)."""
+    return statistics.median(times_ms(fn, 1, reps, "cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def main() -> int:
