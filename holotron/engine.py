@@ -17,14 +17,10 @@ get rows and their new tokens embedded, screenshots batched), then one prefill c
 (``holotron/engine_prefill.py``). Decoding never waits for more than one chunk.
 
 The decode step, ``_step(b)`` (``holotron/engine_step.py``): ``HybridLM.step`` on the first b rows of
-the ``DecodeState`` (every layer's own one-token ``step``; ``torch.compile``d as a whole with
-``compile=True``) -> greedy or sampled token (``holotron/sampling.py``), written back as the next
-step's input. Every shape is fixed by ``b``
-and ``max_len``; positions are the ``lengths`` tensor; rows whose ``active`` is 0 (prefilling, idle
-sessions, free rows) keep their state; nothing reads a value back to the host. On CUDA ``_step(b)`` is
-captured once per batch size in ``batch_sizes`` (a torch.cuda.CUDAGraph each, one memory pool) and
-replayed per token; elsewhere, or with ``cuda_graph=False``, it runs eagerly: the same code, which is
-what the CPU tests compare with ``holotron.generate``.
+the ``DecodeState`` -> greedy or sampled token, written back as the next step's input; static shapes,
+no host sync; rows whose ``active`` is 0 (prefilling, idle sessions, free rows) keep their state. On
+CUDA it is captured once per batch size in ``batch_sizes`` and replayed per token; elsewhere, or with
+``cuda_graph=False``, it runs eagerly: the same code, which the CPU tests compare with ``generate``.
 
 Rows: every turn runs in a session (``holotron/engine_sessions.py``; a plain ``submit`` opens a temporary
 one, closed when its turn ends). The decoding rows are kept at rows [0, n) by moving or swapping rows, and
@@ -287,6 +283,15 @@ class Engine(Admission, Sessions, CapturedStep):
         """Step until the queue is empty and every turn has finished."""
         while not self.idle:
             self.step()
+            self._check_progress()
+
+    def _check_progress(self) -> None:
+        """Turns are queued, nothing runs, and no row can be had: stepping would wait forever."""
+        if self.queue and self.live == 0 and not self.prefilling and self.inflight is None:
+            held = sum(q is not None for q in self.rows)
+            raise RuntimeError(f"Engine: {len(self.queue)} turn(s) wait for a row but idle sessions hold all "
+                               f"{held} rows and offload is off: close or save sessions (Engine.close / "
+                               "Engine.save), or build the engine with offload=True")
 
     # ------------------------------------------------------------------ decode
     def _decode(self) -> list[tuple[Request, int]]:

@@ -35,6 +35,7 @@ def stream(eng, input_ids: torch.Tensor, max_new_tokens: int, *, attention_mask:
         while k < max_new_tokens and not all(r.done and len(r.tokens) <= k for r in reqs):
             while not all(r.done or len(r.tokens) > k for r in reqs):
                 eng.step()
+                eng._check_progress()
             out = [r.tokens[k] if len(r.tokens) > k else pad_token_id for r in reqs]
             yield torch.tensor(out, dtype=torch.long, device=input_ids.device)
             k += 1

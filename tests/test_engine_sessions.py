@@ -288,6 +288,19 @@ def test_bad_requests_get_one_clear_error_and_the_others_are_served(model):
     assert eng.idle and eng.live == 0
 
 
+def test_without_offload_idle_sessions_holding_every_row_are_said_not_waited_for(model):
+    eng = Engine(model, max_batch=1, max_len=64, offload=False)
+    s = eng.session()
+    eng.submit(_ids(4, seed=1), session=s, max_new_tokens=2)
+    eng.run()
+    waiting = eng.submit(_ids(4, seed=2), max_new_tokens=2)
+    with pytest.raises(RuntimeError, match="idle sessions hold all 1 rows and offload is off"):
+        eng.run()
+    eng.save(s)
+    eng.run()
+    assert waiting.done and waiting.tokens == _alone(model, _ids(4, seed=2), 2)
+
+
 def test_an_image_token_count_that_does_not_match_is_refused_at_submit():
     model = tiny_vl(seed=2)
     eng = Engine(model, max_batch=2, max_len=128)
