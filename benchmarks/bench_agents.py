@@ -177,7 +177,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     t = time.perf_counter()
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens, timing=True,
                  ssm_dtype=args.ssm_dtype, overlap=args.overlap == "on",
-                 step_prompt_max=args.step_prompt_max)
+                 step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens)
     setup_s = time.perf_counter() - t
 
     # warm-up: one turn alone, then turns of min(N, 4) sessions together, the second turn of each too
@@ -478,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks on their own CUDA stream while decoding goes on (auto: the engine's "
                          "default, off)")
+    ap.add_argument("--prefill-min-tokens", type=int, default=0,
+                    help="while rows decode, wait (at most 8 steps) until this many prompt tokens can share a chunk")
     ap.add_argument("--step-prompt-max", type=int, default=32,
                     help="text-only turns up to this many tokens read through decode steps (0: off)")
     ap.add_argument("--prefill-tokens", type=int, default=8192, help="the engine's prefill chunk (tokens)")
@@ -500,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "python": platform.python_version(),
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
-        "overlap": args.overlap,
+        "overlap": args.overlap, "prefill_min_tokens": args.prefill_min_tokens,
         "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }

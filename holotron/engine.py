@@ -71,7 +71,10 @@ class Engine(Admission, Sessions, CapturedStep):
     ``prefill_tokens``: the most tokens (pads included) one engine step prefills. ``vision_tiles``: the
     most screenshot tiles per vision-encoder call. ``step_prompt_max``: a text-only turn of at most this
     many new tokens, admitted while other rows decode, is fed through the decode steps (one token a step,
-    almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off. ``overlap``
+    almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off.
+    ``prefill_min_tokens`` (0: off; not measured yet): while rows decode, a chunk starts only once this
+    many prompt tokens wait or the oldest has waited ``prefill_max_wait`` steps (fewer, fuller chunks:
+    each pays the whole weight read and the launch of every layer). ``overlap``
     (CUDA, off by default: measured slower, see docs/benchmarks.md): a prefill chunk runs on its own
     stream while the decode steps go on (``holotron/engine_prefill.py``). ``offload``: save idle
     sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current
@@ -92,7 +95,8 @@ class Engine(Admission, Sessions, CapturedStep):
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
-                 step_prompt_max: int = 32, overlap: bool = False):
+                 step_prompt_max: int = 32, overlap: bool = False, prefill_min_tokens: int = 0,
+                 prefill_max_wait: int = 8):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -111,6 +115,7 @@ class Engine(Admission, Sessions, CapturedStep):
         self.prefill_tokens = prefill_tokens
         self.vision_tiles = vision_tiles
         self.step_prompt_max = step_prompt_max
+        self.prefill_min_tokens, self.prefill_max_wait = prefill_min_tokens, prefill_max_wait
         self.offload = offload
         self.timing = timing
         self.cuda_graph = (self.device.type == "cuda") if cuda_graph is None else bool(cuda_graph)
@@ -284,14 +289,6 @@ class Engine(Admission, Sessions, CapturedStep):
         while not self.idle:
             self.step()
             self._check_progress()
-
-    def _check_progress(self) -> None:
-        """Turns are queued, nothing runs, and no row can be had: stepping would wait forever."""
-        if self.queue and self.live == 0 and not self.prefilling and self.inflight is None:
-            held = sum(q is not None for q in self.rows)
-            raise RuntimeError(f"Engine: {len(self.queue)} turn(s) wait for a row but idle sessions hold all "
-                               f"{held} rows and offload is off: close or save sessions (Engine.close / "
-                               "Engine.save), or build the engine with offload=True")
 
     # ------------------------------------------------------------------ decode
     def _decode(self) -> list[tuple[Request, int]]:

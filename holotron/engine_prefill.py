@@ -164,7 +164,7 @@ class Admission:
             if req.x is None:  # a prefix and nothing more: its logits give the first token
                 instant.append(req)
             else:
-                req.phase = "prefill"
+                req.phase, req.admitted_step = "prefill", self.steps
                 self.prefilling.append(req)
         if instant:
             logits = torch.stack([r.prefix.logits for r in instant]).to(self.device)
@@ -220,7 +220,7 @@ class Admission:
             if not ev.query() and any(self._decoding(i) for i in range(self.max_batch)):
                 return out  # the rows decoding go on meanwhile
             out += self._finish_chunk()
-        if not self.prefilling:
+        if not self.prefilling or self._gathering():
             return out
         budget = self.prefill_tokens
         take, T = [], 0
@@ -248,6 +248,14 @@ class Admission:
             ev.record()
         self.inflight = (take, counts, logits, ev)
         return out
+
+    def _gathering(self) -> bool:
+        """Wait for a fuller chunk (``prefill_min_tokens``) while rows decode, at most ``prefill_max_wait`` steps."""
+        if self.prefill_min_tokens < 1 or not any(self._decoding(i) for i in range(self.max_batch)):
+            return False
+        waiting = sum(r.x.shape[0] - r.pos for r in self.prefilling)
+        oldest = min(r.admitted_step for r in self.prefilling)
+        return waiting < self.prefill_min_tokens and self.steps - oldest < self.prefill_max_wait
 
     def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
         x = take[0].x.new_zeros(len(take), T, take[0].x.shape[-1])

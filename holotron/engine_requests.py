@@ -95,6 +95,7 @@ class Request:
     t_done: float | None = None
     x: torch.Tensor | None = None         # (T, D) embeddings to prefill (while in the prefill phase)
     pos: int = 0                          # how many of them are prefilled
+    admitted_step: int = 0                # the engine step it entered the prefill at
     forced: list[int] | None = None       # a short prompt fed through decode steps instead (its ids)
     fpos: int = 0                         # how many of them the decode steps have been given
 

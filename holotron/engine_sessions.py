@@ -192,6 +192,14 @@ class Sessions:
                 b.row = src
         return n
 
+    def _check_progress(self) -> None:
+        """Turns are queued, nothing runs, and no row can be had: stepping would wait forever."""
+        if self.queue and self.live == 0 and not self.prefilling and self.inflight is None:
+            held = sum(q is not None for q in self.rows)
+            raise RuntimeError(f"Engine: {len(self.queue)} turn(s) wait for a row but idle sessions hold all "
+                               f"{held} rows and offload is off: close or save sessions (Engine.close / "
+                               "Engine.save), or build the engine with offload=True")
+
     def _set_row_sampling(self, row: int, req: Request) -> None:
         self.temperature[row] = req.temperature
         self.top_k[row] = req.top_k if req.top_k is not None else self.vocab

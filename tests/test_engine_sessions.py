@@ -184,6 +184,21 @@ def test_short_prompts_read_through_decode_steps_equal_a_prefill(model):
     assert runs[0][0] == runs[32][0] == [_reference(model, turns) for turns in agents]
 
 
+def test_waiting_for_fuller_chunks_runs_fewer_and_gives_the_same_tokens(model):
+    agents = [[(_ids(6 + 2 * a, seed=100 + a), 3 + a), (_ids(9, seed=110 + a), 4)] for a in range(4)]
+    runs = {}
+    for least in (0, 24):
+        eng = Engine(model, max_batch=4, max_len=128, step_prompt_max=0, prefill_min_tokens=least,
+                     prefill_max_wait=3)
+        chunks = []
+        orig = eng.lm.extend
+        eng.lm.extend = lambda *a, **k: (chunks.append(1), orig(*a, **k))[1]
+        runs[least] = (_drive(eng, agents)[0], len(chunks))
+        del eng.lm.extend
+    assert runs[0][0] == runs[24][0] == [_reference(model, turns) for turns in agents]
+    assert runs[24][1] < runs[0][1]
+
+
 @pytest.mark.parametrize("overlap", [False, True])
 def test_a_row_being_prefilled_below_the_decoding_ones_is_moved_only_after_its_chunk(model, overlap):
     """Agent 0 ends its first turn early and sends a long second one (several chunks) from a low row
