@@ -95,7 +95,7 @@ class Attention(nn.Module):
         return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
     def _forward_rows(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
-        """u (b, T, D), left-padded; row i's last ``counts[i]`` tokens are new tokens of cache row
+        """u (b, T, D), right-padded; row i's first ``counts[i]`` tokens are new tokens of cache row
         ``rows[i]``, going to slots ``starts[i]`` on. One SDPA per row over its filled slots (GQA in the
         kernel); pad positions return zeros."""
         b, t, _ = u.shape
@@ -108,15 +108,15 @@ class Attention(nn.Module):
         for i, (r, s0, n) in enumerate(zip(where.rows, where.starts, where.counts)):
             if n == 0:
                 continue
-            cache.k[r, :, s0:s0 + n] = k[i, :, t - n:]
-            cache.v[r, :, s0:s0 + n] = v[i, :, t - n:]
+            cache.k[r, :, s0:s0 + n] = k[i, :, :n]
+            cache.v[r, :, s0:s0 + n] = v[i, :, :n]
             kr, vr = cache.k[r:r + 1, :, :s0 + n], cache.v[r:r + 1, :, :s0 + n]
-            qr = q[i:i + 1, :, t - n:]
+            qr = q[i:i + 1, :, :n]
             if s0 == 0 or n == 1:  # plain causal over the row's own tokens, or one query that sees all
                 out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=n > 1, enable_gqa=gqa)
             else:
                 out = _lower_right(qr, kr, vr, gqa)
-            y[i, :, t - n:] = out[0]
+            y[i, :, :n] = out[0]
         return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
     def step(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:

@@ -8,7 +8,7 @@ through the vision encoder together (``vision_tiles`` tiles per call).
 
 Prefill (``_prefill_step``): one chunk per engine step, at most ``prefill_tokens`` tokens (pads
 included) taken from the prefilling requests in arrival order, several requests side by side
-(left-padded), a long prompt over several steps; ``HybridLM.extend`` writes straight into their rows.
+(right-padded), a long prompt over several steps; ``HybridLM.extend`` writes straight into their rows.
 A request whose prompt is done gets its first token from the chunk's last logits. With ``overlap`` (CUDA)
 the chunk runs on its own stream while the next engine steps decode on the current one: decoding rows
 never wait for a chunk (the decode step is bandwidth-bound, a chunk is matmul-bound, and they share the
@@ -260,7 +260,7 @@ class Admission:
     def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
         x = take[0].x.new_zeros(len(take), T, take[0].x.shape[-1])
         for i, (r, n) in enumerate(zip(take, counts)):
-            x[i, T - n:] = r.x[r.pos:r.pos + n]
+            x[i, :n] = r.x[r.pos:r.pos + n]
         return self.lm.extend(x, self.state, rows, starts, counts, advance=advance)
 
     def _order_after_chunk(self, rows) -> None:

@@ -113,10 +113,11 @@ class HybridLM(nn.Module):
     def extend(self, inputs_embeds: torch.Tensor, state: DecodeState, rows: list[int], starts: list[int],
                counts: list[int], advance: bool = True) -> torch.Tensor:
         """Prefill new tokens into rows of a ``DecodeState`` (the decode engine's admissions and session
-        turns): inputs_embeds (b, T, D) left-padded, row i's last ``counts[i]`` positions are new tokens of
-        state row ``rows[i]``, whose length before the call is ``starts[i]`` (host ints: no sync). The
-        rows' Mamba states, KV slots and lengths advance (``advance=False``: not ``state.lengths``, which
-        the caller then sets); returns fp32 logits (b, V) at the last position."""
+        turns): inputs_embeds (b, T, D) right-padded, row i's first ``counts[i]`` positions are new tokens
+        of state row ``rows[i]``, whose length before the call is ``starts[i]`` (host ints: no sync). Pads
+        after the tokens let the Mamba conv run on the rows as they are (no reordering). The rows' Mamba
+        states, KV slots and lengths advance (``advance=False``: not ``state.lengths``, which the caller
+        then sets); returns fp32 logits (b, V) at each row's last new token."""
         b, t, d = inputs_embeds.shape
         if not (len(rows) == len(starts) == len(counts) == b):
             raise ValueError(f"extend: rows, starts and counts need one entry per batch row ({b})")
@@ -126,18 +127,19 @@ class HybridLM(nn.Module):
         if max(s + n for s, n in zip(starts, counts)) > state.max_len:
             raise ValueError(f"extend: a row would exceed max_len {state.max_len}")
         dev = inputs_embeds.device
+        cnt = torch.tensor(counts, device=dev)
         mask = None
         if min(counts) < t:
-            cnt = torch.tensor(counts, device=dev)
-            mask = torch.arange(t, device=dev)[None, :] >= (t - cnt)[:, None]
-        where = Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts))
+            mask = torch.arange(t, device=dev)[None, :] < cnt[:, None]
+        where = Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts), pads_after=True)
         x = inputs_embeds.float() if self.config.residual_in_fp32 else inputs_embeds
         for blk, st in zip(self.backbone.layers, state.layers):
             x = blk(x, st, where)
         if advance:
             idx = torch.tensor(rows, device=state.lengths.device)
             state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
-        h = self.backbone.norm_f(x[:, -1].to(self.backbone.norm_f.weight.dtype))
+        last = x[torch.arange(b, device=dev), cnt - 1]  # (b, D): each row's last new token
+        h = self.backbone.norm_f(last.to(self.backbone.norm_f.weight.dtype))
         return self.lm_head(h.to(self.lm_head.weight.dtype)).float()
 
     # ------------------------------------------------------------------ forward

@@ -107,13 +107,15 @@ class Mamba2Mixer(nn.Module):
             ssm=new(batch_size, self.n_heads, self.head_dim, self.d_state, device=w.device, dtype=ssm_dtype),
         )
 
-    def _conv(self, xBC: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None) -> torch.Tensor:
-        """silu(causal depthwise conv) over (B, T, conv_dim); reads and updates the window in ``state``."""
+    def _conv(self, xBC: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None,
+              pads_after: bool = False) -> torch.Tensor:
+        """silu(causal depthwise conv) over (B, T, conv_dim); reads and updates the window in ``state``.
+        ``pads_after``: every row's pads follow its tokens, which are then already in a row."""
         b, t, c = xBC.shape
         K = self.d_conv
         xt = xBC.transpose(1, 2).to(self.conv1d.weight.dtype)           # (B, c, T)
         order = None
-        if mask is not None:
+        if mask is not None and not pads_after:
             # real tokens first (stable), pads after: the conv then sees each row's real tokens in a row
             order = torch.sort((~mask).to(torch.uint8), dim=1, stable=True).indices  # (B, T)
             xt = xt.gather(2, order[:, None, :].expand(b, c, t))
@@ -148,7 +150,7 @@ class Mamba2Mixer(nn.Module):
         rows are its ``where.rows``."""
         if where is not None and where.rows is not None:
             part = state.take(where.rows)
-            out = self.forward(u, part, Positions(mask=where.mask))
+            out = self.forward(u, part, Positions(mask=where.mask, pads_after=where.pads_after))
             state.put(where.rows, part)
             return out
         mask = None if where is None else where.mask
@@ -159,7 +161,7 @@ class Mamba2Mixer(nn.Module):
         z, xBC, dt = self.in_proj(u).split([self.d_inner, self.conv_dim, H], dim=-1)
         if mask is not None:
             xBC = xBC * mask[..., None].to(xBC.dtype)
-        xBC = self._conv(xBC, state, mask)
+        xBC = self._conv(xBC, state, mask, where is not None and where.pads_after)
         x, B, C = xBC.split([self.d_inner, G * N, G * N], dim=-1)
 
         dt = F.softplus(dt.float() + self.dt_bias.float())                 # (B, T, H) fp32

@@ -171,8 +171,8 @@ class Positions:
     0 on rows whose state must not change (rows of the engine that are not decoding).
     Prefill into rows of a ``DecodeState`` (``HybridLM.extend``): ``rows`` (host ints, b of them) the
     state rows of the batch's rows, ``starts`` their lengths before the call (the KV slot of their first
-    new token), ``counts`` their real tokens this call (left-padded: the last ``counts[i]`` positions);
-    ``mask`` as for prefill.
+    new token), ``counts`` their real tokens this call (right-padded: the first ``counts[i]`` positions;
+    ``pads_after`` True); ``mask`` as for prefill.
     """
 
     mask: torch.Tensor | None = None
@@ -184,6 +184,7 @@ class Positions:
     rows: list[int] | None = None
     starts: list[int] | None = None
     counts: list[int] | None = None
+    pads_after: bool = False  # every pad of ``mask`` comes after its row's tokens
 
 
 class DecodeState:

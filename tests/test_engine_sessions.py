@@ -76,7 +76,7 @@ def test_extend_into_scattered_rows_equals_one_forward(model):
             t = max(len(p) for p in parts)
             x = torch.zeros(len(parts), t, model.config.hidden_size)
             for i, p in enumerate(parts):
-                x[i, t - len(p):] = model.backbone.embeddings(p)
+                x[i, :len(p)] = model.backbone.embeddings(p)  # right-padded
             return x
 
         first = [p[:c] for p, c in zip(prompts, cut)]
@@ -374,7 +374,7 @@ def test_extend_on_cuda_matches_one_forward(dtype):
             t = max(len(p) for p in pieces)
             x = torch.zeros(3, t, cfg.hidden_size, device="cuda", dtype=dtype)
             for i, p in enumerate(pieces):
-                x[i, t - len(p):] = model.backbone.embeddings(p)
+                x[i, :len(p)] = model.backbone.embeddings(p)  # right-padded
             out = model.extend(x, st, [3, 0, 1], [0] * 3 if part == 0 else cut, [len(p) for p in pieces])
     tol = 1e-4 if dtype == torch.float32 else 5e-2
     err = ((out - ref).abs().max() / ref.abs().max()).item()

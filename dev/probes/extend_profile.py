@@ -4,7 +4,7 @@ plain ``forward`` over an InferenceState on the same tokens. Random bf16 weights
     PYTHONPATH=. python3 dev/probes/extend_profile.py --out $OUT
 
 Cases (25 rows x ~320 tokens, the agents benchmark's one-tile turn): forward (no pads, no state rows),
-extend on consecutive rows with equal counts (no mask), extend with varied counts (left pads: the
+extend on consecutive rows with equal counts (no mask), extend with varied counts (pads: the
 masked path) on non-consecutive rows (Mamba states copied in and out), the same after 2,000 tokens of
 history (attention over the cache). Times are CUDA-event medians; the last case is also profiled
 (the top CUDA kernels by total time).
@@ -65,14 +65,14 @@ def main() -> int:
         cases = {
             "forward (InferenceState, no pads)": fwd,
             "extend, consecutive rows, no pads": ext(list(range(b)), [t] * b, 0),
-            "extend, scattered rows, left pads": ext(scattered, varied, 0),
-            "extend, scattered rows, left pads, 2,000 tokens of history": ext(scattered, varied, 2000),
+            "extend, scattered rows, pads": ext(scattered, varied, 0),
+            "extend, scattered rows, pads, 2,000 tokens of history": ext(scattered, varied, 2000),
         }
         for name, fn in cases.items():
             ms = cuda_ms(fn)
             res[name] = {"ms": ms, "tokens_per_s": b * t / ms * 1e3}
             print(f"{name:62s} {ms:8.1f} ms  {b * t / ms * 1e3:9.0f} tok/s", flush=True)
-        prof_fn = cases["extend, scattered rows, left pads, 2,000 tokens of history"]
+        prof_fn = cases["extend, scattered rows, pads, 2,000 tokens of history"]
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda"
                                                          else [])
         with torch.profiler.profile(activities=acts) as prof:
