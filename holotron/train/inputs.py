@@ -69,15 +69,31 @@ def check_inputs(args):
 
 def prepare_tokenizer(args, out: Path, log) -> Path:
     """The tokenizer folder of the run: ``given_tokenizer``'s, else one trained into OUT/tokenizer (once:
-    a later run into the same OUT reuses it)."""
+    a later run into the same OUT reuses it, and must ask for the same kind).
+
+    The kind is ``args.tokenizer_kind`` ("bpe" when absent; holotron/tokenizer.py's ``KINDS``): "bpe" has
+    ``args.vocab_size`` ids; "word" is sized by its corpus (every word one token, plus the 1,001 number
+    tokens), so ``args.vocab_size`` does not apply to it."""
     if (given := given_tokenizer(args)) is not None:
         return given
-    from ..tokenizer import build_task_tokenizer
+    from tokenizers import Tokenizer
 
+    from ..tokenizer import build_task_tokenizer, coordinate_token_ids
+
+    kind = getattr(args, "tokenizer_kind", None) or "bpe"
     folder = out / "tokenizer"
     if not (folder / "tokenizer.json").is_file():
         t = time.perf_counter()
-        build_task_tokenizer(folder, args.vocab_size, args.tokenizer_corpus)
-        log(f"trained the tokenizer ({args.vocab_size} tokens) on {args.tokenizer_corpus} screens in "
+        try:
+            build_task_tokenizer(folder, args.vocab_size if kind == "bpe" else None, args.tokenizer_corpus, kind=kind)
+        except ValueError as e:
+            raise SystemExit(f"holotron.train: error: --tokenizer-kind {kind}: {e}") from None
+        size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size()
+        log(f"trained the {kind} tokenizer ({size} tokens) on {args.tokenizer_corpus} screens in "
             f"{time.perf_counter() - t:.1f} s -> {folder}")
+    else:
+        have = "bpe" if coordinate_token_ids(Tokenizer.from_file(str(folder / "tokenizer.json"))) is None else "word"
+        if have != kind:
+            raise SystemExit(f"holotron.train: error: {folder} holds a {have} tokenizer but the run asks for "
+                             f"--tokenizer-kind {kind}: use another --out, or the same kind")
     return folder
