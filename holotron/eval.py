@@ -1,7 +1,9 @@
-"""Grounding evaluation: point-in-box accuracy with a Wilson 95% interval and a per-role breakdown.
+"""Grounding evaluation: point-in-box accuracy with a Wilson 95% interval, broken down per role and, on
+synthetic screens, per screen-size family and per vocabulary (target label held out of training or not).
 
     python -m holotron.eval --model holotron-tiny-ui --n 1000                     # held-out synthetic screens
-    python -m holotron.eval --model M --split train --n 200                       # training looks, new seeds
+    python -m holotron.eval --model M --split train --n 200 --dev                 # training looks, dev seeds
+    python -m holotron.eval --model M --ladder --n 200 --dev                      # the three rungs, one table
     python -m holotron.eval --model M --data screenspot.json --box-format xywh --box-space pixel
     python -m holotron.eval ... --json          # one JSON object on stdout
     python -m holotron.eval ... --out DIR       # a few annotated hits and misses as PNG + predictions.jsonl
@@ -13,9 +15,20 @@ greedy ``holotron.generate``, exactly as at inference.
 
 Data:
   synthetic    ``holotron.data.generate_sample`` screens of ``--split`` (default "heldout": themes,
-               hues, corners, font sizes, screen sizes and layouts the training split never shows),
-               seeds ``--seed0`` .. ``--seed0 + n - 1`` (training streams use seeds below 10**9 for
-               their first seed, far under the default 10**9 + ...; see holotron.train).
+               hues, corners, font sizes, screen sizes and layouts the training split never shows)
+               and ``--vocab`` (default "all"; "heldout": targets whose label training screens made
+               with vocab="train" never show, holotron.data.heldout_vocab), seeds ``--seed0`` ..
+               ``--seed0 + n - 1`` (training streams use seeds below 10**9 for their first seed, far
+               under the default 10**9 + ...; see holotron.train).
+  seeds        two ranges: DEV_SEED0 = 3 * 10**9 (``--dev``) is for every training-time eval and every
+               decision (checkpoints, settings, ablations); EVAL_SEED0 = 10**9 (the default) gives the
+               1,000 screens of the reported number only, looked at once a model is chosen, so the
+               reported number was not used to pick it.
+  ladder       ``--ladder``: the same model on (a) training looks on new seeds (split train, vocab all),
+               (b) held-out looks (split heldout, vocab all), (c) held-out vocabulary (split train, vocab
+               heldout), n screens each from the same first seed; one table, or one JSON object with the
+               three reports. Rungs (a) and (c) share most screens (holotron.data.screens: a vocab="heldout"
+               screen is the vocab="all" one of its seed, with a held-out-label target, when it has one).
   ScreenSpot   a JSON list of {"image": path relative to the JSON file, "instruction": text,
                "bbox": [4 numbers]} (``img_filename`` is read as ``image``); the box format (xyxy:
                corners, xywh: corner + size) and space (pixel, normalized 0-1, model 0-1000) are given
@@ -26,184 +39,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
-from .grounding import Box, Point, draw_click, localization_messages, parse_click, point_in_box
+from .data.eval_report import Prediction, Report, wilson_interval
+from .data.eval_sets import DEV_SEED0, EVAL_SEED0, DataError, Example, read_screenspot, synthetic_examples
+from .grounding import draw_click, localization_messages, parse_click, point_in_box
 
 __all__ = ["Example", "Prediction", "Report", "wilson_interval", "synthetic_examples", "read_screenspot",
-           "answer_batch", "evaluate", "draw_example", "main", "EVAL_SEED0"]
+           "answer_batch", "evaluate", "ladder", "ladder_table", "draw_example", "main", "EVAL_SEED0", "DEV_SEED0",
+           "LADDER"]
 
-EVAL_SEED0 = 10**9
-Z95 = 1.959963984540054  # the normal quantile of 0.975
-
-
-def wilson_interval(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion hits / n (95% with the default z); (0, 1) when n is 0."""
-    if n <= 0:
-        return 0.0, 1.0
-    if not 0 <= hits <= n:
-        raise ValueError(f"hits must be in [0, n={n}], got {hits}")
-    p = hits / n
-    z2 = z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    lo = 0.0 if hits == 0 else max(0.0, centre - half)  # exact at the edges (rounding would leave 1 - 1e-16)
-    hi = 1.0 if hits == n else min(1.0, centre + half)
-    return lo, hi
-
-
-@dataclass
-class Example:
-    image: Any          # a path or a PIL image
-    instruction: str
-    box: Box            # the target; "pixel" boxes are in the original image's pixels
-    role: str = "all"
-    id: str = ""
-
-
-@dataclass
-class Prediction:
-    id: str
-    role: str
-    instruction: str
-    answer: str
-    point: Point | None
-    hit: bool
-    box: Box
-    size: tuple[int, int]
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "role": self.role, "instruction": self.instruction, "answer": self.answer,
-                "click": None if self.point is None else [self.point.x, self.point.y], "hit": self.hit,
-                "box": [self.box.x0, self.box.y0, self.box.x1, self.box.y1], "box_space": self.box.space,
-                "image_size": list(self.size)}
-
-
-@dataclass
-class Report:
-    n: int = 0
-    hits: int = 0
-    unparseable: int = 0
-    seconds: float = 0.0
-    roles: dict[str, list[int]] = field(default_factory=dict)  # role -> [hits, n]
-    predictions: list[Prediction] = field(default_factory=list, repr=False)
-
-    @property
-    def accuracy(self) -> float:
-        return self.hits / self.n if self.n else 0.0
-
-    @property
-    def ci(self) -> tuple[float, float]:
-        return wilson_interval(self.hits, self.n)
-
-    def add(self, p: Prediction) -> None:
-        self.n += 1
-        self.hits += p.hit
-        self.unparseable += p.point is None
-        r = self.roles.setdefault(p.role, [0, 0])
-        r[0] += p.hit
-        r[1] += 1
-        self.predictions.append(p)
-
-    def per_role(self) -> dict[str, dict]:
-        out = {}
-        for role in sorted(self.roles):
-            h, n = self.roles[role]
-            lo, hi = wilson_interval(h, n)
-            out[role] = {"n": n, "hits": h, "accuracy": h / n, "ci95": [lo, hi]}
-        return out
-
-    def to_json(self) -> dict:
-        lo, hi = self.ci
-        return {"n": self.n, "hits": self.hits, "accuracy": self.accuracy, "ci95": [lo, hi],
-                "unparseable": self.unparseable, "seconds": round(self.seconds, 2), "per_role": self.per_role()}
-
-    def table(self) -> str:
-        lo, hi = self.ci
-        lines = [f"point-in-box accuracy: {self.hits}/{self.n} = {100 * self.accuracy:.1f}% "
-                 f"(95% Wilson CI {100 * lo:.1f}-{100 * hi:.1f}); unparseable answers: {self.unparseable}",
-                 f"{'role':<12} {'n':>6} {'hits':>6} {'acc %':>7}  95% CI"]
-        for role, r in self.per_role().items():
-            lines.append(f"{role:<12} {r['n']:>6} {r['hits']:>6} {100 * r['accuracy']:>7.1f}  "
-                         f"{100 * r['ci95'][0]:.1f}-{100 * r['ci95'][1]:.1f}")
-        return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- data
-
-def synthetic_examples(n: int, *, split: str = "heldout", seed0: int = EVAL_SEED0, **options) -> Iterator[Example]:
-    """``n`` synthetic screens (rendered one by one as the iterator is read)."""
-    from .data import generate_sample
-
-    for seed in range(seed0, seed0 + n):
-        s = generate_sample(seed, split=split, **options)
-        yield Example(s.image, s.instruction, s.target_box, s.target.role, f"{split}-{seed}")
-
-
-class DataError(ValueError):
-    """A ScreenSpot-style file that cannot be read; the message names the file and the entry."""
-
-
-def _check_box_range(box: Box, img: Path, where: str, raw) -> None:
-    """A box more than 1% outside its space (0-1, 0-1000, or the image's pixels) was given in another space:
-    say so rather than score every answer a miss."""
-    if box.space == "pixel":
-        from PIL import Image, UnidentifiedImageError
-
-        try:
-            with Image.open(img) as im:  # reads the header only
-                w, h = im.size
-        except (OSError, UnidentifiedImageError) as e:
-            raise DataError(f"{where}: image {img} cannot be read ({type(e).__name__}: {e})") from None
-    else:
-        w = h = 1.0 if box.space == "normalized" else 1000.0
-    if min(box.x0, box.y0) < -0.01 * max(w, h) or box.x1 > 1.01 * w or box.y1 > 1.01 * h:
-        where_to = f"the {w}x{h} image" if box.space == "pixel" else f"0-{w:g}"
-        raise DataError(f"{where}: bbox {raw!r} lies outside {where_to} (--box-space {box.space}): "
-                        "is --box-space right (pixel, normalized 0-1, model 0-1000)?")
-
-
-def read_screenspot(path, *, box_format: str, box_space: str) -> list[Example]:
-    """Examples from a JSON list of {"image", "instruction", "bbox"} (see the module docstring)."""
-    path = Path(path)
-    if box_format not in ("xyxy", "xywh"):
-        raise DataError(f"--box-format must be xyxy or xywh, got {box_format!r}")
-    if box_space not in ("pixel", "normalized", "model"):
-        raise DataError(f"--box-space must be pixel, normalized or model, got {box_space!r}")
-    try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(items, list):
-        raise DataError(f"{path}: expected a JSON list of examples, found {type(items).__name__}")
-    out = []
-    for i, it in enumerate(items):
-        where = f"{path}, entry {i}"
-        if not isinstance(it, dict):
-            raise DataError(f"{where}: expected an object, found {type(it).__name__}")
-        image = it.get("image", it.get("img_filename"))
-        missing = [k for k, v in (("image", image), ("instruction", it.get("instruction")), ("bbox", it.get("bbox")))
-                   if v is None]
-        if missing:
-            raise DataError(f"{where}: missing {', '.join(missing)}")
-        img = (path.parent / image) if not Path(image).is_absolute() else Path(image)
-        if not img.is_file():
-            raise DataError(f"{where}: image {img} not found")
-        try:
-            box = Box.from_values(it["bbox"], box_format, box_space)
-        except (TypeError, ValueError) as e:
-            raise DataError(f"{where}: bbox {it['bbox']!r}: {e}") from None
-        _check_box_range(box, img, where, it["bbox"])
-        role = it.get("role", it.get("data_type", "all"))
-        out.append(Example(str(img), str(it["instruction"]), box, str(role), str(it.get("id", i))))
-    return out
+# the ladder's rungs: (name, split, vocab)
+LADDER = (("train-look", "train", "all"), ("heldout-look", "heldout", "all"), ("heldout-vocab", "train", "heldout"))
 
 
 # ----------------------------------------------------------------------------- running the model
@@ -270,7 +120,7 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
                 point = parse_click(ans)
                 w, h = im.size
                 p = Prediction(ex.id, ex.role, ex.instruction, ans, point, point_in_box(point, ex.box, w, h),
-                               ex.box, (w, h))
+                               ex.box, (w, h), ex.family, ex.vocab)
                 rep.add(p)
                 if out is not None:
                     jsonl.write(json.dumps(p.to_json()) + "\n")
@@ -286,6 +136,45 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
             jsonl.close()
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def ladder(model, processor, n: int, *, seed0: int, out_dir=None, options: dict | None = None,
+           **evaluate_kwargs) -> dict[str, Report]:
+    """The ladder (LADDER): ``evaluate`` on ``n`` synthetic screens of each rung, seeds seed0 .. seed0 + n - 1
+    (DEV_SEED0 for decisions, EVAL_SEED0 for the reported number), in order; {rung name: Report}.
+    ``out_dir``: each rung's PNGs and predictions.jsonl in its own subfolder; ``options``: more
+    ``generate_sample`` options for every rung; ``evaluate_kwargs`` as ``evaluate``."""
+    reports = {}
+    for name, split, vocab in LADDER:
+        examples = synthetic_examples(n, split=split, seed0=seed0, vocab=vocab, **(options or {}))
+        reports[name] = evaluate(model, processor, examples, total=n,
+                                 out_dir=Path(out_dir) / name if out_dir else None, **evaluate_kwargs)
+    return reports
+
+
+def ladder_table(reports: dict[str, Report]) -> str:
+    """One compact table: a column per rung, rows accuracy % (and n) overall, per role, per size family and
+    per vocabulary; "-" where a rung has no such screen."""
+    names = list(reports)
+    rungs = {name: " / ".join(sv) for name, *sv in LADDER}
+    width = max(16, *(len(nm) + 2 for nm in names), *(len(sv) + 2 for sv in rungs.values()))
+
+    def row(title, cells):
+        return f"{title:<22}" + "".join(f"{c:>{width}}" for c in cells)
+
+    def cell(h, n):
+        return "-" if not n else f"{100 * h / n:.1f} ({n})"
+
+    lines = [row("", names),
+             row("split / vocab", [rungs.get(nm, "?") for nm in names]),
+             row("accuracy % (n)", [cell(r.hits, r.n) for r in reports.values()]),
+             row("95% CI", [f"{100 * r.ci[0]:.1f}-{100 * r.ci[1]:.1f}" for r in reports.values()]),
+             row("unparseable", [str(r.unparseable) for r in reports.values()])]
+    for what, attr in (("role", "roles"), ("family", "families"), ("vocab", "vocabs")):
+        keys = sorted({k for r in reports.values() for k in getattr(r, attr)})
+        for k in keys:
+            lines.append(row(f"{what} {k}", [cell(*getattr(r, attr).get(k, (0, 0))) for r in reports.values()]))
+    return "\n".join(lines)
 
 
 def draw_example(image, p: Prediction):
@@ -315,26 +204,56 @@ def draw_example(image, p: Prediction):
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m holotron.eval",
-                                description="Point-in-box grounding accuracy of a holotron checkpoint.")
+                                description="Point-in-box grounding accuracy of a holotron checkpoint.",
+                                epilog=f"Seeds: --dev (first seed DEV_SEED0 = {DEV_SEED0}) for every training-time "
+                                       f"eval and every decision; the default first seed EVAL_SEED0 = {EVAL_SEED0} "
+                                       "only for the final, reported number.")
     p.add_argument("--model",
                    help="checkpoint folder, Hugging Face repo id or bundled name (default: the bundled model)")
     p.add_argument("--data",
                    help="ScreenSpot-style JSON list of {image, instruction, bbox} (default: synthetic screens)")
     p.add_argument("--box-format", choices=["xyxy", "xywh"], help="with --data: how bbox is written (required)")
     p.add_argument("--box-space", choices=["pixel", "normalized", "model"], help="with --data: bbox units (required)")
-    p.add_argument("--n", type=int, default=1000, help="synthetic screens (or the first N entries of --data)")
-    p.add_argument("--split", default="heldout", help="synthetic split: heldout (default) or train (new seeds)")
-    p.add_argument("--seed0", type=int, default=EVAL_SEED0, help=f"first synthetic seed (default {EVAL_SEED0})")
+    p.add_argument("--n", type=int, default=1000,
+                   help="synthetic screens (per rung with --ladder), or the first N entries of --data")
+    p.add_argument("--split", help="synthetic split: heldout (default) or train (new seeds)")
+    p.add_argument("--vocab", choices=["all", "train", "heldout"],
+                   help="synthetic labels: all (default), train (no held-out label on the screen) or heldout "
+                        "(targets with a held-out label)")
+    p.add_argument("--seed0", type=int, help=f"first synthetic seed (default {EVAL_SEED0}, or {DEV_SEED0} with --dev)")
+    p.add_argument("--dev", action="store_true",
+                   help=f"the dev seeds (first seed DEV_SEED0 = {DEV_SEED0}): for decisions; the default seeds "
+                        "are for the reported number only")
+    p.add_argument("--ladder", action="store_true",
+                   help="three rungs of --n synthetic screens each: training looks (split train), held-out looks "
+                        "(split heldout), held-out vocabulary (split train, vocab heldout); one table")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto: bfloat16 on CUDA, float32 on the CPU")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.add_argument("--out", help="folder for annotated example PNGs and predictions.jsonl")
+    p.add_argument("--out", help="folder for annotated example PNGs and predictions.jsonl (a subfolder per rung "
+                                 "with --ladder)")
     p.add_argument("--examples", type=int, default=8, help="annotated PNGs to write with --out (hits and misses)")
     p.add_argument("--no-progress", action="store_true")
     return p
+
+
+def _flag_conflict(args) -> str | None:
+    """The first flag that does not go with the others, as one line; None when they agree."""
+    if args.data:
+        for flag, given in (("--ladder", args.ladder), ("--vocab", args.vocab), ("--split", args.split),
+                            ("--dev", args.dev), ("--seed0", args.seed0 is not None)):
+            if given:
+                return f"{flag} chooses synthetic screens and cannot go with --data {args.data}"
+    if args.ladder:
+        for flag, given in (("--split", args.split), ("--vocab", args.vocab)):
+            if given:
+                return f"{flag} cannot go with --ladder: the ladder runs every split and vocab of its rungs itself"
+    if args.dev and args.seed0 is not None:
+        return "--dev and --seed0 both choose the first seed: give one"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     from .weights import load
 
     args = _parser().parse_args(argv)
+    conflict = _flag_conflict(args)
+    if conflict:  # a usage error: argparse's exit code
+        print(f"holotron.eval: error: {conflict}", file=sys.stderr)
+        return 2
+    split, vocab = args.split or "heldout", args.vocab or "all"
+    seed0 = args.seed0 if args.seed0 is not None else DEV_SEED0 if args.dev else EVAL_SEED0
     try:
         if args.data and (args.box_format is None or args.box_space is None):
             raise CLIError("--data needs --box-format (xyxy or xywh) and --box-space (pixel, normalized or model)")
@@ -366,24 +291,41 @@ def main(argv: list[str] | None = None) -> int:
             examples = read_screenspot(args.data, box_format=args.box_format, box_space=args.box_space)[:args.n]
             source = {"data": args.data, "box_format": args.box_format, "box_space": args.box_space}
         else:
-            examples = synthetic_examples(args.n, split=args.split, seed0=args.seed0)
-            source = {"synthetic": args.split, "seed0": args.seed0}
+            examples = None if args.ladder else synthetic_examples(args.n, split=split, seed0=seed0, vocab=vocab)
+            source = {"seed0": seed0, "dev": seed0 == DEV_SEED0} if args.ladder else \
+                {"synthetic": split, "vocab": vocab, "seed0": seed0, "dev": seed0 == DEV_SEED0}
         model = load(model_id, dtype=dtype, device=device)
         if not isinstance(model, Holotron):
             raise CLIError(f"{model_id} is a text-only model: grounding needs a VL checkpoint")
         processor = Processor.from_pretrained(model_id)
         model.eval()
-        rep = evaluate(model, processor, examples, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                       device=device, dtype=dtype, total=min(args.n, len(examples)) if args.data else args.n,
-                       progress=not args.no_progress, out_dir=args.out, n_draw=args.examples)
+        common = dict(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=device, dtype=dtype,
+                      progress=not args.no_progress, n_draw=args.examples)
+        if args.ladder:
+            reports = ladder(model, processor, args.n, seed0=seed0, out_dir=args.out, **common)
+        else:
+            rep = evaluate(model, processor, examples, total=min(args.n, len(examples)) if args.data else args.n,
+                           out_dir=args.out, **common)
     except (CLIError, DataError, ValueError, FileNotFoundError, OSError) as e:
         print(f"holotron.eval: error: {e}", file=sys.stderr)
         return 1
-    result = {"model": str(model_id), **source, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-              **rep.to_json()}
-    if args.json:
-        print(json.dumps(result))
+    head = {"model": str(model_id), **source, "device": str(device), "dtype": str(dtype).replace("torch.", "")}
+    kind = {DEV_SEED0: "the dev seeds, for decisions", EVAL_SEED0: "the reported seeds"}.get(seed0, "custom seeds")
+    seeds = f"seeds {seed0}.. ({kind})"
+    if args.ladder:
+        if args.json:
+            rungs = {name: {"split": sp, "vocab": vo, **reports[name].to_json()} for name, sp, vo in LADDER}
+            print(json.dumps({**head, "n": args.n, "ladder": rungs}))
+        else:
+            secs = sum(r.seconds for r in reports.values())
+            print(f"ladder: {len(reports)} x {args.n} synthetic screens, {seeds}")
+            print(ladder_table(reports))
+            print(f"{len(reports) * args.n} examples in {secs:.1f} s on {device}")
+    elif args.json:
+        print(json.dumps({**head, **rep.to_json()}))
     else:
+        if not args.data:
+            print(f"synthetic screens: split {split}, vocab {vocab}, {seeds}")
         print(rep.table())
         print(f"{rep.n} examples in {rep.seconds:.1f} s ({rep.n / max(rep.seconds, 1e-9):.2f} per second) on {device}")
     if args.out:

@@ -254,6 +254,102 @@ def test_labels_file():
 
 
 # ----------------------------------------------------------------------------------------------
+# the held-out vocabulary
+# ----------------------------------------------------------------------------------------------
+
+def test_heldout_vocab_is_a_stable_sixth_of_the_labels_and_never_a_fixed_text():
+    import zlib
+
+    from holotron.data import heldout_vocab
+    from holotron.data.vocab import fixed_texts
+    from holotron.data.widgets import ICONS
+
+    held = heldout_vocab()
+    labels = {s.lower() for s in all_labels()}
+    assert held <= labels and all(h == h.lower() for h in held)
+    assert 0.12 <= len(held) / len(labels) <= 0.18, len(held)
+    # the rule, written out again: crc32 of the lower-cased label (stable across runs, unlike hash())
+    assert held == {s for s in labels if zlib.crc32(s.encode()) % 100 < 15} - fixed_texts()
+    assert not held & {v.lower() for v in ICONS.values()} and not held & fixed_texts()
+    for group, pool in load_labels().items():  # every group keeps most of its labels for training
+        assert sum(s.lower() not in held for s in pool) >= 0.5 * len(pool), group
+
+
+def test_every_text_a_layout_claims_by_name_is_a_fixed_text():
+    """Literal ``claim("...")`` calls in the generator's sources name fixed texts, which are never held out."""
+    from pathlib import Path
+
+    import holotron.data
+    from holotron.data.vocab import fixed_texts
+
+    claimed = set()
+    for path in Path(holotron.data.__file__).parent.glob("*.py"):
+        claimed |= set(re.findall(r"""claim\(\s*["']([^"']+)["']""", path.read_text()))
+    assert claimed and {c.lower() for c in claimed} <= fixed_texts(), claimed - fixed_texts()
+
+
+def test_vocab_train_screens_never_show_a_heldout_label():
+    from holotron.data import heldout_vocab
+
+    held = heldout_vocab()
+    sentences = [s.lower() for s in load_labels()["sentence"] if s.lower() in held]  # drawn wrapped, line by line
+    assert sentences
+    for seed in range(25):
+        for split in ("train", "heldout"):
+            s = generate_sample(seed, split=split, vocab="train", render=False)
+            assert s.settings["vocab"] == "train"
+            assert not [e.label for e in s.elements if e.label.lower() in held], (seed, split)
+            assert not [t.text for t in s.texts if t.text.lower() in held], (seed, split)
+            joined = " ".join(t.text.lower() for t in s.texts)
+            assert not [h for h in sentences if h in joined], (seed, split)
+    # the same seed with every label does show held-out labels now and then
+    assert any(t.text.lower() in held for seed in range(10) for t in generate_sample(seed, render=False).texts)
+
+
+def test_vocab_heldout_targets_a_heldout_label_on_the_screen_of_the_same_seed():
+    from holotron.data import heldout_vocab
+
+    held = heldout_vocab()
+    same = 0
+    for seed in range(30):
+        s = generate_sample(seed, vocab="heldout", render=False)
+        assert s.target.label.lower() in held and s.target in s.elements, (seed, s.target)
+        assert s.settings["vocab"] == "heldout" and s.settings["split"] == "train"
+        ref = generate_sample(seed, render=False)
+        if s.settings["attempt"] == ref.settings["attempt"]:  # the vocab="all" screen, another target
+            assert s.elements == ref.elements and s.texts == ref.texts
+            same += 1
+    assert same >= 15
+    s = generate_sample(3, split="heldout", vocab="heldout", roles=("checkbox", "radio"), render=False)
+    assert s.target.label.lower() in held and s.target.role in ("checkbox", "radio")
+    with pytest.raises(ValueError, match="icon"):
+        generate_sample(0, vocab="heldout", roles=("icon",))
+    with pytest.raises(ValueError, match="unknown vocab"):
+        generate_sample(0, vocab="test")
+
+
+def test_vocab_all_is_the_default_screen_byte_for_byte():
+    for seed, split in ((0, "train"), (1, "heldout"), (2, "train")):
+        a, b = generate_sample(seed, split=split), generate_sample(seed, split=split, vocab="all")
+        assert a.image.tobytes() == b.image.tobytes()
+        assert (a.elements, a.texts, a.instruction, a.answer, a.settings) == \
+            (b.elements, b.texts, b.instruction, b.answer, b.settings)
+        assert "vocab" not in a.settings
+    assert corpus(5, vocab="all") == corpus(5) != corpus(5, vocab="train")
+
+
+def test_label_picker_exclude_skips_and_refuses():
+    import random
+
+    from holotron.data.labels import LabelPicker
+
+    pool = load_labels()["button"]
+    exclude = frozenset(s.lower() for s in pool[1:])
+    picker = LabelPicker(random.Random(0), exclude=exclude)
+    assert picker.take("button") == pool[0] and picker.take("button") is None  # the one label left, then none
+    assert not picker.claim(pool[1]) and picker.claim("Something else")
+
+# ----------------------------------------------------------------------------------------------
 # model input: messages, the processor, the tokenizer corpus
 # ----------------------------------------------------------------------------------------------
 

@@ -108,6 +108,40 @@ def test_scores_per_role_counts_and_intervals_on_a_scripted_model(scripted):
     assert "button" in rep.table() and "3/6 = 50.0%" in rep.table()
 
 
+def test_family_and_vocab_breakdowns_add_up_to_the_totals(scripted):
+    examples, answers, hits = _examples()
+    for k, ex in enumerate(examples):
+        ex.family, ex.vocab = ("phone", "laptop", "ultrawide")[k % 3], ("heldout", "train")[k % 2]
+    scripted(answers)
+    rep = evaluate(None, None, examples, batch_size=4, progress=False)
+    assert {f: (v["hits"], v["n"]) for f, v in rep.per_family().items()} == \
+        {"phone": (hits[0] + hits[3], 2), "laptop": (hits[1] + hits[4], 2), "ultrawide": (hits[2] + hits[5], 2)}
+    assert {f: (v["hits"], v["n"]) for f, v in rep.per_vocab().items()} == \
+        {"heldout": (hits[0] + hits[2] + hits[4], 3), "train": (hits[1] + hits[3] + hits[5], 3)}
+    js = rep.to_json()
+    for key in ("per_role", "per_family", "per_vocab"):
+        assert sum(v["n"] for v in js[key].values()) == rep.n and sum(v["hits"] for v in js[key].values()) == rep.hits
+        for v in js[key].values():
+            assert v["ci95"] == list(wilson_interval(v["hits"], v["n"])) and v["accuracy"] == v["hits"] / v["n"]
+    table = rep.table()
+    assert "size family" in table and "ultrawide" in table and "vocab" in table and "heldout" in table
+    assert {p.to_json()["family"] for p in rep.predictions} == {"phone", "laptop", "ultrawide"}
+
+
+def test_synthetic_examples_carry_the_size_family_and_the_vocab():
+    from holotron.data import generate_sample, heldout_vocab
+
+    exs = list(ev.synthetic_examples(6, split="heldout", seed0=ev.DEV_SEED0))
+    for k, ex in enumerate(exs):
+        s = generate_sample(ev.DEV_SEED0 + k, split="heldout", render=False)
+        assert ex.id == f"heldout-{ev.DEV_SEED0 + k}" and ex.family == s.settings["size_family"]
+        assert ex.vocab == ("heldout" if s.target.label.lower() in heldout_vocab() else "train")
+        assert ex.family in ("tablet-portrait", "phone-landscape", "ultrawide")
+    held = list(ev.synthetic_examples(3, split="train", seed0=ev.DEV_SEED0, vocab="heldout"))
+    assert [ex.vocab for ex in held] == ["heldout"] * 3 and held[0].id == f"train-heldout-{ev.DEV_SEED0}"
+    assert ev.DEV_SEED0 == 3 * 10**9 and ev.EVAL_SEED0 == 10**9
+
+
 def test_out_writes_annotated_hits_and_misses_and_every_prediction(scripted, tmp_path):
     examples, answers, _ = _examples()
     scripted(answers)
@@ -211,6 +245,29 @@ def test_cli_refuses_data_without_an_explicit_box_format_and_space(micro_ckpt, t
     assert "--box-space" in capsys.readouterr().err
     assert ev.main(["--model", str(micro_ckpt), "--box-space", "pixel"]) == 1
     assert "give the file too" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,named", [(["--ladder"], "--ladder"), (["--vocab", "heldout"], "--vocab"),
+                                         (["--dev"], "--dev"), (["--split", "train"], "--split")])
+def test_cli_synthetic_flags_with_data_are_one_line_usage_errors(micro_ckpt, tmp_path, monkeypatch, capsys, flags,
+                                                                 named):
+    _no_loading(monkeypatch)
+    path = _screenspot(tmp_path, "xyxy", "pixel")
+    rc = ev.main(["--model", str(micro_ckpt), "--data", str(path), "--box-format", "xyxy", "--box-space", "pixel",
+                  *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"holotron.eval: error: {named} "), err
+    assert "--data" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("flags,named", [(["--ladder", "--vocab", "train"], "--vocab"),
+                                         (["--ladder", "--split", "heldout"], "--split"),
+                                         (["--dev", "--seed0", "5"], "--dev")])
+def test_cli_flags_that_contradict_each_other(micro_ckpt, monkeypatch, capsys, flags, named):
+    _no_loading(monkeypatch)
+    assert ev.main(["--model", str(micro_ckpt), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"holotron.eval: error: {named} "), err
 
 
 def test_progress_is_a_tqdm_line_on_stderr(scripted, capsys):

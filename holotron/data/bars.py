@@ -13,6 +13,8 @@ from .styles import mix
 
 SHORTCUTS = ("Ctrl+N", "Ctrl+O", "Ctrl+S", "Ctrl+Shift+S", "Ctrl+P", "Ctrl+Z", "Ctrl+Y", "Ctrl+F", "Ctrl+H",
              "F5", "F11", "Alt+F4", "Ctrl+W", "Ctrl+Q", "Ctrl+,", "Shift+F10", "Ctrl+G", "Del")
+# the status bar's left text, drawn by name (vocab.fixed_texts: never held out of the training vocabulary)
+STATUS_TEXTS = ("Ready", "Saved", "Connected", "Ln 12, Col 4", "3 items selected", "Syncing...", "100%")
 
 
 def title_bar(x: Ctx, x0: int, y: int, x1: int) -> int:
@@ -173,7 +175,7 @@ def status_bar(x: Ctx, x0: int, y1: int, x1: int, limit: int) -> int:
         return y1
     c.rect((x0, y, x1, y1), fill=p.bar)
     c.line([(x0, y), (x1 - 1, y)], mix(p.bar, p.border, 0.6), 1)
-    left = x.rng.choice(("Ready", "Saved", "Connected", "Ln 12, Col 4", "3 items selected", "Syncing...", "100%"))
+    left = x.rng.choice(STATUS_TEXTS)
     if text_width(left, size) <= (x1 - x0) // 2 - st.pad and x.labels.claim(left):
         c.text_in((x0, y, x1, y1), left, size, p.muted, align="left", pad=st.pad)
     if x.chance(0.5):

@@ -1,4 +1,5 @@
-"""The label vocabulary (labels.txt) and the per-screen picker that keeps every visible text unique."""
+"""The label vocabulary (labels.txt) and the per-screen picker that keeps every visible text unique (and,
+for training screens, leaves out the held-out vocabulary of vocab.py)."""
 
 from __future__ import annotations
 
@@ -43,18 +44,28 @@ def all_labels() -> list[str]:
     return list(dict.fromkeys(label for group in load_labels().values() for label in group))
 
 
-class LabelPicker:
-    """Draws labels for one screen so that no text appears twice (compared case-insensitively)."""
+@functools.lru_cache(maxsize=2)
+def _groups_without(exclude: frozenset[str]) -> dict[str, tuple[str, ...]]:
+    return {k: tuple(s for s in v if s.lower() not in exclude) for k, v in load_labels().items()}
 
-    def __init__(self, rng: random.Random):
+
+class LabelPicker:
+    """Draws labels for one screen so that no text appears twice (compared case-insensitively).
+    ``exclude``: lower-cased texts never drawn (``take`` skips them, ``claim`` refuses them), e.g.
+    ``vocab.heldout_vocab()`` for training screens."""
+
+    def __init__(self, rng: random.Random, exclude: frozenset[str] = frozenset()):
         self.rng = rng
-        self.groups = load_labels()
+        self.exclude = frozenset(exclude)
+        self.groups = _groups_without(self.exclude) if self.exclude else load_labels()
         self.used: set[str] = set()
 
     def take(self, group: str, fits=None) -> str | None:
         """An unused label of ``group`` for which ``fits(label)`` holds; None when there is none
         (a few random tries first, then a scan in a random order)."""
         pool = self.groups[group]
+        if not pool:
+            return None
         for _ in range(8):
             label = self.rng.choice(pool)
             if label.lower() not in self.used and (fits is None or fits(label)):
@@ -69,8 +80,9 @@ class LabelPicker:
         return None
 
     def claim(self, label: str) -> bool:
-        """Reserve a fixed text (an icon's name, a brand); False when it is already on the screen."""
-        if label.lower() in self.used:
+        """Reserve a fixed text (an icon's name, a status word); False when it is already on the screen or
+        excluded (then the caller leaves it out or draws something else)."""
+        if label.lower() in self.used or label.lower() in self.exclude:
             return False
         self.used.add(label.lower())
         return True

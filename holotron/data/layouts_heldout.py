@@ -13,6 +13,10 @@ from .columns import DETAIL_BLOCKS, columns
 from .context import Ctx
 from .styles import mix
 
+# the wizard footer's forward / backward buttons, drawn by name when still free (vocab.fixed_texts: never held
+# out of the training vocabulary)
+WIZARD_BUTTONS = (("Next", "Continue", "Finish", "Done"), ("Back", "Previous", "Skip"))
+
 
 def panels(x: Ctx):
     """Held-out: an icon rail, a searchable list and a detail pane with a footer of actions."""
@@ -84,7 +88,7 @@ def _wizard_footer(x: Ctx, footer: int, fh: int, m: int):
         lx += W.link_size(st, label)[0] + m
     # Back / Next when they are still free, else any two buttons
     xx = w - m
-    for names in (("Next", "Continue", "Finish", "Done"), ("Back", "Previous", "Skip")):
+    for names in WIZARD_BUTTONS:
         label = next((s_ for s_ in x.rng.sample(names, len(names)) if x.labels.claim(s_)), None)
         if label is None:
             label = x.take("button", st.font_size, 300)

@@ -13,6 +13,10 @@ from .columns import APP_BLOCKS, MOBILE_BLOCKS, WEB_BLOCKS, columns
 from .context import Ctx
 from .styles import mix
 
+# texts drawn by name (vocab.fixed_texts: never held out of the training vocabulary)
+CLOCKS = ("9:41", "10:24", "12:05", "18:30", "7:02")   # the phone status bar's time
+CLOSE_DIALOG = "Close dialog"                         # a dialog's close icon
+
 
 def app(x: Ctx):
     """A desktop application window, full screen or floating over a desktop with a taskbar."""
@@ -64,13 +68,13 @@ def dialog(x: Ctx):
     # title row (and a close icon)
     th = text_height(st.large)
     ih = max(th + 8, round(st.control_h * 0.9))
-    close = x.labels.claim("Close dialog") and x.chance(0.7)
+    close = x.labels.claim(CLOSE_DIALOG) and x.chance(0.7)
     title = x.take("title", st.large, dw - 2 * pad - (ih + 4 if close else 0))
     if title:
         c.text_in((pad, y + pad, dw - pad, y + pad + ih), title, st.large, p.text, align="left", bold=True)
     if close:
         W.icon_button(c, st, (dw - pad - ih, y + pad, dw - pad, y + pad + ih), "close", color=p.muted,
-                      label="Close dialog")
+                      label=CLOSE_DIALOG)
     y += pad + ih + st.gap
     limit = c.height - 2 * margin
     y = B.paragraph(x, pad, y, dw - pad, limit, max_lines=4) or y
@@ -165,7 +169,7 @@ def mobile(x: Ctx):
     w, hgt = c.width, c.height
     sh = round(st.small * 2.0)
     c.rect((0, 0, w, sh), fill=p.bar)
-    clock = x.rng.choice(("9:41", "10:24", "12:05", "18:30", "7:02"))
+    clock = x.rng.choice(CLOCKS)
     x.labels.claim(clock)
     c.text_in((12, 0, w, sh), clock, st.small, p.text, align="left", pad=4, bold=True)
     bw, bh = round(st.small * 1.8), round(st.small * 0.9)

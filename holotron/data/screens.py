@@ -8,12 +8,22 @@
     s.target                                     # the Element the instruction names
     generate_sample(7, split="heldout")          # looks the training never shows (styles.SPLITS)
     generate_sample(7, size=(390, 844), theme="dark", layout="mobile", font_size=16)
+    generate_sample(7, vocab="train")            # no label of the held-out vocabulary anywhere (for training)
+    generate_sample(7, vocab="heldout")          # the target's label is one of them (for evaluation)
 
 The same seed and options give the same pixels. Every element lies inside the image, no two overlap,
 texts fit their elements, no text appears twice on a screen, and the target's label appears nowhere
 else on it, so the instruction names exactly one element. The answer is the target's centre (or a
 jittered point inside it) as ``{"x": int, "y": int}`` in [0, 1000], x = round(1000 * px / width),
 which lands inside the target's box when converted back to pixels.
+
+Vocabulary (vocab.heldout_vocab, ~15% of the labels): vocab="all" (the default) draws from every label;
+vocab="train" never draws a held-out label (elements, captions, values, headings, sentences: the label
+picker skips them), the vocabulary a training run should use; vocab="heldout" draws from every label and
+picks the target among the elements with a held-out label, re-drawing the screen deterministically (the
+next attempt's random source, as when a screen has no target at all; up to 100 attempts) until one has
+such an element. So a vocab="heldout" screen is the vocab="all" screen of the same seed whenever that one
+has a held-out-label candidate (about 4 screens in 5), with another target. Icon names are never held out.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from .instructions import ROLE_NAMES, answer_text, click_point, instruction_for
 from .labels import LabelPicker
 from .layouts import LAYOUTS
 from .styles import CORNERS, DENSITY, SIZES, SPLITS, THEMES, make_style, pick_size
+from .vocab import VOCABS, heldout_vocab
 
 ROLES = tuple(ROLE_NAMES)
 _MIN_SIDE = 6  # px: smaller elements are not chosen as targets
@@ -137,6 +148,7 @@ def generate_sample(
     roles: Sequence[str] | None = None,
     jitter: float = 0.0,
     render: bool = True,
+    vocab: str = "all",
 ) -> Sample:
     """One synthetic screen, its elements, an instruction naming one of them and the click answer.
 
@@ -149,9 +161,14 @@ def generate_sample(
     roles: the roles the target may have (default all: ROLES).
     jitter: 0 clicks the target's centre; up to 1 moves the click that fraction towards its edges.
     render: False skips the pixels (image None) for text-only uses such as the tokenizer corpus.
+    vocab: "all" (every label), "train" (no held-out label anywhere on the screen) or "heldout" (the target's
+        label is held out); see the module docstring. Recorded in ``settings["vocab"]`` unless "all".
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
+    if vocab not in VOCABS:
+        raise ValueError(f"unknown vocab {vocab!r}: use one of {', '.join(VOCABS)}")
+    held = heldout_vocab() if vocab != "all" else frozenset()
     if size is not None and size_range is not None:
         raise ValueError("give size or size_range, not both")
     if not 0 <= jitter <= 1:
@@ -160,8 +177,11 @@ def generate_sample(
     bad = [r for r in roles if r not in ROLE_NAMES]
     if bad or not roles:
         raise ValueError(f"unknown target role {bad[0] if bad else None!r}: use some of {', '.join(ROLES)}")
+    if vocab == "heldout" and set(roles) <= {"icon"}:
+        raise ValueError('vocab="heldout" needs a target role other than "icon": icon names are never held out')
     sp = SPLITS[split]
-    for attempt in range(20):
+    attempts = 100 if vocab == "heldout" else 20  # a rare role with a held-out label can take a few dozen
+    for attempt in range(attempts):
         rng = random.Random(f"holotron.data:{split}:{seed}:{attempt}")
         # screen size
         if size_range is not None:
@@ -200,10 +220,11 @@ def generate_sample(
         st = make_style(rng, th, hue, cor, fs, dens)
         # the screen
         canvas = Canvas(width, height, st.p.bg)
-        LAYOUTS[lay](Ctx(canvas, st, rng, LabelPicker(rng)))
+        LAYOUTS[lay](Ctx(canvas, st, rng, LabelPicker(rng, exclude=held if vocab == "train" else frozenset())))
         elements = canvas.elements
         candidates = [e for e in elements if e.role in roles
                       and min(e.box[2] - e.box[0], e.box[3] - e.box[1]) >= _MIN_SIDE
+                      and (vocab != "heldout" or e.label.lower() in held)
                       and not _ambiguous(e, elements, canvas)]
         if not candidates:
             continue
@@ -222,12 +243,14 @@ def generate_sample(
             texts=canvas.texts,
             size=(width, height),
             settings=dict(split=split, layout=lay, theme=th, accent_hue=round(hue, 1), corner=cor, font_size=fs,
-                          density=round(dens, 3), size_family=family, width=width, height=height, attempt=attempt),
+                          density=round(dens, 3), size_family=family, width=width, height=height, attempt=attempt,
+                          **({} if vocab == "all" else {"vocab": vocab})),
             seed=seed,
         )
         check_sample(sample)
         return sample
-    raise RuntimeError(f"seed {seed}: no screen with a target of roles {roles} in 20 attempts")
+    held_note = " and a held-out label" if vocab == "heldout" else ""
+    raise RuntimeError(f"seed {seed}: no screen with a target of roles {roles}{held_note} in {attempts} attempts")
 
 
 def stream(seed0: int = 0, n: int | None = None, **options) -> Iterator[Sample]:
