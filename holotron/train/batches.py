@@ -9,6 +9,7 @@ import torch
 
 from ..processor import Processor
 from ..vision.config import VisionConfig
+from .matching import collate_match, element_tokens, match_targets, token_cell
 from .questions import answer_ids, extra_targets, followup_text
 from .targets import IGNORE, image_token_targets, pointer_tokens
 from .tiles import augmented_grid, uint8_tiles
@@ -22,17 +23,25 @@ class ScreenBatches(torch.utils.data.Dataset):
     num_tiles (images,), and counts. Workers build their own Processor from ``tokenizer_dir``.
     ``chars``: also the character under each patch of each image token ("image_chars");
     ``short_followups``: the later questions of a screen as the target alone, not the whole prompt;
-    ``grid_aug``: the share of screens tiled on a grid drawn by ``augmented_grid`` instead of the closest one."""
+    ``grid_aug``: the share of screens tiled on a grid drawn by ``augmented_grid`` instead of the closest one;
+    ``match``: also the matching targets (``matching.match_targets``: queries, the word under each token, the
+    element centre each token carries); ``pad``: a function (sample, rng) -> sample applied to each screen
+    (``augment.pad_sample``); ``seeds``: fixed screen seeds (the batch of every step), e.g. for a dev batch.
+    With a tokenizer that has single-token coordinates (``holotron.tokenizer.coordinate_token_ids``) each
+    answer also carries, for its x and y tokens, the range of values that land in the element's box
+    ("coord_targets": row, label position, lo, hi, centre; ``coords.coordinate_box_range``)."""
 
     def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
                  split: str = "train", options: dict | None = None, *, chars: bool = False,
-                 short_followups: bool = False, grid_aug: float = 0.0):
+                 short_followups: bool = False, grid_aug: float = 0.0, match: bool = False, pad=None,
+                 seeds: list[int] | None = None):
         if not 0.0 <= grid_aug <= 1.0:
             raise ValueError(f"grid_aug must be in [0, 1], got {grid_aug}")
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
         self.chars, self.short_followups, self.grid_aug = chars, short_followups, grid_aug
-        self._processor, self._grid = None, None
+        self.match, self.pad, self.seeds = match, pad, seeds
+        self._processor, self._grid, self._coords = None, None, None
 
     def __len__(self) -> int:
         return 2**62
@@ -72,19 +81,29 @@ class ScreenBatches(torch.utils.data.Dataset):
         labels = [IGNORE] * len(ids)
         q_pos, boxes = [len(ids) - 1], [sample.target.box]
         ans = answer_ids(p, messages[-1]["content"])
+        coords = self._coord_targets(len(ids), ans, sample.target.box, sample.size)
         ids, labels = ids + ans, labels + ans
         for instruction, answer, box in extra_targets(sample, self.queries - 1, rng, boxes=True):
             follow = p.encode(followup_text(instruction, short=self.short_followups))
             ans = answer_ids(p, answer)
             q_pos.append(len(ids) + len(follow) - 1)
             boxes.append(box)
+            coords += self._coord_targets(len(ids) + len(follow), ans, box, sample.size)
             ids += follow + ans
             labels += [IGNORE] * len(follow) + ans
         cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars, grid=grid)
+        owner = {tuple(e.box): e for e in sample.elements}
+        cell = token_cell(sample.size, self.vision, grid)
         targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
-                   "pointer_tokens": [pointer_tokens(b, sample.size, pos, cls) for b in boxes]}
+                   "pointer_tokens": [element_tokens(sample, owner[tuple(b)], pos, cls, cell) if tuple(b) in owner
+                                      else pointer_tokens(b, sample.size, pos, cls) for b in boxes],
+                   "coords": coords}
         if chars:
             targets["image_chars"] = chars[0]
+        if self.match:
+            from ..data.instructions import ROLE_NAMES
+
+            targets["match"] = match_targets(sample, p.encode, pos, cls, ROLE_NAMES, cell)
         return ids, labels, prompt["pixel_values"], prompt["num_tiles"].tolist(), targets
 
     def __getitem__(self, step: int) -> dict:
@@ -92,10 +111,33 @@ class ScreenBatches(torch.utils.data.Dataset):
 
         rows = []
         for i in range(self.batch_size):
-            seed = self.sample_seed(step, i)
+            seed = self.seeds[i] if self.seeds is not None else self.sample_seed(step, i)
             sample = generate_sample(seed, split=self.split, **self.options)
+            if self.pad is not None:
+                sample = self.pad(sample, random.Random(seed + 1))
             rows.append(self.row(sample, random.Random(seed)))
         return collate(rows, self.processor.pad_token_id)
+
+    def _coord_targets(self, start: int, ans: list[int], box, size) -> list[tuple]:
+        """(label position, lo, hi, centre) for the coordinate tokens of an answer whose tokens ``ans`` start at
+        sequence position ``start``: the first is x, the second y; [] when the tokenizer has no coordinate
+        tokens."""
+        if self._coords is None:
+            from ..tokenizer import coordinate_token_ids
+
+            ids = coordinate_token_ids(self.processor)
+            self._coords = {t: k for k, t in enumerate(ids)} if ids else {}
+        if not self._coords:
+            return []
+        from .coords import coordinate_box_range
+
+        x_lo, x_hi, y_lo, y_hi = coordinate_box_range(box, size)
+        at = [(start + i, self._coords[t]) for i, t in enumerate(ans) if t in self._coords][:2]
+        if len(at) < 2:
+            return []
+        (px, x), (py, y) = at
+        # an axis no value lands on (a box under a unit wide) keeps the answer's own value
+        return [(px, min(x_lo, x), max(x_hi, x), x), (py, min(y_lo, y), max(y_hi, y), y)]
 
 
 def collate(rows, pad_id: int) -> dict:
@@ -124,6 +166,11 @@ def _collate_targets(targets: list[dict]) -> dict:
     for key in ("image_classes", "image_positions", "image_chars"):
         if all(key in t for t in targets):
             out[key] = torch.cat([t[key] for t in targets])
+    if all("coords" in t for t in targets):
+        out["coord_targets"] = torch.tensor([(b, *c) for b, t in enumerate(targets) for c in t["coords"]],
+                                            dtype=torch.long).reshape(-1, 5)
+    if all("match" in t for t in targets):
+        out.update(collate_match([t["match"] for t in targets], [len(t["image_classes"]) for t in targets]))
     if all("pointer_pos" in t for t in targets):
         queries, pairs = [], []
         for b, t in enumerate(targets):

@@ -75,10 +75,21 @@ def write_log_csv(path: Path, history: list[dict]) -> None:
         w.writerows(history)
 
 
-def init_from(model: Holotron, aux, src, folder, log) -> None:
+def init_from(model: Holotron, aux, src, folder, log, parts: str = "all") -> None:
     """Start from ``src``, the model loaded from checkpoint ``folder`` (a fresh optimizer and schedule, unlike
     --resume); the auxiliary heads too when the folder holds them (aux_heads.pt, written by every run that
-    trains them)."""
+    trains them). ``parts="vision"``: the vision tower and the projector alone (the language model, its
+    tokenizer and the heads start fresh), e.g. a new tokenizer over a trained vision side."""
+    if parts == "vision":
+        mine = model.state_dict()
+        theirs = {k: v for k, v in src.state_dict().items() if k.startswith(("vision_model.", "mlp1."))}
+        bad = [k for k, v in theirs.items() if k not in mine or tuple(mine[k].shape) != tuple(v.shape)]
+        if bad or not theirs:
+            raise SystemExit(f"holotron.train: error: --init-from {folder} --init-parts vision: its vision tower "
+                             f"does not fit this --config ({bad[0] if bad else 'no vision weights'})")
+        model.load_state_dict(theirs, strict=False)
+        log(f"initialised the vision tower and projector from {folder}")
+        return
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if not isinstance(src, Holotron) or {k: tuple(v.shape) for k, v in src.state_dict().items()} != shapes:
         raise SystemExit(f"holotron.train: error: --init-from {folder}: not a checkpoint of this --config "
@@ -88,7 +99,8 @@ def init_from(model: Holotron, aux, src, folder, log) -> None:
     if aux is not None and heads.is_file():
         saved = torch.load(heads, map_location="cpu", weights_only=True)
         missing, unexpected = aux.load_state_dict(saved, strict=False)
-        if unexpected or any(not k.startswith(("char_in.", "ptr_q.", "ptr_k.")) for k in missing):
+        fresh_ok = ("char_in.", "ptr_q.", "ptr_k.", "centre_mid.", "match.")
+        if unexpected or any(not k.startswith(fresh_ok) for k in missing):
             raise SystemExit(f"holotron.train: error: --init-from {folder}: {AUX_FILE} does not fit these heads "
                              f"(missing {missing}, unexpected {unexpected})")
         fresh = sorted({k.split(".")[0] for k in missing})

@@ -39,13 +39,34 @@ def parser() -> argparse.ArgumentParser:
                    help="the 2nd..Nth questions of a screen: the whole localisation prompt (full, default) or the "
                         "target alone (short: about 10 tokens instead of 170, so more questions per screen for the "
                         "same tokens; the first question always has the whole prompt, as at inference)")
-    p.add_argument("--stage", default="ground", choices=["ground", "read"],
+    p.add_argument("--stage", default="ground", choices=["ground", "read", "match"],
                    help="ground (default): the grounding task on whole screens; read: the vision tower, projector and "
-                        "character and text-class heads alone, on tile mosaics of text crops (start a ground run "
-                        "from it with --init-from)")
+                        "character and text-class heads alone, on tile mosaics of text crops; match: the vision "
+                        "tower, projector and the language model's embedding table on whole screens, every element "
+                        "and text a query of its label's word embeddings scored over the image tokens "
+                        "(holotron/train/matching.py); start a ground run from either with --init-from")
     p.add_argument("--init-from", metavar="DIR",
                    help="start from this checkpoint's weights (and its aux_heads.pt), with a fresh optimizer "
                         "and schedule")
+    p.add_argument("--init-parts", default="all", choices=["all", "vision"],
+                   help="with --init-from: all its weights (default), or the vision tower and projector alone "
+                        "(e.g. under a new tokenizer: the language model starts fresh)")
+    p.add_argument("--match-weight", type=float, default=0.0,
+                   help="grounding: weight of the matching losses beside the answer (scaled by --aux-weight; "
+                        "holotron/train/matching.py); 0 (default): off")
+    p.add_argument("--pad-aug", type=float, default=0.0, metavar="P",
+                   help="the share of training screens padded on one axis by up to --pad-max of its side "
+                        "(holotron/train/augment.py: whole-screen aspect ratios beyond the training sizes'); "
+                        "default 0")
+    p.add_argument("--pad-max", type=float, default=0.4, help="--pad-aug's largest padding, a fraction of the side")
+    p.add_argument("--vocab", default="all", choices=["all", "train"],
+                   help="labels the training screens draw from: all (default), or train: the held-out "
+                        "vocabulary (holotron.data.heldout_vocab) never rendered, so the eval's held-out-"
+                        "vocabulary screens test reading")
+    p.add_argument("--tokenizer-kind", default="bpe", choices=["bpe", "word"],
+                   help="the tokenizer a run trains when none is given: bpe (byte-level BPE, digits split; the "
+                        "default) or word (one token per label word, coordinates 0..1000 as single tokens; "
+                        "holotron/tokenizer.py)")
     p.add_argument("--char-weight", type=float, default=1.0,
                    help="weight of the per-patch character loss (the character under each patch: a local target the "
                         "vision tower learns fast); in a ground run it is further scaled by --aux-weight; 0: off")
@@ -68,7 +89,14 @@ def parser() -> argparse.ArgumentParser:
                         "position; training-only heads, not saved with the model); 0 (default): answer loss only")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=float, default=0.05, help="warm-up as a fraction of the run (default 0.05)")
-    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr / peak lr of the cosine decay")
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr / peak lr of the decay")
+    p.add_argument("--schedule", default="cosine", choices=["cosine", "wsd"],
+                   help="cosine (default): warm-up then cosine decay; wsd: warm-up, constant peak, linear "
+                        "cool-down over the last --cooldown of the run")
+    p.add_argument("--cooldown", type=float, default=0.2, help="--schedule wsd: the cool-down's share of the run")
+    p.add_argument("--schedule-minutes", type=float, default=None, metavar="MIN",
+                   help="one schedule over several jobs: its length in training minutes, counted across "
+                        "--resume (each job's --time-budget then only stops that job)")
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
@@ -161,6 +189,18 @@ def check_args(args) -> None:
         if vision is not None and vision.max_num_tiles < 2:
             raise SystemExit(f"holotron.train: error: --grid-aug draws tiling grids, and --config {args.config} "
                              "shows a screen as one tile: use a tiled preset (tiny-ui-tiles) or leave --grid-aug out")
+    if args.stage == "match" and args.queries != 1:
+        raise SystemExit("holotron.train: error: --queries asks questions of the language model; the matching "
+                         "stage has none: leave it out of --stage match")
+    if not 0 <= args.pad_aug <= 1 or not 0 < args.pad_max <= 2:
+        raise SystemExit(f"holotron.train: error: --pad-aug must be in [0, 1] and --pad-max in (0, 2], got "
+                         f"{args.pad_aug} and {args.pad_max}")
+    if args.match_weight < 0:
+        raise SystemExit(f"holotron.train: error: --match-weight must be >= 0, got {args.match_weight}")
+    if args.init_parts != "all" and not args.init_from:
+        raise SystemExit("holotron.train: error: --init-parts says which weights --init-from gives: give --init-from")
+    if args.schedule_minutes is not None and args.schedule_minutes <= 0:
+        raise SystemExit(f"holotron.train: error: --schedule-minutes must be > 0, got {args.schedule_minutes}")
     if args.pointer_heads < 0:
         raise SystemExit(f"holotron.train: error: --pointer-heads must be >= 0, got {args.pointer_heads}")
     if args.pointer_heads and not args.pointer_weight:

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from ..model import HolotronConfig
+from .matching import MatchHeads
 from .targets import AUX_CLASSES, N_CHAR
 
 __all__ = ["AuxHeads", "POINTER_DIM"]
@@ -35,6 +36,8 @@ class AuxHeads(nn.Module):
         self.char_in = nn.Linear(d, self.merge**2 * N_CHAR)  # the character under each of a token's patches
         self.ptr_q = nn.Linear(d, POINTER_DIM)
         self.ptr_k = nn.Linear(d, POINTER_DIM)
+        self.centre_mid = nn.Linear(d, 3)  # the element centre (f cx, f cy, f) each token carries (matching.py)
+        self.match = MatchHeads(d)  # the matching losses (holotron/train/matching.py)
 
     def chars(self, emb: torch.Tensor) -> torch.Tensor:
         """Projector outputs (n, d) -> character logits (n * merge^2, N_CHAR), fp32."""

@@ -42,7 +42,9 @@ def given_tokenizer(args) -> Path | None:
     own (every checkpoint holds its tokenizer files), else None (train one into OUT/tokenizer)."""
     if args.tokenizer:
         return Path(args.tokenizer)
-    for folder in (args.resume, args.init_from):
+    # --init-parts vision takes the vision side alone: the run trains its own tokenizer
+    init = args.init_from if getattr(args, "init_parts", "all") == "all" else None
+    for folder in (args.resume, init):
         path = folder and (Path(folder) if Path(folder).is_dir() else bundled_path(str(folder)))
         if path and (path / "tokenizer.json").is_file():
             return path

@@ -4,6 +4,7 @@ the inputs, build the model and optimiser (or resume), stream the data, step, lo
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import signal
 import sys
@@ -16,13 +17,17 @@ from tqdm import tqdm
 
 from ..model import Holotron
 from ..processor import Processor
+from ..tokenizer import coordinate_token_ids
+from .augment import pad_sample
 from .batches import ScreenBatches
 from .checkpoint import init_from, load_training_state, save_checkpoint, trainer_state, write_log_csv
+from .coords import init_coordinate_embeddings
 from .evals import make_evaluator
 from .heads import AuxHeads
 from .inputs import check_inputs, check_out, pick_device, prepare_tokenizer
 from .losses import loss_fn
-from .optim import lr_at, make_optimizer
+from .matching import MatchBatches, match_stage_loss
+from .optim import lr_at, make_optimizer, schedule_progress
 from .presets import init_weights, make_config
 from .profiling import PROFILE_SKIP, start_profiler, write_profile
 from .reading import ReadingBatches, reading_loss_fn
@@ -52,8 +57,11 @@ def train(args) -> dict:
         torch.backends.cudnn.allow_tf32 = True
 
     tok_dir = prepare_tokenizer(args, out, log)
-    config = make_config(args.config, Processor.from_pretrained(tok_dir).vocab_size, args.set)
-    model, aux, trainable = _build_model(args, config, device, init_src)
+    processor = Processor.from_pretrained(tok_dir)
+    config = make_config(args.config, processor.vocab_size, args.set)
+    coords = coordinate_token_ids(processor)
+    model, aux, trainable = _build_model(args, config, device, init_src, coords)
+    coord_ids = torch.tensor(coords, device=device) if coords else None
     n_params = model.num_parameters()
     opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
     step, history, evals, elapsed_before = 0, [], [], 0.0
@@ -63,20 +71,20 @@ def train(args) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     log(_describe(args, model, device))
-    reading = args.stage == "read"
+    reading, matching = args.stage == "read", args.stage == "match"
     loader = _loader(args, _dataset(args, config.vision, tok_dir, aux), step, device)
     # the reading stage: characters alone for the first --labels-after of the run, then label classes beside them
     labels_after = 0.0
     if reading and args.char_weight > 0:
         labels_after = 0.5 if args.labels_after is None else args.labels_after
     aug_gen = None
-    if args.colour_aug == "on" or (args.colour_aug == "auto" and reading):
+    if args.colour_aug == "on" or (args.colour_aug == "auto" and (reading or matching)):
         aug_gen = torch.Generator(device=device).manual_seed(args.seed)
     if device.type == "cuda":
         amp = torch.autocast("cuda", dtype=torch.bfloat16)
     else:
         amp = torch.autocast("cpu", enabled=False)
-    evaluator = make_evaluator(args, model, aux, tok_dir, device, amp, log)
+    evaluator = make_evaluator(args, model, aux, tok_dir, device, amp, log, coord_ids)
 
     def save(folder: Path, status: str, seconds: float) -> dict:
         state = trainer_state(args, step, history, evals, n_params, seconds, status)
@@ -96,10 +104,14 @@ def train(args) -> dict:
             t_ready = time.perf_counter()
             for batch in _repeat(loader, args.reuse, skip=step % args.reuse):
                 meter.waited(time.perf_counter() - t_ready)  # time the GPU / CPU sat waiting for data
-                progress = step / args.steps
-                if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes
-                    progress = max(progress, (time.perf_counter() - t_start) / budget_s)
-                lr = lr_at(progress, args.lr, args.warmup, args.min_lr_ratio)
+                if args.schedule_minutes:  # one schedule over several jobs: their training seconds together
+                    progress = schedule_progress(step, args.steps, meter.seconds(), args.schedule_minutes * 60)
+                else:
+                    progress = step / args.steps
+                    if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes
+                        progress = max(progress, (time.perf_counter() - t_start) / budget_s)
+                lr = lr_at(progress, args.lr, args.warmup, args.min_lr_ratio, schedule=args.schedule,
+                           cooldown=args.cooldown)
                 for group in opt.param_groups:
                     group["lr"] = lr
                 parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
@@ -108,9 +120,12 @@ def train(args) -> dict:
                         loss, _ = reading_loss_fn(model, aux, batch, device, parts,
                                                   label_weight=float(progress >= labels_after),
                                                   char_weight=args.char_weight, augment=aug_gen)
+                    elif matching:
+                        loss, _ = match_stage_loss(model, aux, batch, device, parts, args.char_weight, aug_gen)
                     else:
                         loss, _ = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
-                                          args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads)
+                                          args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads,
+                                          match_weight=args.match_weight, coord_ids=coord_ids)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -169,17 +184,26 @@ def train(args) -> dict:
 # setup
 # ----------------------------------------------------------------------------------------------
 
-def _build_model(args, config, device: torch.device, init_src) -> tuple[Holotron, AuxHeads | None, nn.Module]:
-    """The model (seeded initialisation, or --init-from's weights), the auxiliary heads when a loss needs them,
-    and the part that trains: everything, or in the reading stage the vision tower, the projector and the
-    heads that read (the language model waits)."""
-    model = init_weights(Holotron(config), args.seed).to(device)
-    reading = args.stage == "read"
-    aux = AuxHeads(config).to(device) if (args.aux_weight > 0 or reading) else None
+def _build_model(args, config, device: torch.device, init_src,
+                 coords: list[int] | None = None) -> tuple[Holotron, AuxHeads | None, nn.Module]:
+    """The model (seeded initialisation, or --init-from's weights: all of them, or with ``--init-parts vision``
+    the vision tower and projector alone), the auxiliary heads when a loss needs them, and the part that
+    trains: everything; in the reading stage the vision tower, the projector and the heads that read (the
+    language model waits); in the matching stage those and the language model's embedding table. A fresh
+    embedding table with coordinate tokens (``coords``) starts them on ``init_coordinate_embeddings``."""
+    model = init_weights(Holotron(config), args.seed)
+    if coords and (not args.init_from or args.init_parts == "vision"):
+        init_coordinate_embeddings(model, coords, args.seed)
+    model = model.to(device)
+    reading, matching = args.stage == "read", args.stage == "match"
+    aux = AuxHeads(config).to(device) if (args.aux_weight > 0 or reading or matching) else None
     if args.init_from:
-        init_from(model, aux, init_src, args.init_from, log)
+        init_from(model, aux, init_src, args.init_from, log, parts=args.init_parts)
     if reading:
         trainable = nn.ModuleList([model.vision_model, model.mlp1, aux.label_in, aux.char_in])
+    elif matching:
+        trainable = nn.ModuleList([model.vision_model, model.mlp1, model.language_model.backbone.embeddings,
+                                   aux.match, aux.char_in])
     else:
         trainable = model if aux is None else nn.ModuleList([model, aux])
     return model, aux, trainable
@@ -201,10 +225,25 @@ def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
     if args.stage == "read":
         return ReadingBatches(vision, args.batch_size, args.seed, max(1, args.batch_size // 8), args.split,
                               args.read_tile)
+    options = screen_options(args)
+    pad = functools.partial(pad_sample, max_frac=args.pad_max, p=args.pad_aug) if args.pad_aug > 0 else None
+    if args.stage == "match":
+        return MatchBatches(tok_dir, vision, args.batch_size, args.seed, args.split, options, pad)
     return ScreenBatches(tok_dir, vision, args.batch_size, args.seed, args.queries, args.split,
-                         chars=aux is not None and args.char_weight > 0,
-                         options={"layout": tuple(args.layouts)} if args.layouts else None,
-                         short_followups=args.followups == "short", grid_aug=args.grid_aug)
+                         chars=aux is not None and args.char_weight > 0, options=options,
+                         short_followups=args.followups == "short", grid_aug=args.grid_aug,
+                         match=aux is not None and args.match_weight > 0, pad=pad)
+
+
+def screen_options(args) -> dict:
+    """``generate_sample`` options of the training screens: --layouts, and --vocab (train: the held-out
+    vocabulary never drawn)."""
+    options = {}
+    if args.layouts:
+        options["layout"] = tuple(args.layouts)
+    if args.vocab != "all":
+        options["vocab"] = args.vocab
+    return options
 
 
 def _loader(args, data, step: int, device: torch.device) -> torch.utils.data.DataLoader:

@@ -8,17 +8,21 @@ import torch.nn.functional as F
 
 from ..model import Holotron
 from .heads import AuxHeads
+from .matching import match_loss
 from .pointer import attention_pointer_loss, pointer_loss
 from .targets import IGNORE
 from .tiles import normalize_tiles
 
-__all__ = ["loss_fn"]
+__all__ = ["loss_fn", "GAUSS_WEIGHT"]
+
+GAUSS_WEIGHT = 0.1  # the pull toward the box centre beside the in-box term (_answer_with_boxes)
 
 
 def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
             aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0,
             pointer_weight: float = 0.0, augment: torch.Generator | bool | None = None,
-            pointer_heads: int = 0) -> tuple[torch.Tensor, int]:
+            pointer_heads: int = 0, match_weight: float = 0.0,
+            coord_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
 
     With ``aux`` and ``aux_weight > 0`` (and the batch's image-token targets) the loss adds
@@ -28,6 +32,11 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss`` (with
     ``pointer_heads`` > 0: ``attention_pointer_loss`` on that many heads of the last attention layer instead).
     ``augment``: ``colour_aug`` each screen (all its tiles alike; True, or a torch.Generator for it).
+    With ``coord_ids`` (the ids of the coordinate tokens 0..1000) and the batch's "coord_targets", the x and y
+    tokens of each answer are scored by ``_answer_with_boxes`` (any value inside the box) instead of the
+    cross-entropy toward the centre. With "image_centres" in the batch the position term becomes the element
+    centre (``aux.centre_mid``) plus 0.2 x the token's own position; with ``match_weight`` > 0 and the batch's
+    matching targets, ``aux_weight * match_weight`` x ``matching.match_loss`` on the projector output.
     ``parts`` (a dict) receives each term as a float."""
     ids = batch["input_ids"].to(device, non_blocking=True)
     labels = batch["labels"].to(device, non_blocking=True)
@@ -47,7 +56,11 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     target = labels[:, 1:]                                       # position t predicts token t + 1
     keep = target != IGNORE
     logits = model.language_model.lm_head(h[:, :-1][keep])       # (n, V): only where there is a label
-    loss = F.cross_entropy(logits.float(), target[keep])
+    if coord_ids is not None and "coord_targets" in batch and len(batch["coord_targets"]):
+        loss = _answer_with_boxes(logits.float(), target, keep, batch["coord_targets"].to(device), coord_ids,
+                                  parts)
+    else:
+        loss = F.cross_entropy(logits.float(), target[keep])
     if parts is not None:
         parts["answer"] = float(loss.detach())
     if use_aux:
@@ -61,9 +74,17 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
         hm = mid["h"][is_img].to(aux.label_mid.weight.dtype)
         l_mid = F.cross_entropy(aux.label_mid(hm).float(), cls, ignore_index=IGNORE)
         l_pos = 10 * F.l1_loss(aux.pos_mid(hm).float(), pos)
+        if "image_centres" in batch:  # the element centre on the value path; own position as a weaker term
+            l_pos = 0.2 * l_pos + 10 * F.l1_loss(aux.centre_mid(hm).float(), batch["image_centres"].to(device))
         loss = loss + aux_weight * (l_in + l_mid + l_pos)
         if parts is not None:
             parts.update(label_in=float(l_in.detach()), label_mid=float(l_mid.detach()), position=float(l_pos.detach()))
+        if match_weight > 0 and "match_words" in batch:
+            sub = {} if parts is not None else None
+            l_match = match_loss(aux.match, model.language_model.backbone.embeddings, emb[is_img], batch, device, sub)
+            loss = loss + aux_weight * match_weight * l_match
+            if parts is not None:
+                parts.update({k: v for k, v in sub.items() if k != "centre"})
         if "image_chars" in batch and char_weight > 0:
             chars = batch["image_chars"].to(device, non_blocking=True).reshape(-1)
             l_char = F.cross_entropy(aux.chars(emb[is_img]), chars, ignore_index=IGNORE)
@@ -82,3 +103,35 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
             if parts is not None:
                 parts.update(pointer=float(l_ptr.detach()), pointer_acc=acc)
     return loss, int(keep.sum())
+
+
+def _answer_with_boxes(logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, coords: torch.Tensor,
+                       coord_ids: torch.Tensor, parts: dict | None) -> torch.Tensor:
+    """The answer loss with the coordinates scored as the metric scores them: mean over answer tokens of the
+    cross-entropy, except at an x or y token (``coords`` rows: batch row, label position, lo, hi, centre),
+    where it is minus the log of the probability of all values lo..hi (every one lands in the box) plus
+    ``GAUSS_WEIGHT`` x the cross-entropy toward a Gaussian around the centre (sigma a quarter of the box's
+    half-size, at least 1 unit), so the answer prefers the middle of the box without being punished for
+    another point inside it. ``parts`` gets "inbox_x", "inbox_y" and "inbox" (both): the teacher-forced share
+    of coordinates whose most likely token lies in the range."""
+    ce = F.cross_entropy(logits, target[keep], reduction="none")                  # (n,)
+    index = torch.full(target.shape, -1, dtype=torch.long, device=logits.device)
+    index[keep] = torch.arange(int(keep.sum()), device=logits.device)
+    at = index[coords[:, 0], coords[:, 1] - 1]                                     # the rows of logits
+    lo, hi, centre = coords[:, 2:3], coords[:, 3:4], coords[:, 4:5]
+    logp = torch.log_softmax(logits[at], -1)[:, coord_ids]                         # (K, 1001)
+    k = torch.arange(coord_ids.numel(), device=logits.device)[None, :]
+    inside = (k >= lo) & (k <= hi)
+    l_in = -torch.logsumexp(logp.masked_fill(~inside, float("-inf")), -1)
+    sigma = ((hi - lo).float() / 8).clamp(min=1.0)
+    w = torch.softmax(-((k - centre).float() ** 2) / (2 * sigma**2), -1)
+    l_g = -(w * logp).sum(-1)
+    ce = ce.index_put((at,), l_in + GAUSS_WEIGHT * l_g)
+    if parts is not None:
+        value = torch.full((logits.shape[1],), -1, dtype=torch.long, device=logits.device)
+        value[coord_ids] = torch.arange(coord_ids.numel(), device=logits.device)
+        v = value[logits[at].argmax(-1)]                                           # -1: not a coordinate
+        hit = (v >= lo[:, 0]) & (v <= hi[:, 0])
+        parts["inbox_x"], parts["inbox_y"] = float(hit[0::2].float().mean()), float(hit[1::2].float().mean())
+        parts["inbox"] = float((hit[0::2] & hit[1::2]).float().mean())
+    return ce.mean()

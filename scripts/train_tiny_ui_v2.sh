@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The recipe for holotron-tiny-ui v2, in jobs of under 10 minutes (docs/tiny-model.md says why each part):
+#   match   the vision tower (from the shipped model's), the projector and a fresh embedding table under the
+#           word-level tokenizer with single-token coordinates: every element and text of a whole screen is a
+#           query of its label's word embeddings scored over the image tokens, the word under each token read
+#           against the same table, the element centre each token carries, the characters
+#           (holotron/train/matching.py); its gate: the matching accuracy on dev screens;
+#   ground  the whole model from OUT/match (the first ground job) or resumed with its optimiser from
+#           OUT/ground (later jobs): many short questions per screen, the in-box answer loss on the
+#           coordinate tokens, the attention pointer on the last attention layer's heads (element + its label
+#           text), centre targets, the matching losses alongside, padded and colour-augmented screens, one
+#           warm-up / constant / cool-down schedule over GROUND_TOTAL minutes of all ground jobs together;
+#   eval    the 1,000 held-out screens, the ladder (training looks, held-out looks, held-out vocabulary, per
+#           role and size family) and the real-browser set, into OUT/eval.
+#
+#   bash scripts/train_tiny_ui_v2.sh OUT match MINUTES
+#   bash scripts/train_tiny_ui_v2.sh OUT ground MINUTES      # repeat; each job resumes the previous one
+#   bash scripts/train_tiny_ui_v2.sh OUT eval
+#
+# Environment: CONFIG (default tiny-ui), WORKERS (default CPUs - 1), DEVICE (default auto), TOKENIZER (a word
+# tokenizer folder; default: trained into OUT/match/tokenizer by the match job), VISION_FROM (default the
+# bundled holotron-tiny-ui: its vision tower and projector start the match stage; "none": from scratch),
+# MATCH_BATCH (64), MATCH_LR (1e-3), MATCH_REUSE (2), GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3),
+# GROUND_TOTAL (minutes of grounding over all ground jobs, default 20: the schedule's length), COOLDOWN (the
+# cool-down's share of GROUND_TOTAL, default 0.2), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64),
+# FINAL_N (1000), LADDER_N (300), EXTRA (more train options).
+set -euo pipefail
+if [ $# -lt 2 ]; then
+    echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
+    exit 2
+fi
+OUT=$1
+JOB=$2
+MIN=${3:-}
+CONFIG=${CONFIG:-tiny-ui}
+WORKERS=${WORKERS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 0 ))}
+DEVICE=${DEVICE:-auto}
+HERE="$(cd "$(dirname "$0")/.." && pwd)"
+PY=${PYTHON:-python3}
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+case $JOB in match|ground) [ -n "$MIN" ] || { echo "$JOB needs MINUTES" >&2; exit 2; } ;; eval) ;;
+    *) echo "unknown job '$JOB' (match, ground, eval)" >&2; exit 2 ;; esac
+
+common=(--config "$CONFIG" --device "$DEVICE" --workers "$WORKERS" --steps 1000000 --log-every 10
+        --log-seconds 20 --max-shard-size 8MB --vocab train --pad-aug "${PAD_AUG:-0.5}" --colour-aug on
+        --eval-n "${EVAL_N:-64}" "${EXTRA_ARGS[@]}")
+
+if [ "$JOB" = match ]; then
+    tok=()
+    if [ -n "${TOKENIZER:-}" ]; then tok=(--tokenizer "$TOKENIZER"); else tok=(--tokenizer-kind word); fi
+    vision=()
+    VISION_FROM=${VISION_FROM:-holotron-tiny-ui}
+    if [ "$VISION_FROM" != none ]; then vision=(--init-from "$VISION_FROM" --init-parts vision); fi
+    $PY -m holotron.train --stage match "${common[@]}" "${tok[@]}" ${vision[@]+"${vision[@]}"} --out "$OUT/match" \
+        --batch-size "${MATCH_BATCH:-64}" --lr "${MATCH_LR:-1e-3}" --reuse "${MATCH_REUSE:-2}" \
+        --time-budget "$MIN" --eval-every 150 --schedule wsd --cooldown 0.15
+    exit 0
+fi
+
+if [ "$JOB" = ground ]; then
+    start=(--init-from "$OUT/match")
+    if [ -f "$OUT/ground/training_state.pt" ]; then
+        start=(--resume "$OUT/ground")
+    elif [ ! -f "$OUT/match/config.json" ]; then
+        echo "ground: no $OUT/match checkpoint and no $OUT/ground/training_state.pt: run the match job first" >&2
+        exit 2
+    fi
+    $PY -m holotron.train "${common[@]}" "${start[@]}" --out "$OUT/ground" --save-optimizer \
+        --batch-size "${GROUND_BATCH:-32}" --queries "${QUERIES:-16}" --followups short --lr "${GROUND_LR:-1.5e-3}" \
+        --aux-weight 0.5 --pointer-weight 1 --pointer-heads 2 --match-weight 0.5 \
+        --schedule wsd --cooldown "${COOLDOWN:-0.2}" --schedule-minutes "${GROUND_TOTAL:-20}" --warmup 0.03 \
+        --time-budget "$MIN" --eval-every 400
+    exit 0
+fi
+
+# eval: the model of the last ground job
+MODEL=$OUT/ground
+mkdir -p "$OUT/eval"
+$PY -m holotron.eval --model "$MODEL" --n "${FINAL_N:-1000}" --device "$DEVICE" --batch-size 64 --json \
+    --no-progress > "$OUT/eval/heldout.json"
+$PY -m holotron.eval --model "$MODEL" --ladder --n "${LADDER_N:-300}" --device "$DEVICE" --batch-size 64 --json \
+    --no-progress > "$OUT/eval/ladder.json"
+$PY -m holotron.eval --model "$MODEL" --data "$HERE/scripts/browser_set/set/browser_set.json" --box-format xyxy \
+    --box-space pixel --device "$DEVICE" --batch-size 32 --json --no-progress > "$OUT/eval/browser.json"
+echo "wrote $OUT/eval/heldout.json, ladder.json, browser.json"

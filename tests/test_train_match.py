@@ -1,0 +1,322 @@
+"""The v2 training signals (holotron/train/matching.py, losses.py's in-box answer, batches.py's coordinate
+targets): matching queries and their positives, the word under each token, element centres, the matching
+loss and its stage, the in-box loss against a brute-force reading of the metric, and the command line's
+match -> ground -> resume chain on the micro preset."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
+
+from holotron.data import generate_sample
+from holotron.data.instructions import ROLE_NAMES
+from holotron.grounding import Box, Point, point_in_box
+from holotron.model import Holotron
+from holotron.processor import Processor
+from holotron.tokenizer import build_task_tokenizer, coordinate_token_ids
+from holotron.train import AuxHeads, ScreenBatches, image_token_targets, init_weights, loss_fn, main, make_config
+from holotron.train.losses import GAUSS_WEIGHT
+from holotron.train.matching import (
+    MatchBatches,
+    element_tokens,
+    match_loss,
+    match_stage_loss,
+    match_targets,
+    token_cell,
+)
+
+
+@pytest.fixture(scope="module")
+def word_tok(tmp_path_factory):
+    return build_task_tokenizer(tmp_path_factory.mktemp("wtok"), n=40, kind="word")
+
+
+@pytest.fixture(scope="module")
+def micro(word_tok):
+    return make_config("micro", Processor.from_pretrained(word_tok).vocab_size)
+
+
+def _tiny_ui_vision(vocab: int):
+    return make_config("tiny-ui", vocab).vision
+
+
+def test_queries_cover_each_unique_element_with_its_box_and_label_text(word_tok):
+    p = Processor.from_pretrained(word_tok)
+    vis = _tiny_ui_vision(p.vocab_size)
+    for seed in range(6):
+        s = generate_sample(seed)
+        cls, pos = image_token_targets(s, vis)
+        cell = token_cell(s.size, vis)
+        t = match_targets(s, p.encode, pos, cls, ROLE_NAMES, cell)
+        assert t["queries"], seed
+        w, h = s.size
+        for words, role, toks in t["queries"]:
+            assert words and role >= 0 and len(toks)
+            assert int(toks.max()) < len(cls)
+        # a target-role element's query holds every token whose centre is on its box
+        x, y = pos[:, 0] * w, pos[:, 1] * h
+        for e in s.elements:
+            toks = set(element_tokens(s, e, pos, cls, cell).tolist())
+            assert toks
+            if e.box[2] - e.box[0] >= cell[0] and e.box[3] - e.box[1] >= cell[1]:
+                on_box = ((x >= e.box[0]) & (x < e.box[2]) & (y >= e.box[1]) & (y < e.box[3])).nonzero().squeeze(1)
+                assert set(on_box.tolist()) <= toks
+            for text in s.texts:  # and the tokens whose cell the texts that spell its label overlap
+                if text.text.strip().lower() == e.label.strip().lower():
+                    near = ((x + cell[0] / 2 > text.box[0]) & (x - cell[0] / 2 < text.box[2])
+                            & (y + cell[1] / 2 > text.box[1]) & (y - cell[1] / 2 < text.box[3]))
+                    assert toks <= set(range(len(cls)))
+                    assert toks & set(near.nonzero().squeeze(1).tolist())
+        # centres: f is 1 on tokens that carry an element centre, and the centre lies in that element's box
+        c = t["centres"]
+        on = c[:, 2] == 1
+        assert bool(on.any()) and bool((c[~on] == 0).all())
+        boxes = [e.box for e in s.elements]
+        for cx, cy in c[on][:, :2].tolist():
+            assert any(b[0] <= cx * w <= b[2] and b[1] <= cy * h <= b[3] for b in boxes)
+
+
+def test_the_word_under_a_token_is_the_id_of_the_word_the_token_centre_falls_on(word_tok):
+    p = Processor.from_pretrained(word_tok)
+    vis = _tiny_ui_vision(p.vocab_size)
+    s = generate_sample(3)
+    cls, pos = image_token_targets(s, vis)
+    cell = token_cell(s.size, vis)
+    t = match_targets(s, p.encode, pos, cls, ROLE_NAMES, cell)
+    words = t["words"]
+    assert int((words >= 0).sum()) > 25
+    w, h = s.size
+    for i in (words >= 0).nonzero().squeeze(1).tolist():
+        x, y = float(pos[i, 0]) * w, float(pos[i, 1]) * h
+        holders = [tx for tx in s.texts if tx.box[0] < x + cell[0] / 2 and x - cell[0] / 2 < tx.box[2]
+                   and tx.box[1] < y + cell[1] / 2 and y - cell[1] / 2 < tx.box[3]]
+        ids = {int(p.encode(word)[0]) for tx in holders for word in re.findall(r"[A-Za-z]+|\d+", tx.text)}
+        assert int(words[i]) in ids
+    # tokens whose cell no text overlaps carry none
+    x, y = pos[:, 0] * w, pos[:, 1] * h
+    near = torch.zeros(len(words), dtype=torch.bool)
+    for tx in s.texts:
+        near |= ((x + cell[0] / 2 > tx.box[0]) & (x - cell[0] / 2 < tx.box[2])
+                 & (y + cell[1] / 2 > tx.box[1]) & (y - cell[1] / 2 < tx.box[3]))
+    assert int((~near).sum()) > 500 and bool((words[~near] == -100).all())
+
+
+def _batch(word_tok, n=2, seed=0):
+    p = Processor.from_pretrained(word_tok)
+    cfg = make_config("micro", p.vocab_size)
+    return cfg, MatchBatches(word_tok, cfg.vision, n, seed=seed)[0]
+
+
+def test_match_loss_is_the_query_softmax_over_its_screens_tokens(word_tok):
+    cfg, batch = _batch(word_tok)
+    torch.manual_seed(0)
+    heads = AuxHeads(cfg).match
+    emb = torch.nn.Embedding(cfg.text.vocab_size, cfg.text.hidden_size)
+    n = int(batch["match_tokens"].sum())
+    img = torch.randn(n, cfg.text.hidden_size)
+    parts = {}
+    loss = match_loss(heads, emb, img, batch, "cpu", parts)
+    # brute force: query by query
+    counts = batch["match_tokens"].tolist()
+    starts = np.cumsum([0] + counts)
+    total, hits = [], 0
+    for j in range(batch["match_words"].shape[0]):
+        b = int(batch["match_screen"][j])
+        ids = [i for i in batch["match_words"][j].tolist() if i >= 0]
+        q = heads.q_words(emb.weight[ids].mean(0)) + heads.q_role(emb.weight[int(batch["match_role"][j])])
+        k = heads.key(img[starts[b]:starts[b + 1]])
+        s = (k @ q) / math.sqrt(q.numel())
+        pos = batch["match_pairs"][batch["match_pairs"][:, 0] == j, 1]
+        total.append(torch.logsumexp(s, 0) - torch.logsumexp(s[pos], 0))
+        hits += int(int(s.argmax()) in set(pos.tolist()))
+    assert parts["match"] == pytest.approx(float(torch.stack(total).mean().detach()), rel=1e-4)
+    assert parts["match_acc"] == pytest.approx(hits / len(total))
+    assert {"word", "word_acc", "centre"} <= set(parts)
+    loss.backward()
+    assert emb.weight.grad is not None and float(emb.weight.grad.abs().sum()) > 0
+
+
+def test_the_match_stage_learns_a_fixed_batch_on_the_micro_preset(word_tok):
+    cfg, batch = _batch(word_tok, n=2, seed=1)
+    torch.manual_seed(0)
+    model = init_weights(Holotron(cfg), 0)
+    aux = AuxHeads(cfg)
+    params = [*model.vision_model.parameters(), *model.mlp1.parameters(), *aux.match.parameters(),
+              *model.language_model.backbone.embeddings.parameters(), *aux.char_in.parameters()]
+    opt = torch.optim.AdamW(params, lr=3e-3)
+    first = last = None
+    for _ in range(40):
+        parts = {}
+        loss, _ = match_stage_loss(model, aux, batch, "cpu", parts)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first = first if first is not None else parts["match"]
+        last = parts["match"]
+    assert last < 0.75 * first
+
+
+def _logits_for(coords, V, coord_ids, value_at):
+    logits = torch.full((len(coords), V), -20.0)
+    for r, v in enumerate(value_at):
+        logits[r, coord_ids[v]] = 10.0
+    return logits
+
+
+def test_the_in_box_answer_loss_is_the_mass_of_every_value_in_the_box_plus_a_pull_to_the_centre():
+    from holotron.train.losses import _answer_with_boxes
+
+    torch.manual_seed(0)
+    V = 1100
+    coord_ids = torch.arange(50, 1051)
+    # one row, two questions' x / y tokens at label positions 3, 4 and 9, 10
+    target = torch.full((1, 12), -100, dtype=torch.long)
+    for t, v in ((2, 100), (3, 200), (8, 300), (9, 400)):  # target index = label position - 1
+        target[0, t] = int(coord_ids[v])
+    target[0, 5] = 7
+    keep = target != -100
+    coords = torch.tensor([[0, 3, 90, 110, 100], [0, 4, 195, 205, 200], [0, 9, 280, 330, 300], [0, 10, 400, 400, 400]])
+    logits = torch.randn(int(keep.sum()), V) * 3
+    parts = {}
+    loss = _answer_with_boxes(logits, target, keep, coords, coord_ids, parts)
+    # brute force
+    rows = {2: 0, 3: 1, 5: 2, 8: 3, 9: 4}
+    terms = []
+    for t, r in sorted(rows.items(), key=lambda kv: kv[1]):
+        lp = torch.log_softmax(logits[r], -1)
+        c = [c for c in coords.tolist() if c[1] - 1 == t]
+        if not c:
+            terms.append(-lp[target[0, t]])
+            continue
+        _, _, lo, hi, centre = c[0]
+        inside = sum(math.exp(float(lp[coord_ids[k]])) for k in range(lo, hi + 1))
+        sigma = max(1.0, (hi - lo) / 8)
+        w = torch.tensor([math.exp(-((k - centre) ** 2) / (2 * sigma**2)) for k in range(1001)])
+        w = w / w.sum()
+        terms.append(-math.log(inside) + GAUSS_WEIGHT * -(w * lp[coord_ids]).sum())
+    assert float(loss) == pytest.approx(float(torch.stack([torch.as_tensor(x) for x in terms]).mean()), rel=1e-4)
+    # teacher-forced in-box: the best token inside the range on both axes
+    sure = torch.full_like(logits, -20.0)
+    for r, v in ((0, 105), (1, 150), (3, 300), (4, 400)):
+        sure[r, coord_ids[v]] = 10.0
+    parts = {}
+    _answer_with_boxes(sure, target, keep, coords, coord_ids, parts)
+    assert parts["inbox_x"] == 1.0 and parts["inbox_y"] == 0.5 and parts["inbox"] == 0.5
+
+
+def test_coordinate_targets_of_a_batch_are_the_values_the_scorer_accepts(word_tok):
+    p = Processor.from_pretrained(word_tok)
+    vis = make_config("micro", p.vocab_size).vision
+    sb = ScreenBatches(word_tok, vis, 3, seed=2, queries=4, short_followups=True)
+    batch = sb[0]
+    ids = coordinate_token_ids(p)
+    value = {t: k for k, t in enumerate(ids)}
+    ct = batch["coord_targets"]
+    assert len(ct) >= 6 and len(ct) % 2 == 0
+    for b, pos, lo, hi, centre in ct.tolist():
+        tok = int(batch["labels"][b, pos])
+        assert value[tok] == centre and lo <= centre <= hi
+    # each (x, y) pair: every value in the ranges is a hit for the question's box, one past either end is not
+    rng = random.Random(0)
+    sample = generate_sample(sb.sample_seed(0, 0))
+    b0 = [c for c in ct.tolist() if c[0] == 0][:2]
+    (_, _, xlo, xhi, _), (_, _, ylo, yhi, _) = b0
+    w, h = sample.size
+    box = Box(*sample.target.box, space="pixel")
+    for _ in range(20):
+        x, y = rng.randint(xlo, xhi), rng.randint(ylo, yhi)
+        assert point_in_box(Point(x, y), box, w, h)
+    assert not point_in_box(Point(xlo - 1, (ylo + yhi) // 2), box, w, h)
+    assert not point_in_box(Point(xhi + 1, (ylo + yhi) // 2), box, w, h)
+
+
+def test_the_grounding_loss_with_boxes_centres_and_matching_runs_and_reports_each_term(word_tok):
+    p = Processor.from_pretrained(word_tok)
+    cfg = make_config("micro", p.vocab_size)
+    batch = ScreenBatches(word_tok, cfg.vision, 2, seed=3, queries=3, short_followups=True, chars=True, match=True)[0]
+    torch.manual_seed(0)
+    model = init_weights(Holotron(cfg), 0)
+    aux = AuxHeads(cfg)
+    parts = {}
+    coord_ids = torch.tensor(coordinate_token_ids(p))
+    loss, n = loss_fn(model, batch, "cpu", aux, 0.5, parts, 1.0, 1.0, pointer_heads=2, match_weight=0.5,
+                      coord_ids=coord_ids)
+    assert torch.isfinite(loss) and n > 0
+    assert {"answer", "inbox", "inbox_x", "inbox_y", "position", "pointer", "match", "match_acc", "word"} <= set(parts)
+    loss.backward()
+    assert float(aux.centre_mid.weight.grad.abs().sum()) > 0 and float(aux.match.key.weight.grad.abs().sum()) > 0
+    # without coordinate ids, the answer is the plain cross-entropy
+    plain = {}
+    loss_fn(model, batch, "cpu", parts=plain)
+    labels = batch["labels"][:, 1:]
+    assert "inbox" not in plain and plain["answer"] > 0 and int((labels != -100).sum()) == n
+
+
+def _run(*argv):
+    return main([str(a) for a in argv])
+
+
+def test_match_then_ground_then_resume_on_the_micro_preset(tmp_path, word_tok, capsys):
+    base = ["--config", "micro", "--device", "cpu", "--workers", "0", "--batch-size", "2", "--log-every", "1",
+            "--eval-n", "2", "--max-shard-size", "8MB", "--vocab", "train", "--pad-aug", "0.5"]
+    match = tmp_path / "match"
+    _run(*base, "--stage", "match", "--tokenizer", word_tok, "--steps", "2", "--eval-every", "2", "--out", match,
+         "--schedule", "wsd")
+    state = json.loads((match / "trainer_state.json").read_text())
+    assert state["step"] == 2 and "match_acc" in state["evals"][-1]
+    assert (match / "aux_heads.pt").is_file()
+    ground = tmp_path / "ground"
+    g = [*base, "--queries", "3", "--followups", "short", "--aux-weight", "0.5", "--pointer-weight", "1",
+         "--pointer-heads", "2", "--match-weight", "0.5", "--schedule", "wsd", "--schedule-minutes", "10",
+         "--save-optimizer", "--eval-every", "2", "--out", ground]
+    _run(*g, "--init-from", match, "--steps", "2")
+    state = json.loads((ground / "trainer_state.json").read_text())
+    assert state["step"] == 2 and "tf_inbox" in state["evals"][-1] and "accuracy" in state["evals"][-1]
+    assert "inbox" in state["log"][-1] and "match_acc" in state["log"][-1]
+    _run(*g, "--resume", ground, "--steps", "3")
+    state = json.loads((ground / "trainer_state.json").read_text())
+    assert state["step"] == 3
+
+
+def test_init_parts_vision_takes_the_vision_side_alone_under_a_new_tokenizer(tmp_path, word_tok, capsys):
+    from holotron.tokenizer import build_task_tokenizer as build
+
+    bpe = build(tmp_path / "bpe", vocab_size=600, n=20)
+    base = ["--config", "micro", "--device", "cpu", "--workers", "0", "--batch-size", "2", "--steps", "1",
+            "--eval-every", "0", "--no-final-eval"]
+    _run(*base, "--stage", "read", "--tokenizer", bpe, "--out", tmp_path / "read")
+    # lr 0: the match run's step changes nothing, so what it saves is what it started from
+    _run(*base, "--stage", "match", "--tokenizer", word_tok, "--init-from", tmp_path / "read", "--init-parts",
+         "vision", "--out", tmp_path / "m", "--lr", "0", "--weight-decay", "0")
+    import holotron
+
+    a = holotron.load(tmp_path / "read", dtype=torch.float32)
+    b = holotron.load(tmp_path / "m", dtype=torch.float32)
+    assert a.config.text.vocab_size != b.config.text.vocab_size
+    sa, sb = a.state_dict(), b.state_dict()
+    vision = [k for k in sa if k.startswith(("vision_model.", "mlp1."))]
+    assert vision and all(torch.equal(sa[k], sb[k]) for k in vision)
+    assert (tmp_path / "m" / "tokenizer.json").read_text() == (word_tok / "tokenizer.json").read_text()
+    with pytest.raises(SystemExit, match="--init-parts"):
+        _run(*base, "--stage", "match", "--tokenizer", word_tok, "--init-parts", "vision", "--out", tmp_path / "x")
+
+
+def test_colour_and_pad_augmented_match_batches_keep_targets_on_the_padded_screen(word_tok):
+    from holotron.train.augment import pad_sample
+
+    p = Processor.from_pretrained(word_tok)
+    vis = make_config("micro", p.vocab_size).vision
+    plain = MatchBatches(word_tok, vis, 4, seed=5)[0]
+    padded = MatchBatches(word_tok, vis, 4, seed=5, pad=lambda s, r: pad_sample(s, r, p=1.0))[0]
+    assert plain["pixel_values"].shape == padded["pixel_values"].shape
+    assert not torch.equal(plain["pixel_values"], padded["pixel_values"])
+    assert padded["match_words"].shape[0] > 0
+    assert F.one_hot(padded["match_screen"]).sum(0).min() > 0
