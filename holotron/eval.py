@@ -138,15 +138,16 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
     return rep
 
 
-def ladder(model, processor, n: int, *, seed0: int, out_dir=None, options: dict | None = None,
+def ladder(model, processor, n: int, *, seed0: int, out_dir=None, options: dict | None = None, workers: int = 0,
            **evaluate_kwargs) -> dict[str, Report]:
     """The ladder (LADDER): ``evaluate`` on ``n`` synthetic screens of each rung, seeds seed0 .. seed0 + n - 1
     (DEV_SEED0 for decisions, EVAL_SEED0 for the reported number), in order; {rung name: Report}.
     ``out_dir``: each rung's PNGs and predictions.jsonl in its own subfolder; ``options``: more
-    ``generate_sample`` options for every rung; ``evaluate_kwargs`` as ``evaluate``."""
+    ``generate_sample`` options for every rung; ``workers``: rendering processes (``synthetic_examples``);
+    ``evaluate_kwargs`` as ``evaluate``."""
     reports = {}
     for name, split, vocab in LADDER:
-        examples = synthetic_examples(n, split=split, seed0=seed0, vocab=vocab, **(options or {}))
+        examples = synthetic_examples(n, split=split, seed0=seed0, vocab=vocab, workers=workers, **(options or {}))
         reports[name] = evaluate(model, processor, examples, total=n,
                                  out_dir=Path(out_dir) / name if out_dir else None, **evaluate_kwargs)
     return reports
@@ -228,6 +229,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="three rungs of --n synthetic screens each: training looks (split train), held-out looks "
                         "(split heldout), held-out vocabulary (split train, vocab heldout); one table")
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes rendering the synthetic screens ahead of the model (default 0: in this one)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
@@ -291,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             examples = read_screenspot(args.data, box_format=args.box_format, box_space=args.box_space)[:args.n]
             source = {"data": args.data, "box_format": args.box_format, "box_space": args.box_space}
         else:
-            examples = None if args.ladder else synthetic_examples(args.n, split=split, seed0=seed0, vocab=vocab)
+            examples = None if args.ladder else synthetic_examples(args.n, split=split, seed0=seed0, vocab=vocab,
+                                                                   workers=args.workers)
             source = {"seed0": seed0, "dev": seed0 == DEV_SEED0} if args.ladder else \
                 {"synthetic": split, "vocab": vocab, "seed0": seed0, "dev": seed0 == DEV_SEED0}
         model = load(model_id, dtype=dtype, device=device)
@@ -302,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         common = dict(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=device, dtype=dtype,
                       progress=not args.no_progress, n_draw=args.examples)
         if args.ladder:
-            reports = ladder(model, processor, args.n, seed0=seed0, out_dir=args.out, **common)
+            reports = ladder(model, processor, args.n, seed0=seed0, out_dir=args.out, workers=args.workers, **common)
         else:
             rep = evaluate(model, processor, examples, total=min(args.n, len(examples)) if args.data else args.n,
                            out_dir=args.out, **common)

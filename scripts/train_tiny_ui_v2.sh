@@ -23,7 +23,7 @@
 # MATCH_BATCH (64), MATCH_LR (1e-3), MATCH_REUSE (2), GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3),
 # GROUND_TOTAL (minutes of grounding over all ground jobs, default 20: the schedule's length), COOLDOWN (the
 # cool-down's share of GROUND_TOTAL, default 0.2), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64),
-# FINAL_N (1000), LADDER_N (300), EXTRA (more train options).
+# FINAL_N (1000), LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), EXTRA (more train options).
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
@@ -53,7 +53,7 @@ if [ "$JOB" = match ]; then
     if [ "$VISION_FROM" != none ]; then vision=(--init-from "$VISION_FROM" --init-parts vision); fi
     $PY -m holotron.train --stage match "${common[@]}" "${tok[@]}" ${vision[@]+"${vision[@]}"} --out "$OUT/match" \
         --batch-size "${MATCH_BATCH:-64}" --lr "${MATCH_LR:-1e-3}" --reuse "${MATCH_REUSE:-2}" \
-        --time-budget "$MIN" --eval-every 150 --schedule wsd --cooldown 0.15
+        --time-budget "$MIN" --eval-every 300 --schedule wsd --cooldown 0.15
     exit 0
 fi
 
@@ -61,6 +61,14 @@ if [ "$JOB" = ground ]; then
     start=(--init-from "$OUT/match")
     if [ -f "$OUT/ground/training_state.pt" ]; then
         start=(--resume "$OUT/ground")
+    elif [ -f "$OUT/ground/trainer_state.json" ]; then
+        # the weights of an earlier ground job without its optimiser state (e.g. copied from another machine):
+        # a fresh optimiser, the schedule where that job left it
+        done_min=$($PY -c "import json,sys; s = json.load(open(sys.argv[1]))
+print(s['train_seconds'] / 60 + (s['args'].get('schedule_done') or 0))" \
+                   "$OUT/ground/trainer_state.json")
+        mv "$OUT/ground" "$OUT/ground-prev-$$"
+        start=(--init-from "$OUT/ground-prev-$$" --schedule-done "$done_min")
     elif [ ! -f "$OUT/match/config.json" ]; then
         echo "ground: no $OUT/match checkpoint and no $OUT/ground/training_state.pt: run the match job first" >&2
         exit 2
@@ -73,13 +81,17 @@ if [ "$JOB" = ground ]; then
     exit 0
 fi
 
-# eval: the model of the last ground job
+# eval: the model of the last ground job, the three evals side by side (the model is small: the screens'
+# rendering is the cost, in EVAL_WORKERS processes each)
 MODEL=$OUT/ground
 mkdir -p "$OUT/eval"
-$PY -m holotron.eval --model "$MODEL" --n "${FINAL_N:-1000}" --device "$DEVICE" --batch-size 64 --json \
-    --no-progress > "$OUT/eval/heldout.json"
-$PY -m holotron.eval --model "$MODEL" --ladder --n "${LADDER_N:-300}" --device "$DEVICE" --batch-size 64 --json \
-    --no-progress > "$OUT/eval/ladder.json"
+ew=(--device "$DEVICE" --batch-size 64 --json --no-progress --workers "${EVAL_WORKERS:-5}")
+$PY -m holotron.eval --model "$MODEL" --n "${FINAL_N:-1000}" "${ew[@]}" > "$OUT/eval/heldout.json" &
+a=$!
+$PY -m holotron.eval --model "$MODEL" --ladder --n "${LADDER_N:-300}" "${ew[@]}" > "$OUT/eval/ladder.json" &
+b=$!
 $PY -m holotron.eval --model "$MODEL" --data "$HERE/scripts/browser_set/set/browser_set.json" --box-format xyxy \
-    --box-space pixel --device "$DEVICE" --batch-size 32 --json --no-progress > "$OUT/eval/browser.json"
+    --box-space pixel --device "$DEVICE" --batch-size 32 --json --no-progress > "$OUT/eval/browser.json" &
+c=$!
+wait $a && wait $b && wait $c
 echo "wrote $OUT/eval/heldout.json, ladder.json, browser.json"

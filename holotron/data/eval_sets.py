@@ -29,18 +29,31 @@ class Example:
     vocab: str | None = None    # synthetic screens: "heldout" when the target's label is held out, else "train"
 
 
-def synthetic_examples(n: int, *, split: str = "heldout", seed0: int = EVAL_SEED0, vocab: str = "all",
-                       **options) -> Iterator[Example]:
-    """``n`` synthetic screens of seeds seed0 .. seed0 + n - 1 (rendered one by one as the iterator is read),
-    each with its size family and whether its target's label is held out (``Example.family`` / ``.vocab``).
-    ``vocab`` and ``options`` as ``holotron.data.generate_sample``; pass ``seed0=DEV_SEED0`` for decisions."""
-    held = heldout_vocab()
+def _synthetic_example(seed: int, split: str, vocab: str, options: dict) -> Example:
+    s = generate_sample(seed, split=split, vocab=vocab, **options)
     tag = split if vocab == "all" else f"{split}-{vocab}"
-    for seed in range(seed0, seed0 + n):
-        s = generate_sample(seed, split=split, vocab=vocab, **options)
-        yield Example(s.image, s.instruction, s.target_box, s.target.role, f"{tag}-{seed}",
-                      family=s.settings["size_family"],
-                      vocab="heldout" if s.target.label.lower() in held else "train")
+    return Example(s.image, s.instruction, s.target_box, s.target.role, f"{tag}-{seed}",
+                   family=s.settings["size_family"],
+                   vocab="heldout" if s.target.label.lower() in heldout_vocab() else "train")
+
+
+def synthetic_examples(n: int, *, split: str = "heldout", seed0: int = EVAL_SEED0, vocab: str = "all",
+                       workers: int = 0, **options) -> Iterator[Example]:
+    """``n`` synthetic screens of seeds seed0 .. seed0 + n - 1 (rendered one by one as the iterator is read;
+    with ``workers`` > 1 in that many processes, in the same order), each with its size family and whether
+    its target's label is held out (``Example.family`` / ``.vocab``). ``vocab`` and ``options`` as
+    ``holotron.data.generate_sample``; pass ``seed0=DEV_SEED0`` for decisions."""
+    seeds = range(seed0, seed0 + n)
+    if workers <= 1:
+        for seed in seeds:
+            yield _synthetic_example(seed, split, vocab, options)
+        return
+    import functools
+    import multiprocessing
+
+    render = functools.partial(_synthetic_example, split=split, vocab=vocab, options=options)
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        yield from pool.imap(render, seeds, chunksize=4)
 
 
 class DataError(ValueError):

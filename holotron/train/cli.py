@@ -97,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule-minutes", type=float, default=None, metavar="MIN",
                    help="one schedule over several jobs: its length in training minutes, counted across "
                         "--resume (each job's --time-budget then only stops that job)")
+    p.add_argument("--schedule-done", type=float, default=0.0, metavar="MIN",
+                   help="with --schedule-minutes: training minutes of the schedule already behind a run that "
+                        "starts with --init-from instead of --resume (a job whose optimiser state was lost)")
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
@@ -199,6 +202,8 @@ def check_args(args) -> None:
         raise SystemExit(f"holotron.train: error: --match-weight must be >= 0, got {args.match_weight}")
     if args.init_parts != "all" and not args.init_from:
         raise SystemExit("holotron.train: error: --init-parts says which weights --init-from gives: give --init-from")
+    if args.schedule_done < 0 or (args.schedule_done and not args.schedule_minutes):
+        raise SystemExit("holotron.train: error: --schedule-done must be >= 0 and needs --schedule-minutes")
     if args.schedule_minutes is not None and args.schedule_minutes <= 0:
         raise SystemExit(f"holotron.train: error: --schedule-minutes must be > 0, got {args.schedule_minutes}")
     if args.pointer_heads < 0:

@@ -105,7 +105,8 @@ def train(args) -> dict:
             for batch in _repeat(loader, args.reuse, skip=step % args.reuse):
                 meter.waited(time.perf_counter() - t_ready)  # time the GPU / CPU sat waiting for data
                 if args.schedule_minutes:  # one schedule over several jobs: their training seconds together
-                    progress = schedule_progress(step, args.steps, meter.seconds(), args.schedule_minutes * 60)
+                    progress = schedule_progress(step, args.steps, meter.seconds() + 60 * args.schedule_done,
+                                                 args.schedule_minutes * 60)
                 else:
                     progress = step / args.steps
                     if budget_s:  # the schedule ends with whichever comes first: the steps or this run's minutes

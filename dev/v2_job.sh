@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device call of the tiny model's v2 recipe (scripts/train_tiny_ui_v2.sh) on the GPU machine:
+#   JOBS="match:5 ground:3.6" bash dev/v2_job.sh     # then JOBS="ground:8.5", then JOBS="ground:5 eval"
+# Runs the jobs in order into runs/v2 (kept on a warm machine between calls), then writes under $OUT: the logs,
+# the trainer states and eval JSONs (logs.tgz), and the latest ground checkpoint without its optimiser state
+# (ground.tgz.aa, .ab, ...: pieces under 16 MB) so it can travel back if the machine is not kept.
+set -uo pipefail
+R=runs/v2
+mkdir -p "$R/logs" "${OUT:=/tmp/out}"
+export TOKENIZER=${TOKENIZER:-runs/tok-word} WORKERS=${WORKERS:-15}
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$R/logs/gpu.txt" 2>&1
+status=0
+for j in $JOBS; do
+    name=${j%%:*}; min=${j#*:}; [ "$min" = "$j" ] && min=
+    t0=$(date +%s)
+    bash scripts/train_tiny_ui_v2.sh "$R" "$name" $min > "$R/logs/$name-$t0.log" 2>&1
+    status=$?
+    echo "$name $min: exit $status in $(( $(date +%s) - t0 )) s" | tee -a "$R/logs/jobs.txt"
+    tail -c 3000 "$R/logs/$name-$t0.log"
+    [ $status -eq 0 ] || break
+done
+tar czf "$OUT/logs.tgz" "$R/logs" $(ls -d $R/*/trainer_state.json $R/*/train_log.csv $R/eval 2>/dev/null)
+if [ -f "$R/ground/config.json" ]; then
+    tar czf - --exclude=training_state.pt -C "$R" ground | split -b 15M - "$OUT/ground.tgz."
+fi
+ls -la "$OUT"
+exit $status
