@@ -255,7 +255,12 @@ def match_loss(heads: MatchHeads, embeddings: nn.Embedding, img: torch.Tensor, b
     screen = batch["match_screen"].to(device)
     terms = []
     if q.shape[0]:
-        scores = torch.einsum("qd,qnd->qn", q.float(), kpad[screen].float()) / math.sqrt(q.shape[1])
+        # queries grouped by screen (padded), one batched product with their screen's keys: (Q, n_max)
+        per = torch.bincount(screen, minlength=len(counts))
+        slot = torch.arange(len(screen), device=x.device) - torch.cumsum(per, 0)[screen] + per[screen]
+        qpad = q.new_zeros(len(counts), int(per.max()), q.shape[1])
+        qpad[screen, slot] = q
+        scores = torch.bmm(qpad.float(), kpad.float().transpose(1, 2))[screen, slot] / math.sqrt(q.shape[1])
         scores = scores.masked_fill(~valid[screen], float("-inf"))
         pairs = batch["match_pairs"].to(device)
         on = torch.zeros_like(scores, dtype=torch.bool)
