@@ -43,3 +43,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def micro_ckpt(tmp_path_factory):
+    """A random micro VL model saved with a small task tokenizer (the eval tests' checkpoint)."""
+    import torch
+
+    from holotron.model import Holotron
+    from holotron.processor import Processor
+    from holotron.tokenizer import build_task_tokenizer
+    from holotron.train import init_weights, make_config, save_checkpoint
+
+    tok = build_task_tokenizer(tmp_path_factory.mktemp("tok"), vocab_size=600, n=20)
+    vocab = Processor.from_pretrained(tok).vocab_size
+    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
+    return save_checkpoint(model, tmp_path_factory.mktemp("ck") / "m", tok, dtype=torch.float32)

@@ -14,10 +14,6 @@ from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on t
 import holotron.eval as ev
 from holotron.eval import DataError, Example, evaluate, read_screenspot, wilson_interval
 from holotron.grounding import Box
-from holotron.model import Holotron
-from holotron.processor import Processor
-from holotron.tokenizer import build_task_tokenizer
-from holotron.train import init_weights, make_config, save_checkpoint
 
 # ---------------------------------------------------------------------------------------- Wilson
 
@@ -208,14 +204,6 @@ def test_screenspot_reader_errors_name_the_entry(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- the command line
-
-@pytest.fixture(scope="module")
-def micro_ckpt(tmp_path_factory):
-    tok = build_task_tokenizer(tmp_path_factory.mktemp("tok"), vocab_size=600, n=20)
-    vocab = Processor.from_pretrained(tok).vocab_size
-    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
-    return save_checkpoint(model, tmp_path_factory.mktemp("ck") / "m", tok, dtype=torch.float32)
-
 
 def test_cli_on_screenspot_data_with_json_and_out(micro_ckpt, tmp_path, scripted, capsys):
     path = _screenspot(tmp_path, "xywh", "pixel")

@@ -7,25 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 import holotron.eval as ev
-from holotron.model import Holotron
-from holotron.processor import Processor
-from holotron.tokenizer import build_task_tokenizer
-from holotron.train import init_weights, make_config, save_checkpoint
 
 RUNGS = {"train-look": ("train", "all"), "heldout-look": ("heldout", "all"), "heldout-vocab": ("train", "heldout")}
-
-
-@pytest.fixture(scope="module")
-def micro_ckpt(tmp_path_factory):
-    """A random micro model and a task tokenizer, as tests/test_eval.py builds one."""
-    tok = build_task_tokenizer(tmp_path_factory.mktemp("tok"), vocab_size=600, n=20)
-    vocab = Processor.from_pretrained(tok).vocab_size
-    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
-    return save_checkpoint(model, tmp_path_factory.mktemp("ck") / "m", tok, dtype=torch.float32)
 
 
 @pytest.fixture

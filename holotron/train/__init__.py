@@ -46,8 +46,10 @@ The package, one concept a file (the names below are re-exported here):
   loop.py        ``train(args)``: the run, top to bottom
   inputs.py      --out, the tokenizer, --init-from and the device, checked before any work
   presets.py     ``PRESETS``, ``make_config``, ``init_weights`` (``Holotron.init_weights``)
-  optim.py       ``make_optimizer``, ``lr_at``
+  optim.py       ``make_optimizer``, ``lr_at`` (cosine or WSD), ``schedule_progress`` (one schedule over jobs)
   tiles.py       ``uint8_tiles``, ``normalize_tiles``, ``colour_aug``, ``augmented_grid``
+  augment.py     ``pad_sample`` (``--pad-aug``), ``padded_aspects``
+  coords.py      coordinate tokens: ``init_coordinate_embeddings``, ``coordinate_box_range``
   questions.py   ``answer_ids``, ``followup_text``, ``extra_targets``
   targets.py     ``IGNORE``, ``label_class``, ``char_class``, ``char_classes_at``, ``text_classes_at``,
                  ``image_token_targets``, ``pointer_tokens``
@@ -56,6 +58,7 @@ The package, one concept a file (the names below are re-exported here):
   losses.py      ``loss_fn``
   pointer.py     ``pointer_loss``, ``attention_scores``, ``attention_pointer_loss``, ``answer_spans``
   reading.py     ``reading_tile``, ``ReadingBatches``, ``reading_loss_fn``, ``tiling_scale``
+  matching.py    ``--stage match`` and ``--match-weight``: ``match_targets``, ``match_loss``, ``MatchBatches``
   evals.py       the evals during a run
   checkpoint.py  ``save_checkpoint``, ``init_from``, ``load_training_state``, ``AUX_FILE``, ``TOKENIZER_FILES``
   profiling.py   ``--profile``
