@@ -20,6 +20,7 @@ from einops import rearrange
 from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
+from .decode_ops import linear_residual, norm_linear
 from .state import KVCache, Positions
 
 __all__ = ["Attention", "causal_mask"]
@@ -119,23 +120,25 @@ class Attention(nn.Module):
             y[i, :, :n] = out[0]
         return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
 
-    def step(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
+    def step(self, u: torch.Tensor, cache: KVCache, where: Positions, norm: nn.Module | None = None) -> torch.Tensor:
         """One token per row, every shape static (CUDA-graph safe, no host sync).
 
         u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
         go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
         to (its filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r
         queries of one head, so the cache is read once, without a GQA expansion. (``HybridLM.step`` points
-        rows that are not decoding at a spare slot that no row attends to.)
+        rows that are not decoding at a spare slot that no row attends to.) Without ``norm`` the layer's
+        output; with the block's ``norm``, u is the residual stream and ``u + attention(norm(u))`` is
+        returned (norm and residual fused into the projections, holotron/decode_ops.py).
         """
         lengths, key_mask = where.lengths, where.key_mask
         b = u.shape[0]
         hkv, hd = self.n_kv_heads, self.head_dim
-        q = self.q_proj(u).view(b, hkv, self.n_heads // hkv, hd)     # (B, Hkv, r, hd): heads j*r .. j*r+r-1
-        k = self.k_proj(u).view(b, hkv, 1, hd)
-        v = self.v_proj(u).view(b, hkv, 1, hd)
+        q = norm_linear(u, norm, self.q_proj).view(b, hkv, self.n_heads // hkv, hd)  # heads j*r .. j*r+r-1
+        k = norm_linear(u, norm, self.k_proj).view(b, hkv, 1, hd)
+        v = norm_linear(u, norm, self.v_proj).view(b, hkv, 1, hd)
         slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
         cache.k.scatter_(2, slot, k)
         cache.v.scatter_(2, slot, v)
         y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=key_mask)  # (B, Hkv, r, hd)
-        return self.o_proj(y.reshape(b, 1, self.n_heads * hd))
+        return linear_residual(y.reshape(b, 1, self.n_heads * hd), self.o_proj, None if norm is None else u)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .decode_ops import linear_residual, norm_linear
+
 __all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
 
 
@@ -54,15 +56,19 @@ class GatedRMSNorm(nn.Module):
 
 
 class MLP(nn.Module):
-    """``down(relu(up(x))^2)``: no gate, no bias (Nemotron-H's relu2 MLP). Stateless: its one-token
-    ``step`` is its ``forward``."""
+    """``down(relu(up(x))^2)``: no gate, no bias (Nemotron-H's relu2 MLP). Stateless."""
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
-    def forward(self, x: torch.Tensor, state=None, pos=None) -> torch.Tensor:  # (B, T, D)
+    def forward(self, x, state=None, pos=None) -> torch.Tensor:  # (B, T, D)
         return self.down_proj(F.relu(self.up_proj(x)).square())
 
-    step = forward
+    def step(self, u, state=None, where=None, norm: nn.Module | None = None) -> torch.Tensor:
+        """One token per row, (B, 1, D). Without ``norm`` the MLP's output; with the block's ``norm``, u is the
+        residual stream and ``u + mlp(norm(u))`` is returned (norm, relu^2 and residual fused into the two
+        projections, holotron/decode_ops.py)."""
+        h = norm_linear(u, norm, self.up_proj, act="relu2")
+        return linear_residual(h, self.down_proj, None if norm is None else u)

@@ -22,6 +22,7 @@ from torch import nn
 
 from .attention import Attention, causal_mask
 from .config import TextConfig
+from .decode_ops import norm_linear
 from .layers import MLP, RMSNorm
 from .mamba2 import Mamba2Mixer
 from .state import DecodeState, InferenceState, Positions
@@ -52,7 +53,8 @@ class Block(nn.Module):
         return x + self.mixer(self.norm(x.to(self.norm.weight.dtype)), layer_state, where)
 
     def step(self, x, layer_state, where: Positions):
-        return x + self.mixer.step(self.norm(x.to(self.norm.weight.dtype)), layer_state, where)
+        # x + mixer(norm(x)): the mixer's one-token step takes the norm and the residual into its projections
+        return self.mixer.step(x, layer_state, where, self.norm)
 
 
 class Backbone(nn.Module):
@@ -105,9 +107,8 @@ class HybridLM(nn.Module):
             x = x.float()
         for blk, st in zip(self.backbone.layers, state.layers):
             x = blk.step(x, st, where)
-        h = self.backbone.norm_f(x.to(self.backbone.norm_f.weight.dtype))
         state.lengths.add_(1 if active is None else active)
-        return self.lm_head(h[:, 0].to(self.lm_head.weight.dtype)).float()
+        return norm_linear(x[:, 0], self.backbone.norm_f, self.lm_head, out_dtype=torch.float32)
 
     # ------------------------------------------------------------------ prefill into decode rows
     def extend(self, inputs_embeds: torch.Tensor, state: DecodeState, rows: list[int], starts: list[int],

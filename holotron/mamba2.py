@@ -10,10 +10,11 @@
     out = out_proj(y)
 
 ``step`` is the one-token decode (``HybridLM.step``, and ``forward`` of one unpadded token with a state):
-in_proj, then one op (``mamba_step`` below, registered as ``holotron::mamba_step`` so that a
-``torch.compile``d step keeps it whole) for the conv window (``kernels.conv_step``) and the SSD step with
-dt_bias / softplus / clamp, D and the silu(z) gate fused (``kernels.ssd_step``), then the gated norm's
-normalisation and out_proj. ``A = -exp(A_log)`` is computed once per version of ``A_log`` (``neg_A``).
+in_proj (with the block's RMSNorm fused in, ``decode_ops.norm_linear``), then one op (``mamba_step`` below,
+registered as ``holotron::mamba_step`` so that a ``torch.compile``d step keeps it whole) for the conv window
+(``kernels.conv_step``) and the SSD step with dt_bias / softplus / clamp, D and the silu(z) gate fused
+(``kernels.ssd_step``), then out_proj with the gated norm's normalisation and the block's residual fused in
+(``decode_ops.linear_residual``). ``A = -exp(A_log)`` is computed once per version of ``A_log`` (``neg_A``).
 
 Padding (``mask`` False): a masked token leaves the state as if it never existed: its dt is 0
 (decay 1, no input) and its x is 0, and the conv sees each row's real tokens only (they are moved
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import kernels
+from .decode_ops import linear_residual, norm_linear
 from .layers import GatedRMSNorm
 from .state import MambaState, Positions
 
@@ -134,15 +136,20 @@ class Mamba2Mixer(nn.Module):
             out = torch.empty_like(out).scatter_(2, order[:, None, :].expand(b, c, t), out)
         return F.silu(out).transpose(1, 2).to(xBC.dtype)                   # (B, T, c)
 
-    def step(self, u: torch.Tensor, state: MambaState, where: Positions | None = None) -> torch.Tensor:
+    def step(self, u: torch.Tensor, state: MambaState, where: Positions | None = None, norm: nn.Module | None = None
+             ) -> torch.Tensor:
         """One token per row: u (B, 1, D) -> (B, 1, D); ``state`` updated in place (not on rows where
-        ``where.active`` is 0). Static shapes, no host sync."""
+        ``where.active`` is 0). Static shapes, no host sync. Without ``norm``, u is the mixer's input and the
+        mixer's output is returned; with the block's ``norm``, u is the residual stream and the block's output
+        ``u + mixer(norm(u))`` is returned (the norm and the residual fused into the projections,
+        holotron/decode_ops.py)."""
         b = u.shape[0]
-        z, xBC, dt = self.in_proj(u)[:, 0].split([self.d_inner, self.conv_dim, self.n_heads], dim=-1)
+        zxbcdt = norm_linear(u[:, 0], norm, self.in_proj)
+        z, xBC, dt = zxbcdt.split([self.d_inner, self.conv_dim, self.n_heads], dim=-1)
         y = mamba_step(xBC, dt, z, state.conv, state.ssm, self.conv1d.weight, self.conv1d.bias, self.A_log,
                        self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]), self.n_groups,
                        None if where is None else where.active)
-        return self.out_proj(self.norm.normed(y.float(), y.dtype).view(b, 1, self.d_inner))
+        return linear_residual(y.view(b, 1, self.d_inner), self.out_proj, None if norm is None else u, self.norm)
 
     def forward(self, u: torch.Tensor, state: MambaState | None = None, where: Positions | None = None) -> torch.Tensor:
         """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``where.mask`` (B, T) bool, False at pads.

@@ -1,0 +1,114 @@
+"""The linear layers of the one-token decode step, with their neighbours taken in.
+
+    y = norm_linear(x, norm, lin, act=None, out_dtype=None)   lin(norm(x)); act "relu2": relu(.)^2
+    x = linear_residual(v, lin, residual, gnorm=None)         residual + lin(gnorm.normed(v) or v)
+
+The mixers' ``step`` (holotron/mamba2.py, attention.py, layers.py) and ``HybridLM.step`` call these. Where the
+fused kernel can run they are one launch each (``holotron.quant.gemv``: the block's RMSNorm computed in the
+projection's pass over x, Mamba2's group norm in out_proj's, the MLP's relu^2 and the residual add in the
+projection's epilogue; docs/architecture.md, "The decode step"); elsewhere they are the plain composition of
+the modules, the same ops as the prefill path, so a CPU / fp32 model decodes exactly as before.
+
+The kernel runs when: at most 16 rows, a 16-bit or FP8 weight without bias, no autograd, and the switch
+allows it: ``fused_decode("auto")`` (the default: CUDA only), ``"on"`` (also Triton's CPU interpreter:
+tests), ``"off"`` (never: the benchmark's side-by-side). ``HOLOTRON_FUSED_DECODE`` sets it per process.
+The kernel is a ``torch.library`` custom op, so a ``torch.compile``d step keeps it whole.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .quant import GEMV_MAX_ROWS, FP8Linear, gemv
+
+__all__ = ["norm_linear", "linear_residual", "fused_decode", "MODES"]
+
+MODES = ("auto", "on", "off")
+_mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
+_WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+
+
+class fused_decode:
+    """``with fused_decode("off"): ...`` (or call it once to set the mode for the process)."""
+
+    def __init__(self, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"fused_decode: mode must be one of {MODES}, got {mode!r}")
+        global _mode
+        self._old, _mode = _mode, mode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        global _mode
+        _mode = self._old
+
+
+@torch.library.custom_op("holotron::decode_linear", mutates_args=())
+def _decode_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
+                   residual: torch.Tensor | None, norm: torch.Tensor | None, eps: float, groups: int, act: str,
+                   out_dtype: torch.dtype) -> torch.Tensor:
+    return gemv(x, weight, scale, residual, norm=norm, eps=eps, groups=groups, act=act or None,
+                out_dtype=out_dtype, backend="triton")
+
+
+@_decode_linear.register_fake
+def _(x, weight, scale, residual, norm, eps, groups, act, out_dtype):
+    return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=out_dtype)
+
+
+def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight, scale) for the kernel, or None where it does not run (see the module docstring)."""
+    if _mode == "off" or x.shape[-1] == 0 or x.numel() // x.shape[-1] > GEMV_MAX_ROWS:
+        return None
+    if not x.is_cuda:
+        from .kernels import _triton_usable
+
+        if _mode != "on" or _triton_usable(x.device) is not None:
+            return None
+    if isinstance(lin, FP8Linear):
+        w, s = lin.weight_fp8, lin.weight_scale
+    elif type(lin) is nn.Linear:
+        w, s = lin.weight, None
+    else:
+        return None
+    if lin.bias is not None or w.dtype not in _WEIGHT_DTYPES or x.dtype not in (torch.bfloat16, torch.float16,
+                                                                                    torch.float32):
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return None
+    return w, s
+
+
+def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: str | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``lin(norm(x))`` (``norm`` an ``RMSNorm`` or None), then relu^2 when ``act == "relu2"``; x (..., K).
+    The result is in the layer's compute dtype, or ``out_dtype``."""
+    ws = _weights(x, lin)
+    if ws is None:
+        h = x if norm is None else norm(x.to(norm.weight.dtype))
+        y = lin(h.to(lin.weight.dtype))
+        if act == "relu2":
+            y = F.relu(y).square()
+        return y if out_dtype is None else y.to(out_dtype)
+    g, eps = (None, 1e-5) if norm is None else (norm.weight, norm.eps)
+    return _decode_linear(x, ws[0], ws[1], None, g, eps, 1, act or "", out_dtype or lin.weight.dtype)
+
+
+def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | None, gnorm: nn.Module | None = None
+                    ) -> torch.Tensor:
+    """``residual + lin(v)``, or ``residual + lin(gnorm.normed(v))`` with Mamba2's ``GatedRMSNorm`` (v already
+    gated); without ``residual``, ``lin(...)`` alone. v (..., K), residual (..., N)."""
+    ws = _weights(v, lin)
+    if ws is None:
+        h = v if gnorm is None else gnorm.normed(v.float(), v.dtype)
+        out = lin(h)
+        return out if residual is None else residual + out
+    g, eps, groups = (None, 1e-5, 1) if gnorm is None else (gnorm.weight, gnorm.eps, gnorm.groups)
+    dtype = lin.weight.dtype if residual is None else torch.promote_types(residual.dtype, lin.weight.dtype)
+    return _decode_linear(v, ws[0], ws[1], residual, g, eps, groups, "", dtype)

@@ -1,0 +1,206 @@
+"""The decode step's fused linear ops (holotron/decode_ops.py, the GEMV kernel's norm / group norm / relu^2 /
+residual): against their plain composition and float64, one op at a time and through the whole model's step
+(bf16 and FP8 weights), on Triton's CPU interpreter here and on the GPU under ``-m gpu``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from tiny_lm import tiny_config, tiny_lm
+
+from holotron import decode_ops, quant
+from holotron.decode_ops import fused_decode, linear_residual, norm_linear
+from holotron.layers import GatedRMSNorm, RMSNorm
+from holotron.quant import gemv, gemv_ref, quantize_
+from holotron.state import DecodeState
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts launches of the fused kernel (so a test cannot pass on the plain path by accident)."""
+    calls = []
+    real = quant.gemv
+
+    def counting(*a, **kw):
+        calls.append(kw.get("backend"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(decode_ops, "gemv", counting)
+    return calls
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
+
+
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("split", [1, 3])
+def test_gemv_norm_act_residual_match_float64(m, wdtype, groups, split):
+    """Every fused part against its float64 twin: rmsnorm over the row or per group, relu^2, scale, residual,
+    with K split over programs (a group norm takes one slice per group whatever the split asks)."""
+    g = torch.Generator().manual_seed(m * 10 + groups)
+    k, n = 96, 40
+    x = (torch.randn(m, k, generator=g) * 3).to(DEV)
+    w = torch.randn(n, k, generator=g) / 10
+    scale = None
+    if wdtype == torch.float8_e4m3fn:
+        w, scale = quant.quantize_weight(w)
+        scale = scale.to(DEV)
+    w = w.to(wdtype).to(DEV)
+    gw = (torch.rand(k, generator=g) + 0.5).to(DEV)
+    res = torch.randn(m, n, generator=g).to(DEV)
+    cfg = dict(BLOCK_N=16, BLOCK_K=32, SPLIT=split, num_warps=4)
+    for act, r in ((None, res), ("relu2", None)):
+        want = gemv_ref(x.double(), w.double(), None if scale is None else scale.double(),
+                        None if r is None else r.double(), norm=gw.double(), groups=groups, act=act)
+        y = gemv(x, w, scale, r, norm=gw, groups=groups, act=act, out_dtype=torch.float32, backend="triton",
+                 config=cfg)
+        assert _rel(y, want) < 1e-5, (act, _rel(y, want))
+    # the reference itself is the module math: RMSNorm / GatedRMSNorm then the product
+    nm = GatedRMSNorm(k, groups=groups).double()
+    nm.weight.data.copy_(gw.double().cpu())
+    xd = x.double().cpu()
+    direct = nm.normed(xd) @ w.double().cpu().T * (1 if scale is None else scale.double().cpu())
+    assert _rel(gemv_ref(xd, w.double().cpu(), None if scale is None else scale.double().cpu(), norm=gw.double().cpu(),
+                         groups=groups), direct) < 1e-6  # GatedRMSNorm computes in fp32
+
+
+def test_fp8_codes_widened_from_their_bits_are_exact():
+    """FP8_BITS (sign, exponent and mantissa moved into an fp32 word, 2^120 applied with the scale) gives the
+    same product as the conversion instruction, every code from the smallest subnormal to 448 included."""
+    codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    codes = codes[torch.isfinite(codes.float())]
+    k = codes.numel()
+    w = codes.view(1, k).repeat(16, 1).to(DEV)
+    scale = torch.linspace(0.5, 2.0, 16).to(DEV)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(0)).to(DEV)
+    want = gemv_ref(x.double(), w.double(), scale.double())
+    for bits in (False, True):
+        cfg = dict(BLOCK_N=16, BLOCK_K=64, SPLIT=1, num_warps=4, FP8_BITS=bits)
+        y = gemv(x, w, scale, out_dtype=torch.float32, backend="triton", config=cfg)
+        assert _rel(y, want) < 1e-6, bits
+
+
+@pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls):
+    torch.manual_seed(0)
+    d, hid = 64, 96
+    norm = RMSNorm(d).to(DEV)
+    norm.weight.data.uniform_(0.5, 1.5)
+    up, down = nn.Linear(d, hid, bias=False), nn.Linear(hid, d, bias=False)
+    gnorm = GatedRMSNorm(hid, groups=4).to(DEV)
+    gnorm.weight.data.uniform_(0.5, 1.5)
+    up, down = up.to(DEV, torch.bfloat16), down.to(DEV, torch.bfloat16)
+    if wdtype == torch.float8_e4m3fn:
+        up, down = quant.FP8Linear.from_linear(up), quant.FP8Linear.from_linear(down)
+    norm, gnorm = norm.to(torch.bfloat16), gnorm.to(torch.bfloat16)
+    x = torch.randn(2, 1, d, device=DEV).to(torch.bfloat16)
+    with torch.inference_mode():
+        with fused_decode("off"):
+            h0 = norm_linear(x, norm, up, act="relu2")
+            y0 = linear_residual(h0, down, x, gnorm)
+        assert not kernel_calls
+        with fused_decode("on"):
+            h1 = norm_linear(x, norm, up, act="relu2")
+            y1 = linear_residual(h1, down, x, gnorm)
+            lg = norm_linear(x, norm, up, out_dtype=torch.float32)
+        assert len(kernel_calls) == 3
+    assert h1.dtype == h0.dtype == torch.bfloat16 and y1.dtype == y0.dtype and lg.dtype == torch.float32
+    # the fused path skips the bf16 rounding of the normalised x: a few bf16 ulps apart
+    assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2
+
+
+def test_plain_path_where_the_kernel_cannot_run(kernel_calls):
+    """fp32 weights, a bias, more than 16 rows, autograd, or mode "off": the plain composition."""
+    norm = RMSNorm(32).to(DEV)
+    lin32 = nn.Linear(32, 16, bias=False).to(DEV)
+    biased = nn.Linear(32, 16).to(DEV, torch.bfloat16)
+    lin = nn.Linear(32, 16, bias=False).to(DEV, torch.bfloat16)
+    x = torch.randn(2, 32, device=DEV)
+    with fused_decode("on"):
+        torch.testing.assert_close(norm_linear(x, norm, lin32), lin32(norm(x)), rtol=0, atol=0)
+        norm_linear(x.bfloat16(), norm.to(torch.bfloat16), biased)
+        norm_linear(torch.randn(17, 32, device=DEV, dtype=torch.bfloat16), norm, lin)
+        norm_linear(x.bfloat16().requires_grad_(), norm, lin)
+        assert not kernel_calls
+        with torch.inference_mode():
+            norm_linear(x.bfloat16(), norm, lin)
+        assert len(kernel_calls) == 1
+    with pytest.raises(ValueError, match="mode must be one of"):
+        fused_decode("fast")
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls):
+    """A bf16 (or FP8) model's decode steps, fused and plain, against the same model's fp32 twin, teacher-forced
+    on the fp32 greedy tokens: the fused step is no further from fp32 than the plain one (it rounds less)."""
+    cfg = tiny_config(hybrid_override_pattern="M*-M-", hidden_size=64, intermediate_size=96, mamba_num_heads=4,
+                      mamba_head_dim=16, ssm_state_size=16, n_groups=2)
+    ref = tiny_lm(cfg, seed=3).to(DEV)
+    low = copy.deepcopy(ref).to(torch.bfloat16)
+    if fp8:
+        quantize_(low)
+        ref = copy.deepcopy(low)  # the fp32 twin of the FP8 model: its widened weights in fp32
+        for blk in ref.backbone.layers:
+            for name, mod in list(blk.mixer.named_children()):
+                if isinstance(mod, quant.FP8Linear):
+                    lin = nn.Linear(mod.in_features, mod.out_features, bias=False, device=DEV)
+                    lin.weight.data.copy_(mod.dequantize(torch.float32))
+                    setattr(blk.mixer, name, lin)
+        ref = ref.float()
+    ids = torch.randint(3, 96, (2, 5), generator=torch.Generator().manual_seed(0)).to(DEV)
+    states = {}
+    with torch.inference_mode():
+        for key, model in (("ref", ref), ("plain", low), ("fused", low)):
+            tmp = model.new_state(2, capacity=5)
+            model(ids, state=tmp)
+            st = DecodeState.allocate(model, 2, 32)
+            for r in range(2):
+                st.load(r, tmp, r)
+            states[key] = st
+        tok = ids[:, -1]
+        errs = {"plain": [], "fused": []}
+        for _ in range(10):
+            want = ref.step(tok, states["ref"])
+            with fused_decode("off"):
+                plain = low.step(tok, states["plain"])
+            n0 = len(kernel_calls)
+            with fused_decode("on"):
+                fused = low.step(tok, states["fused"])
+            assert len(kernel_calls) - n0 == 2 * 4 + 4 + 1  # 2 per Mamba / MLP block, q k v o, lm_head
+            assert fused.dtype == torch.float32
+            errs["plain"].append(_rel(plain, want))
+            errs["fused"].append(_rel(fused, want))
+            tok = want.argmax(-1)
+    print({k: round(max(v), 5) for k, v in errs.items()})
+    assert max(errs["fused"]) <= 1.25 * max(errs["plain"]) + 1e-3, errs
+    assert max(errs["fused"]) < 0.05, errs
+
+
+@pytest.mark.gpu
+def test_gpu_fused_step_in_the_captured_engine():
+    """On the GPU the fused step is the default: the captured engine's greedy tokens equal the eager fused
+    step's, and its logits stay as close to fp32 as the plain step's."""
+    from holotron.engine import Engine
+
+    cfg = tiny_config(hybrid_override_pattern="M*-M-M*-", hidden_size=256, intermediate_size=512,
+                      mamba_num_heads=8, mamba_head_dim=32, ssm_state_size=32, n_groups=2, vocab_size=512)
+    model = tiny_lm(cfg, seed=5).cuda().to(torch.bfloat16)
+    prompts = [[5, 9, 13, 40], [7, 8, 100, 200, 3]]
+    outs = {}
+    for mode in ("on", "off"):
+        with fused_decode(mode):
+            eng = Engine(model, max_batch=4, max_len=64)
+            reqs = [eng.submit(p, max_new_tokens=12) for p in prompts]
+            eng.run()
+            outs[mode] = [r.tokens for r in reqs]
+    # both runs greedy-decode the same bf16 model: near-ties aside, the same tokens
+    same = sum(a == b for x, y in zip(outs["on"], outs["off"]) for a, b in zip(x, y))
+    assert same >= 0.8 * sum(len(x) for x in outs["on"]), outs
