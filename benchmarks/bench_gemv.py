@@ -6,7 +6,8 @@ For each linear shape of the 12B LM (holotron/config.py's TextConfig defaults) a
 rows: ``F.linear`` with bf16 weights (cuBLAS), ``torch._scaled_mm`` with float8_e4m3fn weights and row-wise
 scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), and the Triton GEMV of
 holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16 only), at its shape-picked launch
-settings; then a small sweep of launch settings at M = 1 and 16 (best kept, within a time budget). Time:
+settings; then a sweep of launch settings at M = 1 (best kept per shape, within a time budget; the best become
+``gemv_triton.MEASURED``), and the decode step's fused forms (norm, group norm, relu^2, residual) at them. Time:
 ``triton.testing.do_bench`` median of a CUDA graph of 16 calls cycling through copies of the weight (at least
 256 MB, or 8 copies, so the L2 cache does not hold them), per call: kernel time without Python's launch
 overhead, as in the decode engine's graphs (``triton_fp8_eager`` in the JSON: one eager call). GB/s: weight
@@ -81,26 +82,31 @@ def copy_gbs() -> float:
 
 
 def sweep_configs(n: int, k: int, w_bytes: int, m: int) -> list[dict]:
-    """The shape-picked settings first, then BLOCK_N x BLOCK_K (bytes of a row per step) with the split the
-    picker's rule gives for that BLOCK_N and twice it."""
+    """The shape-picked settings first, then BLOCK_N x BLOCK_K (bytes of a row per step) x warps x pipeline
+    stages, with the split the picker's rule gives for that BLOCK_N (and half / twice it); FP8 weights also
+    with their codes widened from the bits (FP8_BITS)."""
     dev = torch.device("cuda")
     base = gemv_triton.pick_config(m, n, k, w_bytes, dev)
     sms = gemv_triton._sm_count(dev.index)
     out = []
-    for bn in (16, 32, 8, 64) if m == 1 else (16, 32, 64):
+    for bn in (16, 32, 64):
         split = 1
         while triton.cdiv(n, bn) * split < 4 * sms and split < 16:
             split *= 2
-        for bk_bytes in (256, 512, 1024):
+        for bk_bytes in (512, 1024):
             bk = bk_bytes // w_bytes
             if m == 1 and bk * bn > 16384:
                 continue
-            for sp in (split, 2 * split):
-                if k // sp >= 2 * bk:
-                    out.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=sp, num_warps=4))
+            for sp in dict.fromkeys((split, max(1, split // 2))):
+                if k // sp < 2 * bk:
+                    continue
+                for warps, stages in ((4, 1), (8, 1), (4, 3), (8, 3)):
+                    c = dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=sp, num_warps=warps, STAGES=stages)
+                    out.append(c)
+                    if w_bytes == 1 and m == 1:
+                        out.append(dict(c, FP8_BITS=True))
     out = [c for c in out if c != base]
-    dot = [dict(c, DOT=True) for c in out if m == 1 and c["BLOCK_N"] >= 16][:3]  # one row through tl.dot
-    return [base] + dot + out
+    return [base] + out
 
 
 def main():
@@ -142,23 +148,44 @@ def main():
             rows.append(r)
             print(r, flush=True)
 
-    # the sweep: best launch settings at M = 1 and 16, within the budget
-    best, t_end = {}, time.perf_counter() + a.sweep_budget
-    for m in (1, 16):  # M = 1 first: the batch-1 decode step
-        for name, (k, n) in shp.items():
-            ws, qs = weights[name]
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            for label, args in (("bf16", [(w, None) for w in ws]), ("fp8", qs)):
-                found = None
-                for c in sweep_configs(n, k, args[0][0].element_size(), m)[:10 if m == 1 else 5]:
-                    if time.perf_counter() > t_end:
-                        break
-                    t = gbench([lambda wt=wt, sc=sc, c=c: gemv(x, wt, sc, config=c) for wt, sc in args])
-                    if found is None or t < found[0]:
-                        found = (t, c)
-                if found:
-                    best[f"{name}/{label}/{m}"] = dict(ms=found[0], config=found[1],
-                                                       gbs=n * k * args[0][0].element_size() / found[0] / 1e6)
+    # the sweep: best launch settings at M = 1 (the batch-1 step), within the budget: every shape its share
+    best, t0 = {}, time.perf_counter()
+    jobs = [(1, name, lab) for name in shp for lab in ("bf16", "fp8")]
+    for i, (m, name, label) in enumerate(jobs):
+        k, n = shp[name]
+        ws, qs = weights[name]
+        args_ = [(w, None) for w in ws] if label == "bf16" else qs
+        share = t0 + a.sweep_budget * (i + 1) / len(jobs)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        found = None
+        for c in sweep_configs(n, k, args_[0][0].element_size(), m):
+            if time.perf_counter() > share and found is not None:
+                break
+            t = gbench([lambda wt=wt, sc=sc, c=c: gemv(x, wt, sc, config=c) for wt, sc in args_])
+            if found is None or t < found[0]:
+                found = (t, c)
+        best[f"{name}/{label}/{m}"] = dict(ms=found[0], config=found[1], N=n, K=k,
+                                           w_bytes=args_[0][0].element_size(),
+                                           gbs=n * k * args_[0][0].element_size() / found[0] / 1e6)
+        print(f"  sweep {name}/{label}/{m}: {found[0]:.4f} ms {found[1]}", flush=True)
+
+    # the decode step's fused forms at the best settings, M = 1: what the norm / residual / act cost
+    fused = {"in_proj": dict(norm=True), "up": dict(norm=True, act="relu2"), "q": dict(norm=True),
+             "k/v": dict(norm=True), "lm_head": dict(norm=True), "out_proj": dict(norm=True, groups=cfg.n_groups,
+                                                                                   res=True),
+             "down": dict(res=True), "o": dict(res=True)}
+    for name, f in fused.items():
+        k, n = shp[name]
+        ws, qs = weights[name]
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        g = torch.rand(k, device="cuda") + 0.5
+        r = torch.randn(1, n, device="cuda", dtype=torch.bfloat16)
+        for label, args_ in (("bf16", [(w, None) for w in ws]), ("fp8", qs)):
+            c = best[f"{name}/{label}/1"]["config"]
+            kw = dict(norm=g if f.get("norm") else None, groups=f.get("groups", 1), act=f.get("act"),
+                      residual=r if f.get("res") else None)
+            t = gbench([lambda wt=wt, sc=sc, c=c: gemv(x, wt, sc, config=c, **kw) for wt, sc in args_])
+            best[f"{name}/{label}/1/fused"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"], what=sorted(f))
 
     # whole-LM estimate at M = 1
     one = {r["shape"]: r for r in rows if r["M"] == 1}
@@ -194,9 +221,12 @@ def main():
         print(f"{r['shape']:>8} {r['K']:>6} {r['N']:>6} {r['M']:>4} | {f(r['torch_bf16'])} {pct(r, 'torch_bf16')} | "
               f"{f(r.get('torch_fp8'))} {pct(r, 'torch_fp8')} | {f(r.get('triton_bf16'), 8)} "
               f"{pct(r, 'triton_bf16')} | {f(r.get('triton_fp8'))} {pct(r, 'triton_fp8')}")
-    print("\nbest of sweep (ms, % of copy):")
+    print("\nbest of sweep (ms, % of copy); fused: the decode step's form at those settings:")
     for key, b in best.items():
-        print(f"  {key:>18} {b['ms']:.4f} {b['gbs'] / floor:4.0%} {b['config']}")
+        if key.endswith("/fused"):
+            print(f"  {key:>24} {b['ms']:.4f} (plain {b['plain_ms']:.4f}) {b['what']}")
+        else:
+            print(f"  {key:>24} {b['ms']:.4f} {b['gbs'] / floor:4.0%} {b['config']}")
     print("\none decode step's linear layers at M = 1, ms:")
     for key, v in est.items():
         print(f"  {key:>28} {v:.3f}")

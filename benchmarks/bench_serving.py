@@ -246,11 +246,12 @@ def make_engine(lm, batches, max_len, small, compile=False, ssm_dtype=torch.floa
                   compile=compile, ssm_dtype=ssm_dtype)
 
 
-def kernels_per_step(eng: Engine, b: int) -> int | None:
-    """GPU kernels and copies one step of batch b launches (the nodes its CUDA graph replays): the torch
-    profiler over one eager call of the same step."""
+def kernels_per_step(eng: Engine, b: int) -> tuple[int | None, list]:
+    """GPU kernels and copies one step of batch b launches (the nodes its CUDA graph replays), and where the
+    step's GPU time goes (kernel name, calls, total us; the 12 largest): the torch profiler over one eager
+    call of the same step."""
     if eng.device.type != "cuda":
-        return None
+        return None, []
     from torch.profiler import ProfilerActivity, profile
     with torch.inference_mode():
         eng._step(b)
@@ -259,12 +260,30 @@ def kernels_per_step(eng: Engine, b: int) -> int | None:
             eng._step(b)
             sync(eng.device)
         eng.state.lengths.zero_()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by: dict[str, list] = {}
+    for e in evs:
+        k = by.setdefault(e.name[:90], [0, 0.0])
+        k[0] += 1
+        k[1] += e.device_time if hasattr(e, "device_time") else e.cuda_time
+    top = sorted(([n, c, round(t, 1)] for n, (c, t) in by.items()), key=lambda r: -r[2])[:12]
+    return len(evs), top
 
 
 def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, compile=False,
-                 ssm_dtype=torch.float32) -> list[dict]:
-    """Decode after a ctx-token prompt at each batch size; rows [0, 8) hold ``prefix`` when given."""
+                 ssm_dtype=torch.float32, fused="auto") -> list[dict]:
+    """Decode after a ctx-token prompt at each batch size; rows [0, 8) hold ``prefix`` when given.
+    ``fused``: holotron.decode_ops's mode for the capture ("off": the plain step, as before the fused ops)."""
+    from holotron.decode_ops import fused_decode
+
+    with fused_decode(fused):
+        rows = _decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix, compile, ssm_dtype)
+    for r in rows:
+        r["fused"] = fused
+    return rows
+
+
+def _decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix, compile, ssm_dtype) -> list[dict]:
     rows = []
     eng = None
     t = time.perf_counter()
@@ -277,8 +296,12 @@ def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, compile
         return [{"batch": b, "context": ctx, "status": "OOM"} for b in batches]
     capture_s = time.perf_counter() - t
     label = f"{'compiled' if compile else 'eager'} step, {str(ssm_dtype).split('.')[-1]} state"
-    n_kernels = {b: kernels_per_step(eng, b) for b in (batches[0], batches[-1])}
+    prof = {b: kernels_per_step(eng, b) for b in (batches[0], batches[-1])}
+    n_kernels = {b: v[0] for b, v in prof.items()}
     print(f"  {label}: capture {capture_s:.1f} s, kernels per step {n_kernels}", flush=True)
+    for b, (_, top) in prof.items():
+        for name, calls, us in top[:8]:
+            print(f"    batch {b:>4}: {us:9.1f} us  {calls:>4} x  {name}", flush=True)
     if prefix is not None:
         with torch.inference_mode():
             for r in range(min(8, eng.max_batch)):
@@ -302,7 +325,8 @@ def decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix=None, compile
                      "tokens_per_s": b / (host * 1e-3), "graph_tokens_per_s": b / (ms * 1e-3),
                      "floor_ms": floor, "fraction_of_floor": floor / ms if floor == floor else float("nan"),
                      "capture_s": capture_s, "naive_step": eng.naive_step, "compiled": bool(compile),
-                     "ssm_dtype": str(ssm_dtype), "kernels_per_step": n_kernels.get(b), "note": eng.note})
+                     "ssm_dtype": str(ssm_dtype), "kernels_per_step": n_kernels.get(b),
+                     "kernel_time_us": prof[b][1] if b in prof else None, "note": eng.note})
         print(f"  decode ({label}) ctx {ctx:>6} batch {b:>4}: graph {ms:7.2f} ms/step, "
               f"engine.step {host:7.2f} ms -> {b / (host * 1e-3):9.0f} tok/s (floor {floor:.2f} ms)", flush=True)
     del eng
@@ -518,14 +542,16 @@ def chart(res: dict, png: str) -> str | None:
 
 def table(res: dict) -> None:
     print("\n== decode after a 1,024-token prompt (hybrid 12B) ==")
-    print(f"{'step':>9} {'state':>9} {'batch':>6} {'kernels':>8} {'graph ms':>9} {'step ms':>8} {'tok/s':>9} "
+    print(f"{'step':>9} {'fused':>5} {'state':>9} {'batch':>6} {'kernels':>8} {'graph ms':>9} {'step ms':>8} "
+          f"{'tok/s':>9} "
           f"{'graph tok/s':>11} {'floor ms':>9} {'of floor':>8}")
     for key in [k for k in res if k.startswith("decode_1k")]:
         for r in res[key] if isinstance(res[key], list) else []:
             if r.get("status") != "ok":
                 print(f"{key:>9} {r['batch']:>6} {r['status']}")
                 continue
-            print(f"{'compiled' if r['compiled'] else 'eager':>9} {r['ssm_dtype'].split('.')[-1]:>9} {r['batch']:>6} "
+            print(f"{'compiled' if r['compiled'] else 'eager':>9} {r.get('fused', 'auto'):>5} "
+                  f"{r['ssm_dtype'].split('.')[-1]:>9} {r['batch']:>6} "
                   f"{r['kernels_per_step'] or '':>8} {r['graph_ms']:9.2f} {r['engine_step_ms']:8.2f} "
                   f"{r['tokens_per_s']:9.0f} {r['graph_tokens_per_s']:11.0f} {r['floor_ms']:9.2f} "
                   f"{r['fraction_of_floor']:8.0%}")
@@ -556,13 +582,27 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=210.0, help="seconds; later sections are skipped near it")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--decode-only", action="store_true",
-                    help="only the decode sweeps at batch 1, 8, 64, 128: fp32 / bf16 state, eager / compiled step")
+                    help="only the decode sweeps at batch 1, 8, 64, 128: the plain and the fused step, fp32 / bf16 / "
+                         "fp16 state (and the compiled step with --compile)")
     ap.add_argument("--serving-only", action="store_true",
                     help="only the serving section: 128 requests continuing one 1,024-token prefix, 64 rows")
     ap.add_argument("--quantize", choices=["fp8"], default=None,
                     help="FP8 weights for the language model's linear layers (holotron.quant.quantize_); with "
                          "--decode-only the eager step only (fp32 and bf16 state)")
+    ap.add_argument("--fused", choices=["on", "off", "both"], default="both",
+                    help="with --decode-only: the fused decode ops (holotron/decode_ops.py) on, off, or both")
+    ap.add_argument("--compile", action="store_true", help="with --decode-only: also the torch.compiled step")
+    ap.add_argument("--gemv-configs", default=None,
+                    help="a bench_gemv.py JSON: its best launch settings at one row become the GEMV's measured table")
     args = ap.parse_args()
+    if args.gemv_configs:
+        from holotron.kernels import gemv_triton
+        best = json.load(open(args.gemv_configs))["sweep_best"]
+        for key, b in best.items():
+            if key.endswith("/1") and "fused" not in key:
+                c = b["config"]
+                gemv_triton.MEASURED[(b["N"], b["K"], b["w_bytes"])] = c
+        print(f"GEMV settings from {args.gemv_configs}: {len(gemv_triton.MEASURED)} shapes", flush=True)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.small:
         print("bench_serving: no CUDA GPU; use --small for a CPU smoke test", file=sys.stderr)
@@ -582,7 +622,8 @@ def main() -> int:
         "torch": torch.__version__, "python": platform.python_version(), "small": small,
         "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else "")
                    + (" --decode-only" if args.decode_only else "")
-                   + (" --serving-only" if args.serving_only else ""),
+                   + (" --serving-only" if args.serving_only else "")
+                   + (f" --fused {args.fused}" if args.decode_only else "") + (" --compile" if args.compile else ""),
     }
     try:
         import triton
@@ -645,11 +686,18 @@ def main() -> int:
     # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
     if args.decode_only:
         batches = [1, 2, 4, 8] if small else [1, 8, 64, 128]
-        configs = ((False, torch.float32), (False, torch.bfloat16), (True, torch.bfloat16), (True, torch.float32))
-        for comp, sdt in configs[:2] if args.quantize else configs:
-            key = "decode_1k" + ("_compiled" if comp else "") + ("_bf16" if sdt == torch.bfloat16 else "")
+        # (fused, compiled, state): the plain step first (the figures before the fused ops), then the fused one
+        configs = [("off", False, torch.float32), ("on", False, torch.float32), ("off", False, torch.bfloat16),
+                   ("on", False, torch.bfloat16), ("on", False, torch.float16)]
+        if args.compile:
+            configs += [("on", True, torch.bfloat16), ("off", True, torch.bfloat16)]
+        if args.fused != "both":
+            configs = [c for c in configs if c[0] == args.fused]
+        for fz, comp, sdt in configs:
+            key = "decode_1k" + ("_compiled" if comp else "") + {torch.float32: "", torch.bfloat16: "_bf16",
+                                                                  torch.float16: "_fp16"}[sdt] + f"_fused_{fz}"
             section(key, lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre,  # noqa: F821
-                                              compile=comp, ssm_dtype=sdt))  # noqa: B023
+                                              compile=comp, ssm_dtype=sdt, fused=fz))  # noqa: B023
         res["elapsed_s"] = clk.elapsed()
         save()
         table(res)

@@ -7,9 +7,13 @@ Format: float8_e4m3fn weights (out, in) with one fp32 scale per output channel, 
 (448 is e4m3's largest finite value), so every row uses the whole e4m3 range; ``W ~ q * scale[:, None]``.
 Quantised: the LM's Mamba in_proj / out_proj, attention q / k / v / o, MLP up / down, and lm_head only when
 asked (``lm_head=True``). The embedding, the norms, the Mamba A_log / D / dt_bias, conv1d and the whole
-vision tower and projector keep their dtype. Activations are never quantised: x stays bf16 (or fp32), the
-weights are widened in registers (exact: every e4m3 value is a bf16 value), sums are fp32, and the scale is
-applied once per output. Accuracy against bf16: ``dev/probes/fp8_accuracy.py`` and docs/benchmarks.md.
+vision tower and projector keep their dtype. Up to 16 rows (decoding) activations are not quantised: x stays
+bf16 (or fp32), the weights are widened in registers (exact: every e4m3 value is a bf16 value), sums are fp32,
+and the scale is applied once per output. Above 16 rows on CUDA (prefill, large decode batches) x is quantised
+too, per row (``absmax(row) / 448``), and the product runs on the FP8 tensor cores (``torch._scaled_mm``,
+fp32 accumulation, both scales applied to the output): twice the bf16 matmul rate and half the weight bytes,
+at the cost of rounding x to e4m3 (``W8A8 = False`` turns it off: the widened weights in a bf16 matmul).
+Accuracy against bf16: ``dev/probes/fp8_accuracy.py`` and docs/benchmarks.md.
 
 ``gemv`` is the dispatcher: the Triton kernel (``holotron/kernels/gemv_triton.py``) on CUDA, or under
 TRITON_INTERPRET=1 on the CPU, for at most 16 rows; its PyTorch twin ``gemv_ref`` otherwise.
@@ -24,12 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FP8Linear", "quantize_", "quantize_weight", "quantizer", "gemv", "gemv_ref", "MODES", "FP8_MAX"]
+__all__ = ["FP8Linear", "quantize_", "quantize_weight", "quantizer", "gemv", "gemv_ref", "fp8_matmul", "MODES",
+           "FP8_MAX"]
 
 MODES = ("fp8",)
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0           # torch.finfo(torch.float8_e4m3fn).max
-GEMV_MAX_ROWS = 16        # above this, a matmul on the dequantised weight
+GEMV_MAX_ROWS = 16        # above this, a matmul: FP8 x FP8 on CUDA (W8A8), else on the widened weight
+W8A8 = True               # above GEMV_MAX_ROWS on CUDA, quantise x per row and use torch._scaled_mm
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32, FP8)
 _X_TRITON = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -135,6 +141,17 @@ def quantize_weight(w: torch.Tensor, rows: int = 4096) -> tuple[torch.Tensor, to
     return q, scale
 
 
+def fp8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (..., K) bf16 / fp16 quantised per row to e4m3, times the e4m3 weight q (N, K) on the tensor cores
+    (``torch._scaled_mm``, row-wise scales on both sides) -> (..., N) in x's dtype. CUDA (sm 89+)."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    xs = x2.abs().amax(-1, keepdim=True).float().clamp_min(1e-12) / FP8_MAX
+    xq = (x2.float() / xs).to(FP8)
+    y = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=scale[None, :], out_dtype=x.dtype)
+    return y.view(*x.shape[:-1], q.shape[0])
+
+
 @dataclass(frozen=True)
 class WeightSpec:
     """What ``FP8Linear.weight`` answers: the shape, dtype and device an ``nn.Linear`` weight would have.
@@ -184,6 +201,9 @@ class FP8Linear(nn.Module):
         m = x.numel() // max(x.shape[-1], 1)
         if x.is_cuda and m <= GEMV_MAX_ROWS:
             y = gemv(x, self.weight_fp8, self.weight_scale)
+        elif x.is_cuda and W8A8 and x.dtype in (torch.bfloat16, torch.float16) and self.in_features % 16 == 0 \
+                and self.out_features % 16 == 0:
+            y = fp8_matmul(x, self.weight_fp8, self.weight_scale)
         else:
             ct = x.dtype if x.dtype in _X_TRITON else torch.float32
             y = (F.linear(x.to(ct), self.weight_fp8.to(ct)).float() * self.weight_scale).to(x.dtype)

@@ -8,8 +8,8 @@ import copy
 
 import pytest
 import torch
-from torch import nn
 from tiny_lm import tiny_config, tiny_lm
+from torch import nn
 
 from holotron import decode_ops, quant
 from holotron.decode_ops import fused_decode, linear_residual, norm_linear

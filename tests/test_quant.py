@@ -205,3 +205,41 @@ def test_gemv_real_shapes(n, k, m):
         want = _want(x, wt.float(), sc, res)
         y = gemv(x, wt, sc, res, out_dtype=torch.float32)
         assert ((y.double() - want).abs().max() / want.abs().max()).item() < 1e-5
+
+
+def test_fp8_matmul_quantises_rows_and_scales_back():
+    """W8A8 above 16 rows: x rounded per row to e4m3 (relative error at most 1/16 per element), both scales
+    applied; the result is within e4m3 rounding of the exact product, and exact when x is already e4m3 on
+    the row's scale."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(32, 64, generator=g) * torch.logspace(-2, 2, 32)[:, None]).to(torch.bfloat16)
+    q, s = quant.quantize_weight(torch.randn(48, 64, generator=g))
+    try:
+        y = quant.fp8_matmul(x, q, s)
+    except (RuntimeError, NotImplementedError) as e:  # a torch without CPU _scaled_mm
+        pytest.skip(f"torch._scaled_mm unavailable here: {e}")
+    exact = x.double() @ (q.double() * s.double()[:, None]).T
+    rel = ((y.double() - exact).norm(dim=1) / exact.norm(dim=1))
+    assert y.shape == (32, 48) and y.dtype == torch.bfloat16 and rel.max() < 0.06, rel.max()
+    # rows already on the e4m3 grid of their own scale come back exactly (up to the bf16 output)
+    xs = x.float().abs().amax(1, keepdim=True) / quant.FP8_MAX
+    on_grid = ((x.float() / xs).to(torch.float8_e4m3fn).float() * xs).to(torch.bfloat16)
+    xs2 = on_grid.float().abs().amax(1, keepdim=True) / quant.FP8_MAX
+    if torch.equal((on_grid.float() / xs2).to(torch.float8_e4m3fn).float() * xs2, on_grid.float()):
+        y2 = quant.fp8_matmul(on_grid, q, s)
+        ex2 = on_grid.double() @ (q.double() * s.double()[:, None]).T
+        assert ((y2.double() - ex2).abs() / ex2.abs().max()).max() < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_linear_above_16_rows_uses_the_tensor_cores(monkeypatch):
+    lin = torch.nn.Linear(256, 512, bias=False).cuda().to(torch.bfloat16)
+    f8 = quant.FP8Linear.from_linear(lin)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    calls = []
+    real = quant.fp8_matmul
+    monkeypatch.setattr(quant, "fp8_matmul", lambda *a: calls.append(1) or real(*a))
+    y = f8(x)
+    assert calls and y.dtype == torch.bfloat16
+    exact = x.double() @ f8.dequantize(torch.float64).T
+    assert ((y.double() - exact).norm() / exact.norm()).item() < 0.06
