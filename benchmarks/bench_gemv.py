@@ -113,6 +113,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sweep-budget", type=float, default=60.0, help="seconds for the launch-settings sweep")
+    ap.add_argument("--quick", action="store_true",
+                    help="M = 1 only, no sweep: the picked settings and the fused forms at them")
     a = ap.parse_args()
     torch.manual_seed(0)
     cfg = TextConfig()
@@ -126,7 +128,7 @@ def main():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies(2 * n * k))]
         qs = [quantize_weight(w) for w in ws]
         weights[name] = (ws, qs)
-        for m in MS:
+        for m in (1,) if a.quick else MS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             r = dict(shape=name, K=k, N=n, M=m)
             r["torch_bf16"] = gbench([lambda w=w: F.linear(x, w) for w in ws])
@@ -151,7 +153,7 @@ def main():
     # the sweep: best launch settings at M = 1 (the batch-1 step), within the budget: every shape its share
     best, t0 = {}, time.perf_counter()
     jobs = [(1, name, lab) for name in shp for lab in ("bf16", "fp8")]
-    for i, (m, name, label) in enumerate(jobs):
+    for i, (m, name, label) in enumerate([] if a.quick else jobs):
         k, n = shp[name]
         ws, qs = weights[name]
         args_ = [(w, None) for w in ws] if label == "bf16" else qs
@@ -168,6 +170,14 @@ def main():
                                            w_bytes=args_[0][0].element_size(),
                                            gbs=n * k * args_[0][0].element_size() / found[0] / 1e6)
         print(f"  sweep {name}/{label}/{m}: {found[0]:.4f} ms {found[1]}", flush=True)
+
+    if a.quick:  # the picked settings stand in for the best
+        for name, (k, n) in shp.items():
+            r1 = next(r for r in rows if r["shape"] == name and r["M"] == 1)
+            for label, wb in (("bf16", 2), ("fp8", 1)):
+                best[f"{name}/{label}/1"] = dict(ms=r1[f"triton_{label}"], N=n, K=k, w_bytes=wb,
+                                                 config=gemv_triton.pick_config(1, n, k, wb, torch.device("cuda")),
+                                                 gbs=r1[f"triton_{label}_gbs"])
 
     # the decode step's fused forms at the best settings, M = 1: what the norm / residual / act cost
     fused = {"in_proj": dict(norm=True), "up": dict(norm=True, act="relu2"), "q": dict(norm=True),

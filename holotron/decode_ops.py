@@ -9,7 +9,9 @@ projection's pass over x, Mamba2's group norm in out_proj's, the MLP's relu^2 an
 projection's epilogue; docs/architecture.md, "The decode step"); elsewhere they are the plain composition of
 the modules, the same ops as the prefill path, so a CPU / fp32 model decodes exactly as before.
 
-The kernel runs when: at most 16 rows, a 16-bit or FP8 weight without bias, no autograd, and the switch
+The kernel runs when: one row (``FUSED_MAX_ROWS``: at 2-16 rows the kernel's ``tl.dot`` tile read the 12B's
+weights at 45-55% of copy bandwidth where cuBLAS reached 76-91%, bench_gemv.py on an H200, 2026-12-04, so the
+plain path is faster there), a 16-bit or FP8 weight without bias, no autograd, and the switch
 allows it: ``fused_decode("auto")`` (the default: CUDA only), ``"on"`` (also Triton's CPU interpreter:
 tests), ``"off"`` (never: the benchmark's side-by-side). ``HOLOTRON_FUSED_DECODE`` sets it per process.
 The kernel is a ``torch.library`` custom op, so a ``torch.compile``d step keeps it whole.
@@ -28,6 +30,7 @@ from .quant import GEMV_MAX_ROWS, FP8Linear, gemv
 __all__ = ["norm_linear", "linear_residual", "fused_decode", "MODES"]
 
 MODES = ("auto", "on", "off")
+FUSED_MAX_ROWS = 1
 _mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
@@ -64,7 +67,7 @@ def _(x, weight, scale, residual, norm, eps, groups, act, out_dtype):
 
 def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(weight, scale) for the kernel, or None where it does not run (see the module docstring)."""
-    if _mode == "off" or x.shape[-1] == 0 or x.numel() // x.shape[-1] > GEMV_MAX_ROWS:
+    if _mode == "off" or x.shape[-1] == 0 or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
         return None
     if not x.is_cuda:
         from .kernels import _triton_usable
@@ -105,6 +108,8 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
     """``residual + lin(v)``, or ``residual + lin(gnorm.normed(v))`` with Mamba2's ``GatedRMSNorm`` (v already
     gated); without ``residual``, ``lin(...)`` alone. v (..., K), residual (..., N)."""
     ws = _weights(v, lin)
+    if ws is not None and gnorm is not None and v.numel() > v.shape[-1] and (v.shape[-1] // gnorm.groups) % 16:
+        ws = None  # 2+ rows through tl.dot need groups of a multiple of 16 columns
     if ws is None:
         h = v if gnorm is None else gnorm.normed(v.float(), v.dtype)
         out = lin(h)

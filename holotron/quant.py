@@ -105,16 +105,20 @@ def gemv(x, weight, scale=None, residual=None, *, norm=None, eps=1e-5, groups=1,
     k, n = x.shape[-1], weight.shape[0]
     m = math.prod(x.shape[:-1])
     kw = dict(norm=norm, eps=eps, groups=groups, act=act, out_dtype=out_dtype)
+    # a group norm with 2+ rows needs groups of a multiple of 16 columns (tl.dot's smallest K)
+    groups_ok = norm is None or groups == 1 or m == 1 or (k // groups) % 16 == 0
     if backend is None:
-        ok = m <= GEMV_MAX_ROWS and x.dtype in _X_TRITON and _triton_usable(x.device) is None and k > 0
+        ok = m <= GEMV_MAX_ROWS and x.dtype in _X_TRITON and _triton_usable(x.device) is None and k > 0 and groups_ok
         backend = "triton" if ok else "ref"
     if backend == "ref":
         return gemv_ref(x, weight, scale, residual, **kw)
     if backend != "triton":
         raise ValueError(f"gemv: backend must be None, 'triton' or 'ref', got {backend!r}")
     why = _triton_usable(x.device)
-    if why is not None or m > GEMV_MAX_ROWS or x.dtype not in _X_TRITON:
-        raise ValueError(f"gemv: the Triton kernel cannot run here: {why or f'{m} rows of {x.dtype} x'}")
+    if why is not None or m > GEMV_MAX_ROWS or x.dtype not in _X_TRITON or not groups_ok:
+        why = why or (f"{m} rows of {x.dtype} x" if groups_ok else f"norm groups of {k // groups} columns with {m} "
+                      "rows (a multiple of 16 is needed)")
+        raise ValueError(f"gemv: the Triton kernel cannot run here: {why}")
     from .kernels.gemv_triton import gemv_triton
 
     w = weight if weight.stride(-1) == 1 else weight.contiguous()

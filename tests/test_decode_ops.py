@@ -46,7 +46,7 @@ def test_gemv_norm_act_residual_match_float64(m, wdtype, groups, split):
     """Every fused part against its float64 twin: rmsnorm over the row or per group, relu^2, scale, residual,
     with K split over programs (a group norm takes one slice per group whatever the split asks)."""
     g = torch.Generator().manual_seed(m * 10 + groups)
-    k, n = 96, 40
+    k, n = 128, 40
     x = (torch.randn(m, k, generator=g) * 3).to(DEV)
     w = torch.randn(n, k, generator=g) / 10
     scale = None
@@ -88,10 +88,17 @@ def test_fp8_codes_widened_from_their_bits_are_exact():
         assert _rel(y, want) < 1e-6, bits
 
 
+@pytest.fixture(params=[1, 16], ids=["one-row", "rows-through-tl.dot"])
+def max_rows(request, monkeypatch):
+    """The fused path at one row (the default) and, forced, at up to 16 rows (the tl.dot tile)."""
+    monkeypatch.setattr(decode_ops, "FUSED_MAX_ROWS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls):
+def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, max_rows):
     torch.manual_seed(0)
-    d, hid = 64, 96
+    d, hid = 64, 128
     norm = RMSNorm(d).to(DEV)
     norm.weight.data.uniform_(0.5, 1.5)
     up, down = nn.Linear(d, hid, bias=False), nn.Linear(hid, d, bias=False)
@@ -101,7 +108,7 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls)
     if wdtype == torch.float8_e4m3fn:
         up, down = quant.FP8Linear.from_linear(up), quant.FP8Linear.from_linear(down)
     norm, gnorm = norm.to(torch.bfloat16), gnorm.to(torch.bfloat16)
-    x = torch.randn(2, 1, d, device=DEV).to(torch.bfloat16)
+    x = torch.randn(max_rows if max_rows > 1 else 1, 1, d, device=DEV).to(torch.bfloat16)
     with torch.inference_mode():
         with fused_decode("off"):
             h0 = norm_linear(x, norm, up, act="relu2")
@@ -117,8 +124,9 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls)
     assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2
 
 
-def test_plain_path_where_the_kernel_cannot_run(kernel_calls):
-    """fp32 weights, a bias, more than 16 rows, autograd, or mode "off": the plain composition."""
+def test_plain_path_where_the_kernel_cannot_run(kernel_calls, monkeypatch):
+    """fp32 weights, a bias, more rows than FUSED_MAX_ROWS, autograd, or mode "off": the plain composition."""
+    monkeypatch.setattr(decode_ops, "FUSED_MAX_ROWS", 16)
     norm = RMSNorm(32).to(DEV)
     lin32 = nn.Linear(32, 16, bias=False).to(DEV)
     biased = nn.Linear(32, 16).to(DEV, torch.bfloat16)
@@ -138,7 +146,7 @@ def test_plain_path_where_the_kernel_cannot_run(kernel_calls):
 
 
 @pytest.mark.parametrize("fp8", [False, True])
-def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls):
+def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, max_rows):
     """A bf16 (or FP8) model's decode steps, fused and plain, against the same model's fp32 twin, teacher-forced
     on the fp32 greedy tokens: the fused step is no further from fp32 than the plain one (it rounds less)."""
     cfg = tiny_config(hybrid_override_pattern="M*-M-", hidden_size=64, intermediate_size=96, mamba_num_heads=4,
@@ -155,14 +163,15 @@ def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls):
                     lin.weight.data.copy_(mod.dequantize(torch.float32))
                     setattr(blk.mixer, name, lin)
         ref = ref.float()
-    ids = torch.randint(3, 96, (2, 5), generator=torch.Generator().manual_seed(0)).to(DEV)
+    nb = 1 if max_rows == 1 else 2
+    ids = torch.randint(3, 96, (nb, 5), generator=torch.Generator().manual_seed(0)).to(DEV)
     states = {}
     with torch.inference_mode():
         for key, model in (("ref", ref), ("plain", low), ("fused", low)):
-            tmp = model.new_state(2, capacity=5)
+            tmp = model.new_state(nb, capacity=5)
             model(ids, state=tmp)
-            st = DecodeState.allocate(model, 2, 32)
-            for r in range(2):
+            st = DecodeState.allocate(model, nb, 32)
+            for r in range(nb):
                 st.load(r, tmp, r)
             states[key] = st
         tok = ids[:, -1]
@@ -197,10 +206,12 @@ def test_gpu_fused_step_in_the_captured_engine():
     outs = {}
     for mode in ("on", "off"):
         with fused_decode(mode):
-            eng = Engine(model, max_batch=4, max_len=64)
-            reqs = [eng.submit(p, max_new_tokens=12) for p in prompts]
-            eng.run()
-            outs[mode] = [r.tokens for r in reqs]
+            eng = Engine(model, max_batch=1, max_len=64)  # one row: the fused path's batch
+            outs[mode] = []
+            for p in prompts:
+                req = eng.submit(p, max_new_tokens=12)
+                eng.run()
+                outs[mode].append(req.tokens)
     # both runs greedy-decode the same bf16 model: near-ties aside, the same tokens
     same = sum(a == b for x, y in zip(outs["on"], outs["off"]) for a, b in zip(x, y))
     assert same >= 0.8 * sum(len(x) for x in outs["on"]), outs

@@ -63,13 +63,14 @@ def _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, post,
 
 
 @triton.jit
-def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_xm, s_wn, s_rm, s_ym, eps, post,
+def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, GS, s_xm, s_wn, s_rm, s_ym, eps, post,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
           IEEE: tl.constexpr, PARTIAL: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
           NORM: tl.constexpr, ACT: tl.constexpr, FP8_BITS: tl.constexpr, STAGES: tl.constexpr):
     """Outputs [pid_n * BLOCK_N, +BLOCK_N) of every row, summed over K in [pid_k * K_SPLIT, +K_SPLIT).
     PARTIAL: store the fp32 sum to p[pid_k] instead of finishing. NORM 1: x * g, and the row's rstd applied
-    here when not PARTIAL; NORM 2: x * g, and this slice's rstd applied here (the slice is one group)."""
+    here when not PARTIAL (else by _reduce); NORM 2: x * g, groups of GS columns (BLOCK_K divides GS, the
+    slice is whole groups): each group's sum is scaled by its own rstd when the group ends."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     ns = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -78,9 +79,10 @@ def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_x
     mm = ms < M
     w_rows = w_ptr + ns.to(tl.int64)[:, None] * s_wn        # lm_head: N * K is near 2^31
     x_rows = x_ptr + ms[:, None] * s_xm
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)    # the finished sum
+    accg = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)   # NORM 2 with DOT: the current group's sum
     acc1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # one row: products summed elementwise, reduced once
-    ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    ssv = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)   # x^2 summed elementwise (norms), reduced once
     k0 = pid_k * K_SPLIT
     for kk in tl.range(0, K_SPLIT, BLOCK_K, num_stages=STAGES):
         kr = kk + tl.arange(0, BLOCK_K)
@@ -90,25 +92,37 @@ def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_x
         x = tl.load(x_rows + ks[None, :], mask=mm[:, None] & mk[None, :], other=0.0)   # (BLOCK_M, BLOCK_K)
         if NORM > 0:
             xf = x.to(tl.float32)
-            ss += tl.sum(xf * xf, axis=1)
+            ssv += xf * xf
             x = xf * tl.load(g_ptr + ks, mask=mk, other=0.0).to(tl.float32)[None, :]
         if FP8_BITS:
             wi = w.to(tl.uint8, bitcast=True).to(tl.uint32)
             w = (((wi & 0x80) << 24) | ((wi & 0x7F) << 20)).to(tl.float32, bitcast=True)
         if DOT:
             if IEEE:
-                acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
+                part = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
             else:
                 xt = x.to(x_ptr.dtype.element_ty)
-                acc += tl.dot(xt, tl.trans(w.to(xt.dtype)))
+                part = tl.dot(xt, tl.trans(w.to(xt.dtype)))
+            if NORM == 2:
+                accg += part
+            else:
+                acc += part
         else:
             acc1 += w.to(tl.float32) * tl.sum(x.to(tl.float32), axis=0)[None, :]
-    if not DOT:
+        if NORM == 2:
+            if (kk + BLOCK_K) % GS == 0:  # the group ends: scale its sum by its rstd, start the next
+                rstd = 1.0 / tl.sqrt(tl.sum(ssv, axis=1) / GS + eps)
+                if DOT:
+                    acc += accg * rstd[:, None]
+                    accg = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                else:
+                    acc += tl.sum(acc1, axis=1)[None, :] * rstd[:, None]
+                    acc1 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+                ssv = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    if not DOT and NORM != 2:
         acc += tl.sum(acc1, axis=1)[None, :]
-    if NORM == 2:
-        acc = acc * (1.0 / tl.sqrt(ss / K_SPLIT + eps))[:, None]
     if NORM == 1 and not PARTIAL:
-        acc = acc * (1.0 / tl.sqrt(ss / K + eps))[:, None]
+        acc = acc * (1.0 / tl.sqrt(tl.sum(ssv, axis=1) / K + eps))[:, None]
     if PARTIAL:
         mask = mm[:, None] & mn[None, :]
         tl.store(p_ptr + (pid_k * M + ms[:, None]) * N + ns[None, :], acc, mask=mask)
@@ -151,25 +165,29 @@ MEASURED: dict[tuple[int, int, int], dict] = {}
 
 
 def pick_config(m: int, n: int, k: int, w_bytes: int, device: torch.device, groups: int = 1) -> dict:
-    """Launch settings by shape. At one row, a shape measured on an H200 takes its measured setting
-    (``MEASURED``). Otherwise BLOCK_N 16 for N <= 8192, 32 up to 65536, 64 above (the vocabulary
-    projection); BLOCK_K covers 512 bytes of a weight row per step, at most 8192 weights per tile (the one-row
-    path holds the tile's products in registers); then K is split in two until there are at least four
-    programs per multiprocessor (132 on an H200), keeping two BLOCK_K steps per slice. A group norm
-    (``groups`` > 1) takes one slice per group."""
+    """Launch settings by shape. A shape measured on an H200 takes its measured setting (``MEASURED``, one
+    row). Otherwise, one row: BLOCK_N 16, BLOCK_K 512 weights (128 for fp32 weights), three pipeline stages,
+    K split in two until there are at least two programs per multiprocessor (132 on an H200): the best of
+    bench_gemv.py's sweep at every 12B shape (2026-12-04: 89-106% of copy bandwidth for bf16 weights,
+    59-100% for FP8; docs/benchmarks.md). 2-16 rows (``tl.dot`` on a 16-row tile): BLOCK_N 16 for
+    N <= 8192, 32 up to 65536, 64 above, BLOCK_K 512 bytes of a row, K split until four programs per
+    multiprocessor. ``groups`` (a group norm) is handled by the caller (slices of whole groups)."""
     sms = _sm_count(device.index) if device.type == "cuda" else 132
     cfg = MEASURED.get((n, k, w_bytes)) if m == 1 else None
-    if cfg is None:
+    if cfg is None and m == 1:
+        block_n, block_k = 16, (128 if w_bytes >= 4 else 512)
+        split = 1
+        while triton.cdiv(n, block_n) * split < 2 * sms and k // (2 * split) >= 2 * block_k and split < 16:
+            split *= 2
+        cfg = dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, num_warps=4, STAGES=1 if w_bytes >= 4 else 3)
+    elif cfg is None:
         block_n = 16 if n <= 8192 else 32 if n <= 65536 else 64
         block_k = max(32, min(512 // w_bytes, 8192 // block_n))
         split = 1
         while triton.cdiv(n, block_n) * split < 4 * sms and k // (2 * split) >= 2 * block_k and split < 16:
             split *= 2
         cfg = dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, num_warps=4)
-    cfg = dict(cfg, **GEMV_CONFIG)
-    if groups > 1:
-        cfg["SPLIT"] = groups
-    return cfg
+    return dict(cfg, **GEMV_CONFIG)
 
 
 def gemv_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = None,
@@ -194,11 +212,14 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
     ieee = torch.float32 in (x.dtype, weight.dtype) or (x.dtype == torch.bfloat16 and x.device.type != "cuda")
     fp8_bits = weight.dtype == torch.float8_e4m3fn and bool(cfg.get("FP8_BITS", False)) and not dot
     block_m = 16 if dot else 1
-    if groups > 1:
-        split, k_split = groups, k // groups  # one slice per group (checked by the caller: groups divides K)
+    gs = k // groups
+    if groups > 1:  # BLOCK_K divides the group, each slice is whole groups
+        block_k = min(block_k, gs & -gs)
+        per = triton.cdiv(groups, max(1, min(cfg["SPLIT"], groups)))
+        k_split = per * gs
     else:
         k_split = triton.cdiv(triton.cdiv(k, cfg["SPLIT"]), block_k) * block_k
-        split = triton.cdiv(k, k_split)  # no empty slices
+    split = triton.cdiv(k, k_split)  # no empty slices
     p = _empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else y
     s_arg = scale if scale is not None else y
     r_arg = residual if residual is not None else y
@@ -208,7 +229,7 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
     act_kind = {None: 0, "relu2": 1}[act]
     post = TWO_120 if fp8_bits else 1.0
     _gemv[(triton.cdiv(n, block_n), split)](
-        x, weight, s_arg, r_arg, y, p, g_arg, m, n, k, k_split, x.stride(0), weight.stride(0), s_rm, y.stride(0),
+        x, weight, s_arg, r_arg, y, p, g_arg, m, n, k, k_split, gs, x.stride(0), weight.stride(0), s_rm, y.stride(0),
         float(eps), 1.0 if split > 1 else post,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT=dot, IEEE=ieee,
         PARTIAL=split > 1, HAS_SCALE=scale is not None, HAS_RES=residual is not None,
