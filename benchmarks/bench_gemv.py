@@ -196,6 +196,14 @@ def main():
                       residual=r if f.get("res") else None)
             t = gbench([lambda wt=wt, sc=sc, c=c: gemv(x, wt, sc, config=c, **kw) for wt, sc in args_])
             best[f"{name}/{label}/1/fused"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"], what=sorted(f))
+            if f.get("groups"):  # the group norm in a kernel of its own, then the GEMV with the residual
+                from holotron.kernels.group_norm_triton import group_rms_norm_triton
+
+                kw2 = dict(kw, norm=None, groups=1)
+                t = gbench([lambda wt=wt, sc=sc, c=c: gemv(group_rms_norm_triton(x, g, cfg.n_groups, 1e-5), wt, sc,
+                                                          config=c, **kw2) for wt, sc in args_])
+                best[f"{name}/{label}/1/fused2"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"],
+                                                       what=["group norm kernel", "res"])
 
     # whole-LM estimate at M = 1
     one = {r["shape"]: r for r in rows if r["M"] == 1}
@@ -233,7 +241,7 @@ def main():
               f"{pct(r, 'triton_bf16')} | {f(r.get('triton_fp8'))} {pct(r, 'triton_fp8')}")
     print("\nbest of sweep (ms, % of copy); fused: the decode step's form at those settings:")
     for key, b in best.items():
-        if key.endswith("/fused"):
+        if key.endswith(("/fused", "/fused2")):
             print(f"  {key:>24} {b['ms']:.4f} (plain {b['plain_ms']:.4f}) {b['what']}")
         else:
             print(f"  {key:>24} {b['ms']:.4f} {b['gbs'] / floor:4.0%} {b['config']}")

@@ -31,6 +31,10 @@ __all__ = ["norm_linear", "linear_residual", "fused_decode", "MODES"]
 
 MODES = ("auto", "on", "off")
 FUSED_MAX_ROWS = 1
+# Mamba2's group norm before out_proj: "gemv" folds it into the product (one launch; each group's sum scaled
+# when the group ends), "kernel" normalises first in a small kernel of its own (two launches, but the GEMV keeps
+# its best tile). HOLOTRON_GROUP_NORM sets it per process; docs/benchmarks.md has both measured.
+GROUP_NORM = os.environ.get("HOLOTRON_GROUP_NORM", "kernel")
 _mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
@@ -63,6 +67,20 @@ def _decode_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | 
 @_decode_linear.register_fake
 def _(x, weight, scale, residual, norm, eps, groups, act, out_dtype):
     return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=out_dtype)
+
+
+@torch.library.custom_op("holotron::group_rms_norm", mutates_args=())
+def _group_rms_norm(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    from .kernels.group_norm_triton import group_rms_norm_triton
+
+    k = v.shape[-1]
+    v2 = v.reshape(-1, k)
+    return group_rms_norm_triton(v2 if v2.stride(-1) == 1 else v2.contiguous(), weight, groups, eps).view(v.shape)
+
+
+@_group_rms_norm.register_fake
+def _(v, weight, groups, eps):
+    return torch.empty_like(v)
 
 
 def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -115,5 +133,7 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
         out = lin(h)
         return out if residual is None else residual + out
     g, eps, groups = (None, 1e-5, 1) if gnorm is None else (gnorm.weight, gnorm.eps, gnorm.groups)
+    if gnorm is not None and GROUP_NORM == "kernel":
+        v, g, groups = _group_rms_norm(v, g, groups, eps), None, 1
     dtype = lin.weight.dtype if residual is None else torch.promote_types(residual.dtype, lin.weight.dtype)
     return _decode_linear(v, ws[0], ws[1], residual, g, eps, groups, "", dtype)

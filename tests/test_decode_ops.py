@@ -95,8 +95,32 @@ def max_rows(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["gemv", "kernel"])
+def group_norm(request, monkeypatch):
+    """Mamba2's group norm folded into the GEMV, or normalised first by its own kernel."""
+    monkeypatch.setattr(decode_ops, "GROUP_NORM", request.param)
+    return request.param
+
+
+def test_group_norm_kernel_equals_the_module():
+    from holotron.kernels.group_norm_triton import group_rms_norm_triton
+
+    g = torch.Generator().manual_seed(2)
+    nm = GatedRMSNorm(96, groups=4)
+    nm.weight.data.copy_(torch.rand(96, generator=g) + 0.5)
+    v = torch.randn(3, 96, generator=g) * 4
+    for dtype in (torch.float32, torch.bfloat16):
+        m = copy.deepcopy(nm).to(DEV, dtype)
+        vv = v.to(DEV, dtype)
+        got = group_rms_norm_triton(vv, m.weight, 4, m.eps)
+        want = m.normed(vv.float(), dtype)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=1e-5 if dtype == torch.float32 else 1e-2,
+                                   atol=1e-5 if dtype == torch.float32 else 1e-2)
+
+
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, max_rows):
+def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, max_rows, group_norm):
     torch.manual_seed(0)
     d, hid = 64, 128
     norm = RMSNorm(d).to(DEV)
@@ -146,7 +170,7 @@ def test_plain_path_where_the_kernel_cannot_run(kernel_calls, monkeypatch):
 
 
 @pytest.mark.parametrize("fp8", [False, True])
-def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, max_rows):
+def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, max_rows, group_norm):
     """A bf16 (or FP8) model's decode steps, fused and plain, against the same model's fp32 twin, teacher-forced
     on the fp32 greedy tokens: the fused step is no further from fp32 than the plain one (it rounds less)."""
     cfg = tiny_config(hybrid_override_pattern="M*-M-", hidden_size=64, intermediate_size=96, mamba_num_heads=4,
