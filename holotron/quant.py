@@ -7,8 +7,8 @@ Format: float8_e4m3fn weights (out, in) with one fp32 scale per output channel, 
 (448 is e4m3's largest finite value), so every row uses the whole e4m3 range; ``W ~ q * scale[:, None]``.
 Quantised: the LM's Mamba in_proj / out_proj, attention q / k / v / o, MLP up / down, and lm_head only when
 asked (``lm_head=True``). The embedding, the norms, the Mamba A_log / D / dt_bias, conv1d and the whole
-vision tower and projector keep their dtype. At one row (decoding one sequence) activations are not quantised: x stays
-bf16 (or fp32), the weights are widened in registers (exact: every e4m3 value is a bf16 value), sums are fp32,
+vision tower and projector keep their dtype. At one row (decoding one sequence) activations are not quantised:
+x stays bf16 (or fp32), the weights are widened in registers (exact: every e4m3 value is a bf16 value), sums are fp32,
 and the scale is applied once per output. Above one row on CUDA (prefill, decode batches) x is quantised
 too, per row (``absmax(row) / 448``), and the product runs on the FP8 tensor cores (``torch._scaled_mm``,
 fp32 accumulation, both scales applied to the output): twice the bf16 matmul rate and half the weight bytes,
@@ -174,8 +174,8 @@ class FP8Linear(nn.Module):
     ``forward(x)`` is ``nn.Linear``'s: y (..., out) in x's dtype. On CUDA one row goes through the GEMV kernel
     (``gemv``), more rows through ``fp8_matmul`` (W8A8; at 2-16 rows ``torch._scaled_mm`` beat the GEMV's
     ``tl.dot`` tile on an H200, bench_gemv.py 2026-12-04); any other device (or ``W8A8 = False``) multiplies
-    by the widened codes (exact) and applies the scales to the fp32 / output values. ``.to(dtype)`` changes the compute dtype (``weight.dtype``), never
-    the stored codes; ``.to(device)`` moves them.
+    by the widened codes (exact) and applies the scales to the fp32 / output values. ``.to(dtype)`` changes the
+    compute dtype (``weight.dtype``), never the stored codes; ``.to(device)`` moves them.
     """
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
