@@ -20,7 +20,7 @@ from einops import rearrange
 from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
-from .decode_ops import linear_residual, norm_linear
+from .decode_ops import decode_attention, linear_residual, norm_linear
 from .state import KVCache, Positions
 
 __all__ = ["Attention", "causal_mask"]
@@ -125,8 +125,8 @@ class Attention(nn.Module):
 
         u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
         go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
-        to (its filled slots and the new one). The r = Hq / Hkv query heads of KV head j attend as r
-        queries of one head, so the cache is read once, without a GQA expansion. (``HybridLM.step`` points
+        to (its filled slots and the new one), ``where.n_keys`` (B,) their count. The r = Hq / Hkv query
+        heads of KV head j attend as r queries of one head, so the cache is read once, without a GQA expansion. (``HybridLM.step`` points
         rows that are not decoding at a spare slot that no row attends to.) Without ``norm`` the layer's
         output; with the block's ``norm``, u is the residual stream and ``u + attention(norm(u))`` is
         returned (norm and residual fused into the projections, holotron/decode_ops.py).
@@ -140,5 +140,5 @@ class Attention(nn.Module):
         slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
         cache.k.scatter_(2, slot, k)
         cache.v.scatter_(2, slot, v)
-        y = F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=key_mask)  # (B, Hkv, r, hd)
+        y = decode_attention(q, cache.k, cache.v, where.n_keys, key_mask)  # (B, Hkv, r, hd)
         return linear_residual(y.reshape(b, 1, self.n_heads * hd), self.o_proj, None if norm is None else u)

@@ -2,6 +2,7 @@
 
     y = norm_linear(x, norm, lin, act=None, out_dtype=None)   lin(norm(x)); act "relu2": relu(.)^2
     x = linear_residual(v, lin, residual, gnorm=None)         residual + lin(gnorm.normed(v) or v)
+    y = decode_attention(q, k, v, n_keys, key_mask)           one query token per row against its cache
 
 The mixers' ``step`` (holotron/mamba2.py, attention.py, layers.py) and ``HybridLM.step`` call these. Where the
 fused kernel can run they are one launch each (``holotron.quant.gemv``: the block's RMSNorm computed in the
@@ -27,7 +28,7 @@ from torch import nn
 
 from .quant import GEMV_MAX_ROWS, FP8Linear, gemv
 
-__all__ = ["norm_linear", "linear_residual", "fused_decode", "MODES"]
+__all__ = ["norm_linear", "linear_residual", "decode_attention", "fused_decode", "MODES"]
 
 MODES = ("auto", "on", "off")
 FUSED_MAX_ROWS = 1
@@ -137,3 +138,32 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
         v, g, groups = _group_rms_norm(v, g, groups, eps), None, 1
     dtype = lin.weight.dtype if residual is None else torch.promote_types(residual.dtype, lin.weight.dtype)
     return _decode_linear(v, ws[0], ws[1], residual, g, eps, groups, "", dtype)
+
+
+@torch.library.custom_op("holotron::attn_decode", mutates_args=())
+def _attn_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+    from .kernels.attn_decode_triton import attn_decode_triton
+
+    return attn_decode_triton(q, k, v, n_keys)
+
+
+@_attn_decode.register_fake
+def _(q, k, v, n_keys):
+    return torch.empty_like(q)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor | None,
+                     key_mask: torch.Tensor) -> torch.Tensor:
+    """q (b, Hkv, r, hd) against the cache k, v (b, Hkv, L, hd): row i attends to its slots ``key_mask[i]``
+    (b, 1, 1, L), which are [0, n_keys[i]). The split-over-keys kernel (holotron/kernels/attn_decode_triton.py,
+    reading the filled slots only) where it runs (any batch; same switch as the linear ops), else
+    ``F.scaled_dot_product_attention`` with the mask."""
+    ok = n_keys is not None and _mode != "off" and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
+        and k.stride(-1) == 1 and v.stride(-1) == 1 and not (torch.is_grad_enabled() and q.requires_grad)
+    if ok and not q.is_cuda:
+        from .kernels import _triton_usable
+
+        ok = _mode == "on" and _triton_usable(q.device) is None
+    if not ok:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+    return _attn_decode(q, k, v, n_keys)

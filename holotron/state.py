@@ -167,7 +167,8 @@ class Positions:
     Prefill / ``forward`` (an ``InferenceState``): ``mask`` (B, T) bool, False at pads (None: no pads);
     ``attn_mask`` from ``causal_mask``; ``pos`` the first position of the call.
     Decode ``step`` (a ``DecodeState``, one token per row): ``lengths`` (B,) int64, the KV slot of each
-    row's token; ``key_mask`` (B, 1, 1, L) bool, the slots each row attends to; ``active`` (B,) int64,
+    row's token; ``key_mask`` (B, 1, 1, L) bool, the slots each row attends to ([0, ``n_keys``), n_keys
+    (B,) int64); ``active`` (B,) int64,
     0 on rows whose state must not change (rows of the engine that are not decoding).
     Prefill into rows of a ``DecodeState`` (``HybridLM.extend``): ``rows`` (host ints, b of them) the
     state rows of the batch's rows, ``starts`` their lengths before the call (the KV slot of their first
@@ -180,6 +181,7 @@ class Positions:
     pos: int = 0
     lengths: torch.Tensor | None = None
     key_mask: torch.Tensor | None = None
+    n_keys: torch.Tensor | None = None
     active: torch.Tensor | None = None
     rows: list[int] | None = None
     starts: list[int] | None = None

@@ -239,3 +239,31 @@ def test_gpu_fused_step_in_the_captured_engine():
     # both runs greedy-decode the same bf16 model: near-ties aside, the same tokens
     same = sum(a == b for x, y in zip(outs["on"], outs["off"]) for a, b in zip(x, y))
     assert same >= 0.8 * sum(len(x) for x in outs["on"]), outs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_attention_kernel_equals_masked_sdpa(dtype):
+    """Split over the keys and combined: equal to SDPA with the key mask, for rows of 1 key, keys ending
+    inside a block and inside a chunk, and a full cache; the cache a strided view (rows of a larger state)."""
+    import torch.nn.functional as F
+
+    from holotron.kernels.attn_decode_triton import attn_decode_triton
+
+    g = torch.Generator().manual_seed(4)
+    b, hkv, r, hd, L = 4, 2, 5, 24, 600
+    q = torch.randn(b, hkv, r, hd, generator=g).to(DEV, dtype)
+    k = torch.randn(b + 2, hkv, L, hd, generator=g).to(DEV, dtype)[:b]
+    v = torch.randn(b + 2, hkv, L, hd, generator=g).to(DEV, dtype)[:b]
+    n = torch.tensor([1, 70, 257, 600], device=DEV)
+    mask = (torch.arange(L, device=DEV)[None, :] < n[:, None])[:, None, None]
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+    got = attn_decode_triton(q, k, v, n)
+    assert got.dtype == dtype and got.shape == q.shape
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    # keys past n_keys are never read: garbage there changes nothing
+    k2, v2 = k.clone(), v.clone()
+    for i, m in enumerate(n.tolist()):
+        k2[i, :, m:] = float("nan")
+        v2[i, :, m:] = float("nan")
+    torch.testing.assert_close(attn_decode_triton(q, k2, v2, n), got, rtol=0, atol=0)
