@@ -126,8 +126,8 @@ class Attention(nn.Module):
         u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
         go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
         to (its filled slots and the new one), ``where.n_keys`` (B,) their count. The r = Hq / Hkv query
-        heads of KV head j attend as r queries of one head, so the cache is read once, without a GQA expansion. (``HybridLM.step`` points
-        rows that are not decoding at a spare slot that no row attends to.) Without ``norm`` the layer's
+        heads of KV head j attend as r queries of one head, so the cache is read once, without a GQA
+        expansion. (``HybridLM.step`` points rows that are not decoding at a spare slot that no row attends to.) Without ``norm`` the layer's
         output; with the block's ``norm``, u is the residual stream and ``u + attention(norm(u))`` is
         returned (norm and residual fused into the projections, holotron/decode_ops.py).
         """
