@@ -127,9 +127,10 @@ class Attention(nn.Module):
         go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
         to (its filled slots and the new one), ``where.n_keys`` (B,) their count. The r = Hq / Hkv query
         heads of KV head j attend as r queries of one head, so the cache is read once, without a GQA
-        expansion. (``HybridLM.step`` points rows that are not decoding at a spare slot that no row attends
-        to.) Without ``norm`` the layer's output; with the block's ``norm``, u is the residual stream and ``u + attention(norm(u))`` is
-        returned (norm and residual fused into the projections, holotron/decode_ops.py).
+        expansion. (``HybridLM.step`` points rows that are not decoding at a spare slot that no row
+        attends to.) Without ``norm`` the layer's output; with the block's ``norm``, u is the residual
+        stream and ``u + attention(norm(u))`` is returned (norm and residual fused into the projections,
+        holotron/decode_ops.py).
         """
         lengths, key_mask = where.lengths, where.key_mask
         b = u.shape[0]

@@ -7,10 +7,10 @@ holotron/decode_ops.py's ``decode_attention``).
 
 Pass 1, one program per (row, KV head, chunk of CHUNK slots): the r queries (padded to 16 rows for
 ``tl.dot``; bf16 / fp16 operands, fp32 accumulation) against the chunk's keys in blocks of BLOCK_L, online
-softmax in fp32, partial output, running max and sum stored in fp32. Chunks at or past n_keys only store an
-empty partial, so the keys read are the filled slots, not the cache's capacity. Pass 2, one program per
-(row, KV head): the partials rescaled to the largest max and summed. Scale 1 / sqrt(hd), as ``F.scaled_dot_product_attention``. No host sync (CUDA-graph
-safe)."""
+softmax in fp32, partial output, running max and sum stored in fp32. Chunks at or past n_keys only store
+an empty partial, so the keys read are the filled slots, not the cache's capacity. Pass 2, one program per
+(row, KV head): the partials rescaled to the largest max and summed. Scale 1 / sqrt(hd), as
+``F.scaled_dot_product_attention``. No host sync (CUDA-graph safe)."""
 
 from __future__ import annotations
 
