@@ -246,20 +246,22 @@ def make_engine(lm, batches, max_len, small, compile=False, ssm_dtype=torch.floa
                   compile=compile, ssm_dtype=ssm_dtype)
 
 
-def kernels_per_step(eng: Engine, b: int) -> tuple[int | None, list]:
+def kernels_per_step(eng: Engine, b: int, ctx: int) -> tuple[int | None, list]:
     """GPU kernels and copies one step of batch b launches (the nodes its CUDA graph replays), and where the
     step's GPU time goes (kernel name, calls, total us; the 12 largest): the torch profiler over one eager
-    call of the same step."""
+    call of the same step, its b rows decoding at length ctx (states written, ctx keys attended)."""
     if eng.device.type != "cuda":
         return None, []
     from torch.profiler import ProfilerActivity, profile
     with torch.inference_mode():
+        set_rows(eng, b, ctx)
         eng._step(b)
         sync(eng.device)
+        eng.state.lengths[:b].fill_(ctx)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             eng._step(b)
             sync(eng.device)
-        eng.state.lengths.zero_()
+    clear_rows(eng)
     evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     by: dict[str, list] = {}
     for e in evs:
@@ -296,7 +298,7 @@ def _decode_sweep(lm, batches, ctx, steps, ceil, clk, small, prefix, compile, ss
         return [{"batch": b, "context": ctx, "status": "OOM"} for b in batches]
     capture_s = time.perf_counter() - t
     label = f"{'compiled' if compile else 'eager'} step, {str(ssm_dtype).split('.')[-1]} state"
-    prof = {b: kernels_per_step(eng, b) for b in (batches[0], batches[-1])}
+    prof = {b: kernels_per_step(eng, b, ctx) for b in (batches[0], batches[-1])}
     n_kernels = {b: v[0] for b, v in prof.items()}
     print(f"  {label}: capture {capture_s:.1f} s, kernels per step {n_kernels}", flush=True)
     for b, (_, top) in prof.items():

@@ -1,21 +1,25 @@
-"""The linear layers of the one-token decode step, with their neighbours taken in.
+"""The one-token decode step's kernels: its linear layers with their neighbours taken in, and its attention.
 
     y = norm_linear(x, norm, lin, act=None, out_dtype=None)   lin(norm(x)); act "relu2": relu(.)^2
     x = linear_residual(v, lin, residual, gnorm=None)         residual + lin(gnorm.normed(v) or v)
     y = decode_attention(q, k, v, n_keys, key_mask)           one query token per row against its cache
 
-The mixers' ``step`` (holotron/mamba2.py, attention.py, layers.py) and ``HybridLM.step`` call these. Where the
-fused kernel can run they are one launch each (``holotron.quant.gemv``: the block's RMSNorm computed in the
-projection's pass over x, Mamba2's group norm in out_proj's, the MLP's relu^2 and the residual add in the
-projection's epilogue; docs/architecture.md, "The decode step"); elsewhere they are the plain composition of
-the modules, the same ops as the prefill path, so a CPU / fp32 model decodes exactly as before.
+The mixers' ``step`` (holotron/mamba2.py, attention.py, layers.py) and ``HybridLM.step`` call these. At one
+row (``FUSED_MAX_ROWS``) each linear op is one launch of the GEMV kernel (``holotron.quant.gemv``: the block's
+RMSNorm computed in the projection's pass over x, the MLP's relu^2 and the residual add in its epilogue, FP8
+weights widened in registers; Mamba2's group norm folded in or as its own small kernel, ``GROUP_NORM``); at
+2-16 rows the kernel's ``tl.dot`` tile read the 12B's weights at 45-55% of copy bandwidth where cuBLAS reached
+76-91% (bench_gemv.py on an H200, 2026-12-04), so above one row the norms run as row kernels
+(holotron/kernels/rows_triton.py, group_norm_triton.py; with FP8 weights the activations' per-row
+quantisation in the same pass) before the layers' own products. The attention of the new token reads its
+row's filled slots with a split-over-keys kernel (holotron/kernels/attn_decode_triton.py) at any batch.
+Elsewhere they are the plain composition of the modules, the same ops as the prefill path, so a CPU / fp32
+model decodes exactly as before (docs/architecture.md, "The decode step").
 
-The kernel runs when: one row (``FUSED_MAX_ROWS``: at 2-16 rows the kernel's ``tl.dot`` tile read the 12B's
-weights at 45-55% of copy bandwidth where cuBLAS reached 76-91%, bench_gemv.py on an H200, 2026-12-04, so the
-plain path is faster there), a 16-bit or FP8 weight without bias, no autograd, and the switch
-allows it: ``fused_decode("auto")`` (the default: CUDA only), ``"on"`` (also Triton's CPU interpreter:
-tests), ``"off"`` (never: the benchmark's side-by-side). ``HOLOTRON_FUSED_DECODE`` sets it per process.
-The kernel is a ``torch.library`` custom op, so a ``torch.compile``d step keeps it whole.
+The kernels run when a 16-bit (or FP8) layer without bias meets 16-bit activations, no autograd records
+them, and the switch allows it: ``fused_decode("auto")`` (the default: CUDA only), ``"on"`` (also Triton's
+CPU interpreter: tests), ``"off"`` (never: the benchmark's side-by-side). ``HOLOTRON_FUSED_DECODE`` sets it
+per process. Each kernel is a ``torch.library`` custom op, so a ``torch.compile``d step keeps it whole.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import quant
 from .quant import GEMV_MAX_ROWS, FP8Linear, gemv
 
 __all__ = ["norm_linear", "linear_residual", "decode_attention", "fused_decode", "MODES"]
 
 MODES = ("auto", "on", "off")
-FUSED_MAX_ROWS = 1
+FUSED_MAX_ROWS = 1  # the GEMV path's rows (see above)
 # Mamba2's group norm before out_proj: "gemv" folds it into the product (one launch; each group's sum scaled
 # when the group ends), "kernel" normalises first in a small kernel of its own (two launches, but the GEMV keeps
 # its best tile). HOLOTRON_GROUP_NORM sets it per process; docs/benchmarks.md has both measured.
@@ -84,15 +89,21 @@ def _(v, weight, groups, eps):
     return torch.empty_like(v)
 
 
-def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(weight, scale) for the kernel, or None where it does not run (see the module docstring)."""
-    if _mode == "off" or x.shape[-1] == 0 or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
-        return None
+def _kernels_ok(x: torch.Tensor) -> bool:
+    """The switch and the device allow this module's kernels for x, and no autograd records it."""
+    if _mode == "off" or x.shape[-1] == 0 or (torch.is_grad_enabled() and x.requires_grad):
+        return False
     if not x.is_cuda:
         from .kernels import _triton_usable
 
-        if _mode != "on" or _triton_usable(x.device) is not None:
-            return None
+        return _mode == "on" and _triton_usable(x.device) is None
+    return True
+
+
+def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight, scale) for the GEMV kernel, or None where it does not run (see the module docstring)."""
+    if not _kernels_ok(x) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
+        return None
     if isinstance(lin, FP8Linear):
         w, s = lin.weight_fp8, lin.weight_scale
     elif type(lin) is nn.Linear:
@@ -107,14 +118,57 @@ def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tenso
     return w, s
 
 
+@torch.library.custom_op("holotron::row_norm", mutates_args=())
+def _row_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    from .kernels.rows_triton import row_norm_quant
+
+    return row_norm_quant(x, weight, eps)[0]
+
+
+@_row_norm.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("holotron::row_norm_quant", mutates_args=())
+def _row_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    from .kernels.rows_triton import row_norm_quant
+
+    return row_norm_quant(x, weight, eps, quant=True)
+
+
+@_row_norm_quant.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[0], 1, dtype=torch.float32)
+
+
+def _rows_linear(x: torch.Tensor, norm: nn.Module, lin: nn.Module) -> torch.Tensor:
+    """lin(norm(x)) above FUSED_MAX_ROWS: the norm in one kernel (for FP8 weights on CUDA with it the
+    activations' quantisation, then the FP8 tensor-core product), the product by the layer itself."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    if isinstance(lin, FP8Linear) and lin.bias is None and x.is_cuda and quant.W8A8 \
+            and lin.in_features % 16 == 0 and lin.out_features % 16 == 0:
+        xq, xs = _row_norm_quant(x2, norm.weight, norm.eps)
+        y = quant.scaled_matmul(xq, xs, lin.weight_fp8, lin.weight_scale, x.dtype)
+    else:
+        y = lin(_row_norm(x2, norm.weight, norm.eps))
+    return y.view(*x.shape[:-1], y.shape[-1])
+
+
 def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: str | None = None,
                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``lin(norm(x))`` (``norm`` an ``RMSNorm`` or None), then relu^2 when ``act == "relu2"``; x (..., K).
     The result is in the layer's compute dtype, or ``out_dtype``."""
     ws = _weights(x, lin)
     if ws is None:
-        h = x if norm is None else norm(x.to(norm.weight.dtype))
-        y = lin(h.to(lin.weight.dtype))
+        if norm is not None and _kernels_ok(x) and x.dtype in (torch.bfloat16, torch.float16) \
+                and lin.weight.dtype == x.dtype:
+            y = _rows_linear(x, norm, lin)  # more rows: the norm (and FP8 quantisation) in one kernel
+        else:
+            h = x if norm is None else norm(x.to(norm.weight.dtype))
+            y = lin(h.to(lin.weight.dtype))
         if act == "relu2":
             y = F.relu(y).square()
         return y if out_dtype is None else y.to(out_dtype)
@@ -130,7 +184,10 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
     if ws is not None and gnorm is not None and v.numel() > v.shape[-1] and (v.shape[-1] // gnorm.groups) % 16:
         ws = None  # 2+ rows through tl.dot need groups of a multiple of 16 columns
     if ws is None:
-        h = v if gnorm is None else gnorm.normed(v.float(), v.dtype)
+        if gnorm is not None and _kernels_ok(v) and v.dtype in (torch.bfloat16, torch.float16):
+            h = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps)
+        else:
+            h = v if gnorm is None else gnorm.normed(v.float(), v.dtype)
         out = lin(h)
         return out if residual is None else residual + out
     g, eps, groups = (None, 1e-5, 1) if gnorm is None else (gnorm.weight, gnorm.eps, gnorm.groups)
@@ -158,12 +215,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: 
     (b, 1, 1, L), which are [0, n_keys[i]). The split-over-keys kernel (holotron/kernels/attn_decode_triton.py,
     reading the filled slots only) where it runs (any batch; same switch as the linear ops), else
     ``F.scaled_dot_product_attention`` with the mask."""
-    ok = n_keys is not None and _mode != "off" and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
-        and k.stride(-1) == 1 and v.stride(-1) == 1 and not (torch.is_grad_enabled() and q.requires_grad)
-    if ok and not q.is_cuda:
-        from .kernels import _triton_usable
-
-        ok = _mode == "on" and _triton_usable(q.device) is None
+    ok = n_keys is not None and _kernels_ok(q) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
+        and k.stride(-1) == 1 and v.stride(-1) == 1
     if not ok:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
     return _attn_decode(q, k, v, n_keys)

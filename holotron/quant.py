@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FP8Linear", "quantize_", "quantize_weight", "quantizer", "gemv", "gemv_ref", "fp8_matmul", "MODES",
-           "FP8_MAX"]
+__all__ = ["FP8Linear", "quantize_", "quantize_weight", "quantizer", "gemv", "gemv_ref", "fp8_matmul",
+           "quantize_rows", "scaled_matmul", "MODES", "FP8_MAX"]
 
 MODES = ("fp8",)
 FP8 = torch.float8_e4m3fn
@@ -145,15 +145,30 @@ def quantize_weight(w: torch.Tensor, rows: int = 4096) -> tuple[torch.Tensor, to
     return q, scale
 
 
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) -> (float8_e4m3fn codes (M, K), fp32 scales (M, 1)), ``absmax(row) / 448`` per row: one Triton
+    kernel on CUDA (holotron/kernels/rows_triton.py), torch ops elsewhere."""
+    if x.is_cuda:
+        from .kernels.rows_triton import row_norm_quant
+
+        return row_norm_quant(x if x.stride(-1) == 1 else x.contiguous(), None, quant=True)
+    xs = x.abs().amax(-1, keepdim=True).float().clamp_min(1e-12) / FP8_MAX
+    return (x.float() / xs).clamp(-FP8_MAX, FP8_MAX).to(FP8), xs
+
+
+def scaled_matmul(xq: torch.Tensor, xs: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+                  out_dtype: torch.dtype) -> torch.Tensor:
+    """(xq * xs) @ (q * scale)^T on the FP8 tensor cores: xq (M, K) e4m3 with scales (M, 1), q (N, K) e4m3 with
+    scales (N,); fp32 accumulation, -> (M, N) in ``out_dtype``."""
+    return torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=scale[None, :], out_dtype=out_dtype)
+
+
 def fp8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x (..., K) bf16 / fp16 quantised per row to e4m3, times the e4m3 weight q (N, K) on the tensor cores
-    (``torch._scaled_mm``, row-wise scales on both sides) -> (..., N) in x's dtype. CUDA (sm 89+)."""
+    """x (..., K) bf16 / fp16 quantised per row to e4m3 (``quantize_rows``), times the e4m3 weight q (N, K) on
+    the tensor cores (``scaled_matmul``) -> (..., N) in x's dtype. CUDA (sm 89+), or torch's CPU kernel."""
     k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    xs = x2.abs().amax(-1, keepdim=True).float().clamp_min(1e-12) / FP8_MAX
-    xq = (x2.float() / xs).to(FP8)
-    y = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=scale[None, :], out_dtype=x.dtype)
-    return y.view(*x.shape[:-1], q.shape[0])
+    xq, xs = quantize_rows(x.reshape(-1, k))
+    return scaled_matmul(xq, xs, q, scale, x.dtype).view(*x.shape[:-1], q.shape[0])
 
 
 @dataclass(frozen=True)

@@ -88,11 +88,24 @@ def test_fp8_codes_widened_from_their_bits_are_exact():
         assert _rel(y, want) < 1e-6, bits
 
 
-@pytest.fixture(params=[1, 16], ids=["one-row", "rows-through-tl.dot"])
-def max_rows(request, monkeypatch):
-    """The fused path at one row (the default) and, forced, at up to 16 rows (the tl.dot tile)."""
-    monkeypatch.setattr(decode_ops, "FUSED_MAX_ROWS", request.param)
+@pytest.fixture(params=[(1, 1), (16, 2), (1, 2)], ids=["one-row", "rows-through-tl.dot", "rows-norm-kernels"])
+def rows(request, monkeypatch):
+    """(FUSED_MAX_ROWS, batch): the fused GEMV at one row (the default); forced up to 16 rows (the tl.dot
+    tile); and 2 rows past the limit, where the norms run as row kernels before the layers' own products."""
+    monkeypatch.setattr(decode_ops, "FUSED_MAX_ROWS", request.param[0])
     return request.param
+
+
+@pytest.fixture
+def row_kernel_calls(monkeypatch):
+    """Counts launches of the row-norm and group-norm kernels."""
+    from holotron.kernels import group_norm_triton, rows_triton
+
+    calls = []
+    for mod, name in ((rows_triton, "row_norm_quant"), (group_norm_triton, "group_rms_norm_triton")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+    return calls
 
 
 @pytest.fixture(params=["gemv", "kernel"])
@@ -120,7 +133,7 @@ def test_group_norm_kernel_equals_the_module():
 
 
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, max_rows, group_norm):
+def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, rows, group_norm, row_kernel_calls):
     torch.manual_seed(0)
     d, hid = 64, 128
     norm = RMSNorm(d).to(DEV)
@@ -132,7 +145,7 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls,
     if wdtype == torch.float8_e4m3fn:
         up, down = quant.FP8Linear.from_linear(up), quant.FP8Linear.from_linear(down)
     norm, gnorm = norm.to(torch.bfloat16), gnorm.to(torch.bfloat16)
-    x = torch.randn(max_rows if max_rows > 1 else 1, 1, d, device=DEV).to(torch.bfloat16)
+    x = torch.randn(rows[1], 1, d, device=DEV).to(torch.bfloat16)
     with torch.inference_mode():
         with fused_decode("off"):
             h0 = norm_linear(x, norm, up, act="relu2")
@@ -142,7 +155,10 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls,
             h1 = norm_linear(x, norm, up, act="relu2")
             y1 = linear_residual(h1, down, x, gnorm)
             lg = norm_linear(x, norm, up, out_dtype=torch.float32)
-        assert len(kernel_calls) == 3
+        if rows[1] <= rows[0]:
+            assert len(kernel_calls) == 3
+        else:  # past the GEMV's rows: the norms as row kernels (on CUDA with FP8 weights, quantising too)
+            assert not kernel_calls and {"group_rms_norm_triton", "row_norm_quant"} <= set(row_kernel_calls)
     assert h1.dtype == h0.dtype == torch.bfloat16 and y1.dtype == y0.dtype and lg.dtype == torch.float32
     # the fused path skips the bf16 rounding of the normalised x: a few bf16 ulps apart
     assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2
@@ -170,7 +186,7 @@ def test_plain_path_where_the_kernel_cannot_run(kernel_calls, monkeypatch):
 
 
 @pytest.mark.parametrize("fp8", [False, True])
-def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, max_rows, group_norm):
+def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, rows, group_norm, row_kernel_calls):
     """A bf16 (or FP8) model's decode steps, fused and plain, against the same model's fp32 twin, teacher-forced
     on the fp32 greedy tokens: the fused step is no further from fp32 than the plain one (it rounds less)."""
     cfg = tiny_config(hybrid_override_pattern="M*-M-", hidden_size=64, intermediate_size=96, mamba_num_heads=4,
@@ -187,7 +203,7 @@ def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, ma
                     lin.weight.data.copy_(mod.dequantize(torch.float32))
                     setattr(blk.mixer, name, lin)
         ref = ref.float()
-    nb = 1 if max_rows == 1 else 2
+    nb = rows[1]
     ids = torch.randint(3, 96, (nb, 5), generator=torch.Generator().manual_seed(0)).to(DEV)
     states = {}
     with torch.inference_mode():
@@ -207,7 +223,10 @@ def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, ma
             n0 = len(kernel_calls)
             with fused_decode("on"):
                 fused = low.step(tok, states["fused"])
-            assert len(kernel_calls) - n0 == 2 * 4 + 4 + 1  # 2 per Mamba / MLP block, q k v o, lm_head
+            if nb <= rows[0]:
+                assert len(kernel_calls) - n0 == 2 * 4 + 4 + 1  # 2 per Mamba / MLP block, q k v o, lm_head
+            else:
+                assert len(kernel_calls) == 0 and row_kernel_calls
             assert fused.dtype == torch.float32
             errs["plain"].append(_rel(plain, want))
             errs["fused"].append(_rel(fused, want))
@@ -267,3 +286,59 @@ def test_decode_attention_kernel_equals_masked_sdpa(dtype):
         k2[i, :, m:] = float("nan")
         v2[i, :, m:] = float("nan")
     torch.testing.assert_close(attn_decode_triton(q, k2, v2, n), got, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_row_norm_quant_matches_torch():
+    """On the GPU the kernel stores e4m3 itself: its codes decode to within e4m3 rounding of the normalised
+    rows (the conversion rounds to nearest: no code off by more than one step)."""
+    from holotron.kernels.rows_triton import row_norm_quant
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(64, 5120, device="cuda", generator=g).to(torch.bfloat16) * 3
+    w = torch.rand(5120, device="cuda", generator=g) + 0.5
+    norm = RMSNorm(5120).cuda()
+    norm.weight.data.copy_(w)
+    want = norm(x.float())
+    q, s = row_norm_quant(x, w, norm.eps, quant=True)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (64, 1)
+    torch.testing.assert_close(s[:, 0] * 448, want.abs().amax(1), rtol=1e-4, atol=0)
+    ref = (want / s).to(torch.float8_e4m3fn).float()
+    step = (ref.abs().clamp_min(2.0 ** -6).log2().floor() - 3).exp2()
+    assert ((q.float() - ref).abs() <= step * 1.01).all()
+    y, none = row_norm_quant(x, w, norm.eps)
+    assert none is None
+    torch.testing.assert_close(y.float(), want.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", [False, True])
+def test_gpu_batched_step_through_the_row_kernels(fp8):
+    """Four rows (past the GEMV's one): norm / group-norm / quantising row kernels and the attention kernel,
+    teacher-forced against the plain step: as close to the fp32 twin as the plain step."""
+    cfg = tiny_config(hybrid_override_pattern="M*-M-", hidden_size=256, intermediate_size=512, mamba_num_heads=8,
+                      mamba_head_dim=32, ssm_state_size=32, n_groups=2, vocab_size=512)
+    ref = tiny_lm(cfg, seed=6).cuda()
+    low = copy.deepcopy(ref).to(torch.bfloat16)
+    if fp8:
+        quantize_(low)
+    ids = torch.randint(3, 512, (4, 7), generator=torch.Generator().manual_seed(1)).cuda()
+    states = {}
+    with torch.inference_mode():
+        for key, model in (("ref", ref), ("plain", low), ("fused", low)):
+            tmp = model.new_state(4, capacity=7)
+            model(ids, state=tmp)
+            st = DecodeState.allocate(model, 4, 32)
+            for r in range(4):
+                st.load(r, tmp, r)
+            states[key] = st
+        tok, errs = ids[:, -1], {"plain": [], "fused": []}
+        for _ in range(8):
+            want = ref.step(tok, states["ref"])
+            with fused_decode("off"):
+                errs["plain"].append(_rel(low.step(tok, states["plain"]), want))
+            with fused_decode("on"):
+                errs["fused"].append(_rel(low.step(tok, states["fused"]), want))
+            tok = want.argmax(-1)
+    # FP8 above one row also rounds the activations to e4m3 (W8A8): allowed twice the plain error
+    assert max(errs["fused"]) <= (2.0 if fp8 else 1.25) * max(errs["plain"]) + 1e-3, errs
