@@ -109,10 +109,25 @@ def sweep_configs(n: int, k: int, w_bytes: int, m: int) -> list[dict]:
     return [base] + out
 
 
+def gemv_triton_mm_pick(m: int, n: int, k: int, c: dict) -> dict:
+    """The skinny FP8 product's split rule for the tile sizes in ``c``."""
+    from holotron.kernels import fp8_gemm_triton as mm
+    old = dict(mm.MM_CONFIG)
+    mm.MM_CONFIG.clear()
+    mm.MM_CONFIG.update({key: v for key, v in c.items() if key != "SPLIT"})
+    try:
+        return mm.pick(m, n, k, torch.device("cuda"))
+    finally:
+        mm.MM_CONFIG.clear()
+        mm.MM_CONFIG.update(old)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sweep-budget", type=float, default=60.0, help="seconds for the launch-settings sweep")
+    ap.add_argument("--mm-sweep-budget", type=float, default=0.0,
+                    help="seconds for a sweep of the skinny FP8 product's settings at 128 rows (0: none)")
     ap.add_argument("--quick", action="store_true",
                     help="M = 1 only, no sweep: the picked settings and the fused forms at them")
     a = ap.parse_args()
@@ -128,7 +143,7 @@ def main():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies(2 * n * k))]
         qs = [quantize_weight(w) for w in ws]
         weights[name] = (ws, qs)
-        for m in (1,) if a.quick else MS:
+        for m in ((1,) if a.quick else MS) + ((128,) if a.quick and a.mm_sweep_budget else ()):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             r = dict(shape=name, K=k, N=n, M=m)
             r["torch_bf16"] = gbench([lambda w=w: F.linear(x, w) for w in ws])
@@ -140,6 +155,11 @@ def main():
                         xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.bfloat16) for q, s in qs])
                 except (RuntimeError, ValueError) as e:
                     r["torch_fp8"], r["torch_fp8_error"] = None, str(e).splitlines()[0][:160]
+            if m > 16 and has_smm:  # the skinny Triton FP8 product (x quantised outside the timing, as above)
+                from holotron.kernels.fp8_gemm_triton import fp8_gemm_triton
+                r["triton_mm_fp8"] = gbench([lambda q=q, s=s: fp8_gemm_triton(xq, xs, q, s, torch.bfloat16)
+                                             for q, s in qs])
+                r["triton_mm_fp8_gbs"] = n * k / r["triton_mm_fp8"] / 1e6
             if m <= 16:
                 r["triton_bf16"] = gbench([lambda w=w: gemv(x, w) for w in ws])
                 r["triton_fp8"] = gbench([lambda q=q, s=s: gemv(x, q, s) for q, s in qs])
@@ -205,6 +225,35 @@ def main():
                 best[f"{name}/{label}/1/fused2"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"],
                                                        what=["group norm kernel", "res"])
 
+    # the skinny FP8 product's settings at 128 rows
+    mm_best, t0 = {}, time.perf_counter()
+    for i, (name, (k, n)) in enumerate(shp.items() if a.mm_sweep_budget else []):
+        from holotron.kernels.fp8_gemm_triton import fp8_gemm_triton
+        share = t0 + a.mm_sweep_budget * (i + 1) / len(shp)
+        _, qs = weights[name]
+        x = torch.randn(128, k, device="cuda", dtype=torch.bfloat16)
+        xs = (x.float().abs().amax(1, keepdim=True) / 448).clamp_min(1e-12)
+        xq = (x.float() / xs).to(torch.float8_e4m3fn)
+        found = None
+        for bn, bk, st, wp, sp in [(64, 128, 4, 4, 0), (128, 128, 4, 8, 0), (64, 256, 3, 4, 0), (128, 128, 3, 4, 0),
+                                   (64, 128, 5, 4, 0), (32, 256, 4, 4, 0), (64, 128, 4, 4, 1), (128, 256, 3, 8, 0),
+                                   (64, 128, 4, 8, 0), (128, 64, 5, 4, 0)]:
+            if time.perf_counter() > share and found is not None:
+                break
+            c = dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, num_warps=wp)
+            c = dict(c, SPLIT=1) if sp else dict(gemv_triton_mm_pick(128, n, k, c), **c)
+            try:
+                t = gbench([lambda q=q, s=s, c=c: fp8_gemm_triton(xq, xs, q, s, torch.bfloat16, c) for q, s in qs])
+            except Exception as e:  # noqa: BLE001 - a setting that does not compile (shared memory)
+                print(f"  mm {name} {c}: {type(e).__name__}", flush=True)
+                continue
+            if found is None or t < found[0]:
+                found = (t, c)
+        if found:
+            mm_best[name] = dict(ms=found[0], config=found[1], gbs=n * k / found[0] / 1e6)
+            print(f"  mm sweep {name}/128: {found[0]:.4f} ms {n * k / found[0] / 1e6 / floor:4.0%} {found[1]}",
+                  flush=True)
+
     # whole-LM estimate at M = 1
     one = {r["shape"]: r for r in rows if r["M"] == 1}
     est = {}
@@ -221,7 +270,8 @@ def main():
     est["floor_fp8_lm_head_bf16_ms"] = (wbytes + shp["lm_head"][0] * shp["lm_head"][1]) / floor / 1e6
 
     res = dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-               triton=triton.__version__, copy_gbs=floor, rows=rows, sweep_best=best, step_estimate_ms=est,
+               triton=triton.__version__, copy_gbs=floor, rows=rows, sweep_best=best, mm_sweep_best=mm_best,
+               step_estimate_ms=est,
                layer_counts=count, weight_params=wbytes)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "bench_gemv.json").write_text(json.dumps(res, indent=1) + "\n")
