@@ -270,6 +270,9 @@ def test_gpu_fp8_gemm_real_shapes(n, k, m):
     x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
     q, s = quant.quantize_weight(torch.randn(n, k, device="cuda", generator=g) / k ** 0.5)
     xq, xs = quant.quantize_rows(x)
-    want = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.float32)
+    exact = (xq.double() * xs.double()) @ (q.double() * s.double()[:, None]).T
+    smm = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.float32)
     y = fp8_gemm_triton(xq, xs, q, s, torch.float32)
-    assert ((y - want).abs().max() / want.abs().max()).item() < 1e-5
+    err = ((y.double() - exact).abs().max() / exact.abs().max()).item()
+    err_smm = ((smm.double() - exact).abs().max() / exact.abs().max()).item()
+    assert err < 1e-3 and err <= 2 * err_smm + 1e-5, (err, err_smm)
