@@ -106,7 +106,7 @@ def probe(ref_model, q_model, prompts: dict, tokens: int, stop=(), decode=None) 
     return out
 
 
-def tiny(tokens: int) -> dict:
+def tiny(tokens: int, device: str = "cpu") -> dict:
     from holotron import Processor
     from holotron.bundled import example_image
     from holotron.grounding import localization_messages
@@ -121,9 +121,13 @@ def tiny(tokens: int) -> dict:
     for p in prompts.values():
         p.pop("attention_mask", None)
         p.pop("num_tiles", None)
-    ref = holotron.load("holotron-tiny-ui", dtype=torch.bfloat16)
-    q = holotron.load("holotron-tiny-ui", dtype=torch.bfloat16, quantize="fp8")
-    y = holotron.load("holotron-tiny-ui", dtype=torch.float32)
+    ref = holotron.load("holotron-tiny-ui", dtype=torch.bfloat16, device=device)
+    q = holotron.load("holotron-tiny-ui", dtype=torch.bfloat16, quantize="fp8", device=device)
+    y = holotron.load("holotron-tiny-ui", dtype=torch.float32, device=device)
+    for p in prompts.values():
+        for key, v in list(p.items()):
+            if isinstance(v, torch.Tensor):
+                p[key] = v.to(device)
     for p in prompts.values():
         if "pixel_values" in p:
             p["pixel_values"] = p["pixel_values"].to(torch.bfloat16)
@@ -138,7 +142,7 @@ def tiny(tokens: int) -> dict:
         res[name]["fp8_vs_fp32_prefill"] = compare(pre32, pre8)
         print(f"{name:>14}: vs fp32: bf16 rel-RMS {res[name]['bf16_vs_fp32_prefill']['rel_rms']:.4f}, "
               f"fp8 rel-RMS {res[name]['fp8_vs_fp32_prefill']['rel_rms']:.4f}")
-    return dict(model="holotron-tiny-ui (bundled, trained)", device="cpu", tokens=tokens, prompts=res)
+    return dict(model="holotron-tiny-ui (bundled, trained)", device=device, tokens=tokens, prompts=res)
 
 
 @torch.no_grad()
@@ -195,12 +199,13 @@ def main():
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--device", default="cpu", help="--tiny on this device (cuda: the GPU paths, W8A8 prefill)")
     a = ap.parse_args()
-    for name, fn in (("tiny", tiny), ("big", big)):
+    for name, fn in (("tiny", lambda t: tiny(t, a.device)), ("big", big)):
         if getattr(a, name):
             res = fn(a.tokens)
             res.update(torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
-            path = Path(a.out) / f"fp8_accuracy_{name}.json"
+            path = Path(a.out) / f"fp8_accuracy_{name}{'_' + a.device if name == 'tiny' else ''}.json"
             path.write_text(json.dumps(res, indent=1) + "\n")
             print(f"wrote {path}")
 
