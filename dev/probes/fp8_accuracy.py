@@ -12,7 +12,7 @@ first divergence when the FP8 model decodes on its own). Twice: lm_head kept in 
 ``load(quantize="fp8")``) and lm_head quantised too (the same hidden states through an FP8 copy of
 lm_head). For scale, the bf16 model against fp32 on the same tokens (``--tiny`` only, the CPU has both).
 Random weights (``--big``) say little about quality: they test the numerics at the real shapes.
-JSON goes to ``$OUT/fp8_accuracy_{tiny,big}.json`` (or ``--out``).
+JSON goes to ``$OUT/fp8_accuracy_tiny_{device}.json`` / ``fp8_accuracy_big.json`` (or ``--out``).
 """
 
 from __future__ import annotations
