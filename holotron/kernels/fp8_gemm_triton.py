@@ -24,7 +24,7 @@ MM_CONFIG: dict = {}  # overrides of pick (the benchmark sweeps them)
 @triton.jit
 def _mm(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, p_ptr, M, N, K, K_SPLIT, s_am, s_bn, s_cm,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-        PARTIAL: tl.constexpr, F32: tl.constexpr):
+        PARTIAL: tl.constexpr, F32: tl.constexpr, ACC_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -44,7 +44,9 @@ def _mm(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, p_ptr, M, N, K, K_SPLIT, s_am, s_bn
         if F32:  # Triton's CPU interpreter: widened operands, IEEE fp32 (exact: e4m3 products fit in fp32)
             acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)), input_precision="ieee")
         else:
-            acc = tl.dot(a, tl.trans(b), acc)
+            # ACC_K: products summed in the tensor cores' own accumulator before each promotion to fp32
+            # (Hopper's FP8 accumulator keeps fewer bits than fp32: a small ACC_K keeps the sum exact)
+            acc = tl.dot(a, tl.trans(b), acc, max_num_imprecise_acc=ACC_K)
     mask = mm[:, None] & mn[None, :]
     if PARTIAL:
         tl.store(p_ptr + (pid_k * M + rm[:, None]) * N + rn[None, :], acc, mask=mask)
@@ -102,7 +104,7 @@ def fp8_gemm_triton(xq: torch.Tensor, xs: torch.Tensor, q: torch.Tensor, scale: 
     grid = (triton.cdiv(n, cfg["BLOCK_N"]), split, triton.cdiv(m, cfg["BLOCK_M"]))
     _mm[grid](xq, xs, q, scale, y, p, m, n, k, k_split, xq.stride(0), q.stride(0), y.stride(0),
               BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, STAGES=cfg["STAGES"], PARTIAL=split > 1,
-              F32=xq.device.type != "cuda", num_warps=cfg["num_warps"])
+              F32=xq.device.type != "cuda", ACC_K=cfg.get("ACC_K", 32), num_warps=cfg["num_warps"])
     if split > 1:
         _mm_reduce[(triton.cdiv(m * n, 1024),)](p, xs, scale, y, m, n, split, y.stride(0), BLOCK=1024, num_warps=4)
     return y
