@@ -17,7 +17,7 @@ for n, k in ((22656, 5120), (5120, 10240), (5120, 20480), (1024, 5120)):
         exact = (xq.double() * xs.double()) @ (q.double() * s.double()[:, None]).T
         smm = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.float32)
         errs = {"smm": ((smm.double() - exact).abs().max() / exact.abs().max()).item()}
-        for acc_k in (32, 128, 2 ** 30):
+        for acc_k in (32, 128):  # at most BLOCK_K (128)
             cfg = dict(pick(m, n, k, x.device), ACC_K=acc_k)
             y = fp8_gemm_triton(xq, xs, q, s, torch.float32, cfg)
             errs[f"acc_k {acc_k}"] = ((y.double() - exact).abs().max() / exact.abs().max()).item()
