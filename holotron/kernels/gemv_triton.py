@@ -159,14 +159,15 @@ def _sm_count(index: int | None) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# Launch settings measured on an H200 (benchmarks/bench_gemv.py's sweep; docs/benchmarks.md, "GEMV"): the best
-# setting per (N, K, weight bytes) at one row. Shapes not listed take the rule of ``pick_config``.
+# Per-shape launch settings at one row, (N, K, weight bytes) -> settings, taking precedence over the rule of
+# ``pick_config``. Empty: the rule gives the best setting of bench_gemv.py's sweep at every 12B shape but k / v
+# (docs/benchmarks.md, "The GEMV's launch settings"). bench_serving.py --gemv-configs fills it from a sweep's
+# JSON, to try another GPU's best settings.
 MEASURED: dict[tuple[int, int, int], dict] = {}
 
 
 def pick_config(m: int, n: int, k: int, w_bytes: int, device: torch.device, groups: int = 1) -> dict:
-    """Launch settings by shape. A shape measured on an H200 takes its measured setting (``MEASURED``, one
-    row). Otherwise, one row: BLOCK_N 16, BLOCK_K 512 weights (128 for fp32 weights), three pipeline stages,
+    """Launch settings by shape. A shape in ``MEASURED`` takes its setting (one row). Otherwise, one row: BLOCK_N 16, BLOCK_K 512 weights (128 for fp32 weights), three pipeline stages,
     K split in two until there are at least two programs per multiprocessor (132 on an H200): the best of
     bench_gemv.py's sweep at every 12B shape (2026-12-04: 89-106% of copy bandwidth for bf16 weights,
     59-100% for FP8; docs/benchmarks.md). 2-16 rows (``tl.dot`` on a 16-row tile): BLOCK_N 16 for
