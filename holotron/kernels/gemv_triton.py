@@ -168,11 +168,12 @@ MEASURED: dict[tuple[int, int, int], dict] = {}
 
 def pick_config(m: int, n: int, k: int, w_bytes: int, device: torch.device, groups: int = 1) -> dict:
     """Launch settings by shape. A shape in ``MEASURED`` takes its setting (one row). Otherwise, one row:
-    BLOCK_N 16, BLOCK_K 512 weights (128 for fp32 weights), three pipeline stages, K split in two until there are at least two programs per multiprocessor (132 on an H200): the best of
-    bench_gemv.py's sweep at every 12B shape (2026-12-04: 89-106% of copy bandwidth for bf16 weights,
-    59-100% for FP8; docs/benchmarks.md). 2-16 rows (``tl.dot`` on a 16-row tile): BLOCK_N 16 for
-    N <= 8192, 32 up to 65536, 64 above, BLOCK_K 512 bytes of a row, K split until four programs per
-    multiprocessor. ``groups`` (a group norm) is handled by the caller (slices of whole groups)."""
+    BLOCK_N 16, BLOCK_K 512 weights (128 for fp32 weights), three pipeline stages, K split in two until
+    there are at least two programs per multiprocessor (132 on an H200): the best of bench_gemv.py's sweep
+    at every 12B shape (2026-12-04: 89-106% of copy bandwidth for bf16 weights, 59-100% for FP8;
+    docs/benchmarks.md). 2-16 rows (``tl.dot`` on a 16-row tile): BLOCK_N 16 for N <= 8192, 32 up to
+    65536, 64 above, BLOCK_K 512 bytes of a row, K split until four programs per multiprocessor.
+    ``groups`` (a group norm) is handled by the caller (slices of whole groups)."""
     sms = _sm_count(device.index) if device.type == "cuda" else 132
     cfg = MEASURED.get((n, k, w_bytes)) if m == 1 else None
     if cfg is None and m == 1:
