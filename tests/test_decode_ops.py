@@ -342,3 +342,22 @@ def test_gpu_batched_step_through_the_row_kernels(fp8):
             tok = want.argmax(-1)
     # FP8 above one row also rounds the activations to e4m3 (W8A8): allowed twice the plain error
     assert max(errs["fused"]) <= (2.0 if fp8 else 1.25) * max(errs["plain"]) + 1e-3, errs
+
+
+def test_gemv_refuses_bad_fused_arguments():
+    """A norm of the wrong length, groups that do not divide K, an unknown act, or (2+ rows through tl.dot)
+    groups not a multiple of 16 columns: a short error naming the argument."""
+    x = torch.randn(1, 96, device=DEV)
+    w = torch.randn(40, 96, device=DEV).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="norm must be"):
+        gemv(x, w, norm=torch.ones(95, device=DEV))
+    with pytest.raises(ValueError, match="groups"):
+        gemv(x, w, norm=torch.ones(96, device=DEV), groups=5)
+    with pytest.raises(ValueError, match="act must be"):
+        gemv(x, w, act="gelu")
+    x3 = torch.randn(3, 96, device=DEV)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        gemv(x3, w, norm=torch.ones(96, device=DEV), groups=4, backend="triton")
+    # the dispatcher itself takes the reference there
+    y = gemv(x3, w, norm=torch.ones(96, device=DEV), groups=4)
+    torch.testing.assert_close(y, gemv_ref(x3, w, norm=torch.ones(96, device=DEV), groups=4))
