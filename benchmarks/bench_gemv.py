@@ -201,9 +201,9 @@ def main():
 
     # the decode step's fused forms at the best settings, M = 1: what the norm / residual / act cost
     fused = {"in_proj": dict(norm=True), "up": dict(norm=True, act="relu2"), "q": dict(norm=True),
-             "k/v": dict(norm=True), "lm_head": dict(norm=True), "out_proj": dict(norm=True, groups=cfg.n_groups,
-                                                                                   res=True),
+             "k/v": dict(norm=True), "lm_head": dict(norm=True), "out_proj": dict(group_norm=True, res=True),
              "down": dict(res=True), "o": dict(res=True)}
+    from holotron.kernels.group_norm_triton import group_rms_norm_triton
     for name, f in fused.items():
         k, n = shp[name]
         ws, qs = weights[name]
@@ -212,18 +212,15 @@ def main():
         r = torch.randn(1, n, device="cuda", dtype=torch.bfloat16)
         for label, args_ in (("bf16", [(w, None) for w in ws]), ("fp8", qs)):
             c = best[f"{name}/{label}/1"]["config"]
-            kw = dict(norm=g if f.get("norm") else None, groups=f.get("groups", 1), act=f.get("act"),
-                      residual=r if f.get("res") else None)
-            t = gbench([lambda wt=wt, sc=sc, c=c: gemv(x, wt, sc, config=c, **kw) for wt, sc in args_])
+            kw = dict(norm=g if f.get("norm") else None, act=f.get("act"), residual=r if f.get("res") else None)
+            if f.get("group_norm"):  # Mamba2's group norm in its own kernel, then the GEMV with the residual
+                def call(wt, sc, c=c, kw=kw):
+                    return gemv(group_rms_norm_triton(x, g, cfg.n_groups, 1e-5), wt, sc, config=c, **kw)
+            else:
+                def call(wt, sc, c=c, kw=kw):
+                    return gemv(x, wt, sc, config=c, **kw)
+            t = gbench([lambda wt=wt, sc=sc, call=call: call(wt, sc) for wt, sc in args_])
             best[f"{name}/{label}/1/fused"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"], what=sorted(f))
-            if f.get("groups"):  # the group norm in a kernel of its own, then the GEMV with the residual
-                from holotron.kernels.group_norm_triton import group_rms_norm_triton
-
-                kw2 = dict(kw, norm=None, groups=1)
-                t = gbench([lambda wt=wt, sc=sc, c=c: gemv(group_rms_norm_triton(x, g, cfg.n_groups, 1e-5), wt, sc,
-                                                          config=c, **kw2) for wt, sc in args_])
-                best[f"{name}/{label}/1/fused2"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"],
-                                                       what=["group norm kernel", "res"])
 
     # the skinny FP8 product's settings at 128 rows
     mm_best, t0 = {}, time.perf_counter()
@@ -292,7 +289,7 @@ def main():
               f"{pct(r, 'triton_fp8' if r.get('triton_fp8') else 'triton_mm_fp8')}")
     print("\nbest of sweep (ms, % of copy); fused: the decode step's form at those settings:")
     for key, b in best.items():
-        if key.endswith(("/fused", "/fused2")):
+        if key.endswith("/fused"):
             print(f"  {key:>24} {b['ms']:.4f} (plain {b['plain_ms']:.4f}) {b['what']}")
         else:
             print(f"  {key:>24} {b['ms']:.4f} {b['gbs'] / floor:4.0%} {b['config']}")

@@ -7,7 +7,7 @@
 The mixers' ``step`` (holotron/mamba2.py, attention.py, layers.py) and ``HybridLM.step`` call these. At one
 row (``FUSED_MAX_ROWS``) each linear op is one launch of the GEMV kernel (``holotron.quant.gemv``: the block's
 RMSNorm computed in the projection's pass over x, the MLP's relu^2 and the residual add in its epilogue, FP8
-weights widened in registers; Mamba2's group norm folded in or as its own small kernel, ``GROUP_NORM``); at
+weights widened in registers; Mamba2's group norm a small kernel of its own before out_proj); at
 2-16 rows the kernel's ``tl.dot`` tile read the 12B's weights at 45-55% of copy bandwidth where cuBLAS reached
 76-91% (bench_gemv.py on an H200, 2026-12-04), so above one row the norms run as row kernels
 (holotron/kernels/rows_triton.py, group_norm_triton.py; with FP8 weights the activations' per-row
@@ -37,10 +37,6 @@ __all__ = ["norm_linear", "linear_residual", "decode_attention", "fused_decode",
 
 MODES = ("auto", "on", "off")
 FUSED_MAX_ROWS = 1  # the GEMV path's rows (see above)
-# Mamba2's group norm before out_proj: "gemv" folds it into the product (one launch; each group's sum scaled
-# when the group ends), "kernel" normalises first in a small kernel of its own (two launches, but the GEMV keeps
-# its best tile). HOLOTRON_GROUP_NORM sets it per process; docs/benchmarks.md has both measured.
-GROUP_NORM = os.environ.get("HOLOTRON_GROUP_NORM", "kernel")
 _mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
@@ -64,14 +60,14 @@ class fused_decode:
 
 @torch.library.custom_op("holotron::decode_linear", mutates_args=())
 def _decode_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
-                   residual: torch.Tensor | None, norm: torch.Tensor | None, eps: float, groups: int, act: str,
+                   residual: torch.Tensor | None, norm: torch.Tensor | None, eps: float, act: str,
                    out_dtype: torch.dtype) -> torch.Tensor:
-    return gemv(x, weight, scale, residual, norm=norm, eps=eps, groups=groups, act=act or None,
-                out_dtype=out_dtype, backend="triton")
+    return gemv(x, weight, scale, residual, norm=norm, eps=eps, act=act or None, out_dtype=out_dtype,
+                backend="triton")
 
 
 @_decode_linear.register_fake
-def _(x, weight, scale, residual, norm, eps, groups, act, out_dtype):
+def _(x, weight, scale, residual, norm, eps, act, out_dtype):
     return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=out_dtype)
 
 
@@ -173,28 +169,22 @@ def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: st
             y = F.relu(y).square()
         return y if out_dtype is None else y.to(out_dtype)
     g, eps = (None, 1e-5) if norm is None else (norm.weight, norm.eps)
-    return _decode_linear(x, ws[0], ws[1], None, g, eps, 1, act or "", out_dtype or lin.weight.dtype)
+    return _decode_linear(x, ws[0], ws[1], None, g, eps, act or "", out_dtype or lin.weight.dtype)
 
 
 def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | None, gnorm: nn.Module | None = None
                     ) -> torch.Tensor:
     """``residual + lin(v)``, or ``residual + lin(gnorm.normed(v))`` with Mamba2's ``GatedRMSNorm`` (v already
     gated); without ``residual``, ``lin(...)`` alone. v (..., K), residual (..., N)."""
+    kernels = _kernels_ok(v) and v.dtype in (torch.bfloat16, torch.float16)
+    if gnorm is not None:
+        v = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps) if kernels else gnorm.normed(v.float(), v.dtype)
     ws = _weights(v, lin)
-    if ws is not None and gnorm is not None and v.numel() > v.shape[-1] and (v.shape[-1] // gnorm.groups) % 16:
-        ws = None  # 2+ rows through tl.dot need groups of a multiple of 16 columns
     if ws is None:
-        if gnorm is not None and _kernels_ok(v) and v.dtype in (torch.bfloat16, torch.float16):
-            h = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps)
-        else:
-            h = v if gnorm is None else gnorm.normed(v.float(), v.dtype)
-        out = lin(h)
+        out = lin(v)
         return out if residual is None else residual + out
-    g, eps, groups = (None, 1e-5, 1) if gnorm is None else (gnorm.weight, gnorm.eps, gnorm.groups)
-    if gnorm is not None and GROUP_NORM == "kernel":
-        v, g, groups = _group_rms_norm(v, g, groups, eps), None, 1
     dtype = lin.weight.dtype if residual is None else torch.promote_types(residual.dtype, lin.weight.dtype)
-    return _decode_linear(v, ws[0], ws[1], residual, g, eps, groups, "", dtype)
+    return _decode_linear(v, ws[0], ws[1], residual, None, 1e-5, "", dtype)
 
 
 @torch.library.custom_op("holotron::attn_decode", mutates_args=())

@@ -48,18 +48,15 @@ _X_TRITON = (torch.bfloat16, torch.float16, torch.float32)
 # ----------------------------------------------------------------------------- the skinny matrix product
 
 
-def gemv_ref(x, weight, scale=None, residual=None, *, norm=None, eps=1e-5, groups=1, act=None, out_dtype=None,
-             config=None):
+def gemv_ref(x, weight, scale=None, residual=None, *, norm=None, eps=1e-5, act=None, out_dtype=None, config=None):
     """The naive twin of the kernel, in fp32 (float64 for float64 x), cast to ``out_dtype`` (default x's):
     ``act(rmsnorm(x) @ W^T * scale) + residual``, where rmsnorm (when ``norm`` (K,) is given) is
-    ``x / sqrt(mean(x^2) + eps) * norm`` over each of ``groups`` contiguous groups of K, and act is None or
-    "relu2" (relu(v)^2). x (..., K), weight (N, K), scale (N,), residual (..., N). ``config`` is ignored (the
-    kernel's launch settings)."""
+    ``x / sqrt(mean(x^2) + eps) * norm`` and act is None or "relu2" (relu(v)^2). x (..., K), weight (N, K),
+    scale (N,), residual (..., N). ``config`` is ignored (the kernel's launch settings)."""
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
     xx = x.to(ct)
     if norm is not None:
-        xg = xx.unflatten(-1, (groups, -1))
-        xx = (xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2) * norm.to(ct)
+        xx = xx * torch.rsqrt(xx.pow(2).mean(-1, keepdim=True) + eps) * norm.to(ct)
     y = xx @ weight.to(ct).T
     if scale is not None:
         y = y * scale.to(ct)
@@ -70,7 +67,7 @@ def gemv_ref(x, weight, scale=None, residual=None, *, norm=None, eps=1e-5, group
     return y.to(out_dtype or x.dtype)
 
 
-def _check(x, weight, scale, residual, norm=None, groups=1, act=None):
+def _check(x, weight, scale, residual, norm=None, act=None):
     def expect(ok, msg):
         if not ok:
             raise ValueError(f"gemv: {msg}")
@@ -89,41 +86,36 @@ def _check(x, weight, scale, residual, norm=None, groups=1, act=None):
         expect(tuple(residual.shape) == want, f"residual must be {want}, got {tuple(residual.shape)}")
     if norm is not None:
         expect(tuple(norm.shape) == (x.shape[-1],), f"norm must be ({x.shape[-1]},), got {tuple(norm.shape)}")
-        expect(groups >= 1 and x.shape[-1] % groups == 0, f"groups ({groups}) must divide K ({x.shape[-1]})")
     expect(act in (None, "relu2"), f"act must be None or 'relu2', got {act!r}")
     for name, t in (("weight", weight), ("scale", scale), ("residual", residual), ("norm", norm)):
         expect(t is None or t.device == x.device, f"{name} is on {t.device if t is not None else ''}, x on {x.device}")
 
 
-def gemv(x, weight, scale=None, residual=None, *, norm=None, eps=1e-5, groups=1, act=None, out_dtype=None,
-         config=None, backend=None):
+def gemv(x, weight, scale=None, residual=None, *, norm=None, eps=1e-5, act=None, out_dtype=None, config=None,
+         backend=None):
     """``y = act(rmsnorm(x) @ W^T (* scale)) (+ residual)``, y (..., N) in ``out_dtype`` (default x's dtype).
 
     x (..., K) bf16 / fp16 / fp32; weight (N, K) bf16 / fp16 / fp32 or float8_e4m3fn (then ``scale`` (N,)
-    fp32 is required); residual (..., N); ``norm`` (K,): an RMSNorm weight applied to x first (over each of
-    ``groups`` contiguous groups of K, ``eps``); ``act``: None or "relu2". ``backend``: None (the Triton
-    kernel where it can run and M = x.numel() / K <= 16, else ``gemv_ref``), "triton" or "ref". ``config``:
-    the kernel's launch settings (``pick_config``'s keys), for benchmarks."""
+    fp32 is required); residual (..., N); ``norm`` (K,): an RMSNorm weight applied to x first (``eps``);
+    ``act``: None or "relu2". ``backend``: None (the Triton kernel where it can run and M = x.numel() / K
+    <= 16, else ``gemv_ref``), "triton" or "ref". ``config``: the kernel's launch settings (``pick_config``'s
+    keys), for benchmarks."""
     from .kernels import _triton_usable
 
-    _check(x, weight, scale, residual, norm, groups, act)
+    _check(x, weight, scale, residual, norm, act)
     k, n = x.shape[-1], weight.shape[0]
     m = math.prod(x.shape[:-1])
-    kw = dict(norm=norm, eps=eps, groups=groups, act=act, out_dtype=out_dtype)
-    # a group norm with 2+ rows needs groups of a multiple of 16 columns (tl.dot's smallest K)
-    groups_ok = norm is None or groups == 1 or m == 1 or (k // groups) % 16 == 0
+    kw = dict(norm=norm, eps=eps, act=act, out_dtype=out_dtype)
     if backend is None:
-        ok = m <= GEMV_MAX_ROWS and x.dtype in _X_TRITON and _triton_usable(x.device) is None and k > 0 and groups_ok
+        ok = m <= GEMV_MAX_ROWS and x.dtype in _X_TRITON and _triton_usable(x.device) is None and k > 0
         backend = "triton" if ok else "ref"
     if backend == "ref":
         return gemv_ref(x, weight, scale, residual, **kw)
     if backend != "triton":
         raise ValueError(f"gemv: backend must be None, 'triton' or 'ref', got {backend!r}")
     why = _triton_usable(x.device)
-    if why is not None or m > GEMV_MAX_ROWS or x.dtype not in _X_TRITON or not groups_ok:
-        why = why or (f"{m} rows of {x.dtype} x" if groups_ok else f"norm groups of {k // groups} columns with {m} "
-                      "rows (a multiple of 16 is needed)")
-        raise ValueError(f"gemv: the Triton kernel cannot run here: {why}")
+    if why is not None or m > GEMV_MAX_ROWS or x.dtype not in _X_TRITON:
+        raise ValueError(f"gemv: the Triton kernel cannot run here: {why or f'{m} rows of {x.dtype} x'}")
     from .kernels.gemv_triton import gemv_triton
 
     w = weight if weight.stride(-1) == 1 else weight.contiguous()

@@ -40,12 +40,11 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
-@pytest.mark.parametrize("groups", [1, 4])
 @pytest.mark.parametrize("split", [1, 3])
-def test_gemv_norm_act_residual_match_float64(m, wdtype, groups, split):
-    """Every fused part against its float64 twin: rmsnorm over the row or per group, relu^2, scale, residual,
-    with K split over programs (a group norm takes one slice per group whatever the split asks)."""
-    g = torch.Generator().manual_seed(m * 10 + groups)
+def test_gemv_norm_act_residual_match_float64(m, wdtype, split):
+    """Every fused part against its float64 twin: rmsnorm over the row (its sum of squares from the same pass,
+    or, K split over programs, from the reducing launch), relu^2, scale, residual."""
+    g = torch.Generator().manual_seed(m * 10 + split)
     k, n = 128, 40
     x = (torch.randn(m, k, generator=g) * 3).to(DEV)
     w = torch.randn(n, k, generator=g) / 10
@@ -59,17 +58,16 @@ def test_gemv_norm_act_residual_match_float64(m, wdtype, groups, split):
     cfg = dict(BLOCK_N=16, BLOCK_K=32, SPLIT=split, num_warps=4)
     for act, r in ((None, res), ("relu2", None)):
         want = gemv_ref(x.double(), w.double(), None if scale is None else scale.double(),
-                        None if r is None else r.double(), norm=gw.double(), groups=groups, act=act)
-        y = gemv(x, w, scale, r, norm=gw, groups=groups, act=act, out_dtype=torch.float32, backend="triton",
-                 config=cfg)
+                        None if r is None else r.double(), norm=gw.double(), act=act)
+        y = gemv(x, w, scale, r, norm=gw, act=act, out_dtype=torch.float32, backend="triton", config=cfg)
         assert _rel(y, want) < 1e-5, (act, _rel(y, want))
-    # the reference itself is the module math: RMSNorm / GatedRMSNorm then the product
-    nm = GatedRMSNorm(k, groups=groups).double()
+    # the reference itself is the module math: RMSNorm then the product
+    nm = RMSNorm(k).double()
     nm.weight.data.copy_(gw.double().cpu())
     xd = x.double().cpu()
-    direct = nm.normed(xd) @ w.double().cpu().T * (1 if scale is None else scale.double().cpu())
-    assert _rel(gemv_ref(xd, w.double().cpu(), None if scale is None else scale.double().cpu(), norm=gw.double().cpu(),
-                         groups=groups), direct) < 1e-6  # GatedRMSNorm computes in fp32
+    direct = nm(xd) @ w.double().cpu().T * (1 if scale is None else scale.double().cpu())
+    got = gemv_ref(xd, w.double().cpu(), None if scale is None else scale.double().cpu(), norm=gw.double().cpu())
+    assert _rel(got, direct) < 1e-6  # RMSNorm computes in fp32
 
 
 def test_fp8_codes_widened_from_their_bits_are_exact():
@@ -108,13 +106,6 @@ def row_kernel_calls(monkeypatch):
     return calls
 
 
-@pytest.fixture(params=["gemv", "kernel"])
-def group_norm(request, monkeypatch):
-    """Mamba2's group norm folded into the GEMV, or normalised first by its own kernel."""
-    monkeypatch.setattr(decode_ops, "GROUP_NORM", request.param)
-    return request.param
-
-
 def test_group_norm_kernel_equals_the_module():
     from holotron.kernels.group_norm_triton import group_rms_norm_triton
 
@@ -133,7 +124,7 @@ def test_group_norm_kernel_equals_the_module():
 
 
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, rows, group_norm, row_kernel_calls):
+def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, rows, row_kernel_calls):
     torch.manual_seed(0)
     d, hid = 64, 128
     norm = RMSNorm(d).to(DEV)
@@ -186,7 +177,7 @@ def test_plain_path_where_the_kernel_cannot_run(kernel_calls, monkeypatch):
 
 
 @pytest.mark.parametrize("fp8", [False, True])
-def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, rows, group_norm, row_kernel_calls):
+def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, rows, row_kernel_calls):
     """A bf16 (or FP8) model's decode steps, fused and plain, against the same model's fp32 twin, teacher-forced
     on the fp32 greedy tokens: the fused step is no further from fp32 than the plain one (it rounds less)."""
     cfg = tiny_config(hybrid_override_pattern="M*-M-", hidden_size=64, intermediate_size=96, mamba_num_heads=4,
@@ -345,19 +336,10 @@ def test_gpu_batched_step_through_the_row_kernels(fp8):
 
 
 def test_gemv_refuses_bad_fused_arguments():
-    """A norm of the wrong length, groups that do not divide K, an unknown act, or (2+ rows through tl.dot)
-    groups not a multiple of 16 columns: a short error naming the argument."""
+    """A norm of the wrong length or an unknown act: a short error naming the argument."""
     x = torch.randn(1, 96, device=DEV)
     w = torch.randn(40, 96, device=DEV).to(torch.bfloat16)
     with pytest.raises(ValueError, match="norm must be"):
         gemv(x, w, norm=torch.ones(95, device=DEV))
-    with pytest.raises(ValueError, match="groups"):
-        gemv(x, w, norm=torch.ones(96, device=DEV), groups=5)
     with pytest.raises(ValueError, match="act must be"):
         gemv(x, w, act="gelu")
-    x3 = torch.randn(3, 96, device=DEV)
-    with pytest.raises(ValueError, match="multiple of 16"):
-        gemv(x3, w, norm=torch.ones(96, device=DEV), groups=4, backend="triton")
-    # the dispatcher itself takes the reference there
-    y = gemv(x3, w, norm=torch.ones(96, device=DEV), groups=4)
-    torch.testing.assert_close(y, gemv_ref(x3, w, norm=torch.ones(96, device=DEV), groups=4))

@@ -4,8 +4,8 @@ of an already gated v, per group of ``K / groups`` contiguous channels:
     out[m, g] = v[m, g] / sqrt(mean(v[m, g]^2) + eps) * w[g]      fp32 math, stored in v's dtype
 
 One program per (row, group), the whole group in registers; nothing waits on the host (CUDA-graph safe). The
-decode step uses it before out_proj (holotron/decode_ops.py) when the group norm is not taken into the GEMV
-(``decode_ops.GROUP_NORM``)."""
+decode step uses it before out_proj (holotron/decode_ops.py's ``linear_residual``): as its own launch it
+measured faster than folding the norm into out_proj's GEMV one group at a time (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
