@@ -85,9 +85,12 @@ def _(v, weight, groups, eps):
     return torch.empty_like(v)
 
 
-def _kernels_ok(x: torch.Tensor) -> bool:
-    """The switch and the device allow this module's kernels for x, and no autograd records it."""
-    if _mode == "off" or x.shape[-1] == 0 or (torch.is_grad_enabled() and x.requires_grad):
+def _kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """The switch and the device allow this module's kernels for x, and autograd records none of x and
+    ``params`` (the kernels have no backward)."""
+    if _mode == "off" or x.shape[-1] == 0:
+        return False
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *params)):
         return False
     if not x.is_cuda:
         from .kernels import _triton_usable
@@ -98,7 +101,8 @@ def _kernels_ok(x: torch.Tensor) -> bool:
 
 def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(weight, scale) for the GEMV kernel, or None where it does not run (see the module docstring)."""
-    if not _kernels_ok(x) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
+    if not _kernels_ok(x, getattr(lin, "weight", None) if isinstance(lin, nn.Linear) else None) \
+            or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
         return None
     if isinstance(lin, FP8Linear):
         w, s = lin.weight_fp8, lin.weight_scale
@@ -108,8 +112,6 @@ def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tenso
         return None
     if lin.bias is not None or w.dtype not in _WEIGHT_DTYPES or x.dtype not in (torch.bfloat16, torch.float16,
                                                                                     torch.float32):
-        return None
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         return None
     return w, s
 
@@ -159,7 +161,7 @@ def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: st
     The result is in the layer's compute dtype, or ``out_dtype``."""
     ws = _weights(x, lin)
     if ws is None:
-        if norm is not None and _kernels_ok(x) and x.dtype in (torch.bfloat16, torch.float16) \
+        if norm is not None and _kernels_ok(x, norm.weight) and x.dtype in (torch.bfloat16, torch.float16) \
                 and lin.weight.dtype == x.dtype:
             y = _rows_linear(x, norm, lin)  # more rows: the norm (and FP8 quantisation) in one kernel
         else:
@@ -176,7 +178,7 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
                     ) -> torch.Tensor:
     """``residual + lin(v)``, or ``residual + lin(gnorm.normed(v))`` with Mamba2's ``GatedRMSNorm`` (v already
     gated); without ``residual``, ``lin(...)`` alone. v (..., K), residual (..., N)."""
-    kernels = _kernels_ok(v) and v.dtype in (torch.bfloat16, torch.float16)
+    kernels = _kernels_ok(v, None if gnorm is None else gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16)
     if gnorm is not None:
         v = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps) if kernels else gnorm.normed(v.float(), v.dtype)
     ws = _weights(v, lin)
@@ -205,7 +207,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: 
     (b, 1, 1, L), which are [0, n_keys[i]). The split-over-keys kernel (holotron/kernels/attn_decode_triton.py,
     reading the filled slots only) where it runs (any batch; same switch as the linear ops), else
     ``F.scaled_dot_product_attention`` with the mask."""
-    ok = n_keys is not None and _kernels_ok(q) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
+    ok = n_keys is not None and _kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
         and k.stride(-1) == 1 and v.stride(-1) == 1
     if not ok:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)

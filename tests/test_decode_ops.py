@@ -168,6 +168,7 @@ def test_plain_path_where_the_kernel_cannot_run(kernel_calls, monkeypatch):
         norm_linear(x.bfloat16(), norm.to(torch.bfloat16), biased)
         norm_linear(torch.randn(17, 32, device=DEV, dtype=torch.bfloat16), norm, lin)
         norm_linear(x.bfloat16().requires_grad_(), norm, lin)
+        norm_linear(x.bfloat16(), norm, lin)  # grad enabled, lin's weight trainable: autograd must see it
         assert not kernel_calls
         with torch.inference_mode():
             norm_linear(x.bfloat16(), norm, lin)
