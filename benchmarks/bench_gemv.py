@@ -4,10 +4,12 @@
 
 For each linear shape of the 12B LM (holotron/config.py's TextConfig defaults) and M in {1, 8, 16, 32, 128}
 rows: ``F.linear`` with bf16 weights (cuBLAS), ``torch._scaled_mm`` with float8_e4m3fn weights and row-wise
-scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), and the Triton GEMV of
-holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16 only), at its shape-picked launch
-settings; then a sweep of launch settings at M = 1 (best kept per shape, within a time budget; the best become
-``gemv_triton.MEASURED``), and the decode step's fused forms (norm, group norm, relu^2, residual) at them. Time:
+scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), the Triton GEMV of
+holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16) at its shape-picked launch settings,
+and the skinny FP8 product of holotron/kernels/fp8_gemm_triton.py (M > 16); then a sweep of the GEMV's launch
+settings at M = 1 (best kept per shape, within a time budget: what ``gemv_triton.pick_config``'s rule was
+set from), the decode step's fused forms (norm, group-norm kernel, relu^2, residual) at the best settings,
+and (``--mm-sweep-budget``) a sweep of the skinny FP8 product's settings at 128 rows. Time:
 ``triton.testing.do_bench`` median of a CUDA graph of 16 calls cycling through copies of the weight (at least
 256 MB, or 8 copies, so the L2 cache does not hold them), per call: kernel time without Python's launch
 overhead, as in the decode engine's graphs (``triton_fp8_eager`` in the JSON: one eager call). GB/s: weight
@@ -30,6 +32,7 @@ from triton.testing import do_bench
 
 from holotron.config import TextConfig
 from holotron.kernels import gemv_triton
+from holotron.kernels.fp8_gemm_triton import pick as pick_mm
 from holotron.quant import gemv, quantize_weight
 
 MS = (1, 8, 16, 32, 128)
@@ -83,8 +86,7 @@ def copy_gbs() -> float:
 
 def sweep_configs(n: int, k: int, w_bytes: int, m: int) -> list[dict]:
     """The shape-picked settings first, then BLOCK_N x BLOCK_K (bytes of a row per step) x warps x pipeline
-    stages, with the split the picker's rule gives for that BLOCK_N (and half / twice it); FP8 weights also
-    with their codes widened from the bits (FP8_BITS)."""
+    stages, with the split the picker's rule gives for that BLOCK_N and half of it."""
     dev = torch.device("cuda")
     base = gemv_triton.pick_config(m, n, k, w_bytes, dev)
     sms = gemv_triton._sm_count(dev.index)
@@ -101,25 +103,9 @@ def sweep_configs(n: int, k: int, w_bytes: int, m: int) -> list[dict]:
                 if k // sp < 2 * bk:
                     continue
                 for warps, stages in ((4, 1), (8, 1), (4, 3), (8, 3)):
-                    c = dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=sp, num_warps=warps, STAGES=stages)
-                    out.append(c)
-                    if w_bytes == 1 and m == 1:
-                        out.append(dict(c, FP8_BITS=True))
+                    out.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT=sp, num_warps=warps, STAGES=stages))
     out = [c for c in out if c != base]
     return [base] + out
-
-
-def gemv_triton_mm_pick(m: int, n: int, k: int, c: dict) -> dict:
-    """The skinny FP8 product's split rule for the tile sizes in ``c``."""
-    from holotron.kernels import fp8_gemm_triton as mm
-    old = dict(mm.MM_CONFIG)
-    mm.MM_CONFIG.clear()
-    mm.MM_CONFIG.update({key: v for key, v in c.items() if key != "SPLIT"})
-    try:
-        return mm.pick(m, n, k, torch.device("cuda"))
-    finally:
-        mm.MM_CONFIG.clear()
-        mm.MM_CONFIG.update(old)
 
 
 def main():
@@ -237,8 +223,8 @@ def main():
                                    (64, 128, 4, 8, 0), (128, 64, 5, 4, 0)]:
             if time.perf_counter() > share and found is not None:
                 break
-            c = dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, num_warps=wp)
-            c = dict(c, SPLIT=1) if sp else dict(gemv_triton_mm_pick(128, n, k, c), **c)
+            c = dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, num_warps=wp, **({"SPLIT": 1} if sp else {}))
+            c = pick_mm(128, n, k, torch.device("cuda"), c)
             try:
                 t = gbench([lambda q=q, s=s, c=c: fp8_gemm_triton(xq, xs, q, s, torch.bfloat16, c) for q, s in qs])
             except Exception as e:  # noqa: BLE001 - a setting that does not compile (shared memory)

@@ -594,17 +594,7 @@ def main() -> int:
     ap.add_argument("--fused", choices=["on", "off", "both"], default="both",
                     help="with --decode-only: the fused decode ops (holotron/decode_ops.py) on, off, or both")
     ap.add_argument("--compile", action="store_true", help="with --decode-only: also the torch.compiled step")
-    ap.add_argument("--gemv-configs", default=None,
-                    help="a bench_gemv.py JSON: its best launch settings at one row become the GEMV's measured table")
     args = ap.parse_args()
-    if args.gemv_configs:
-        from holotron.kernels import gemv_triton
-        best = json.load(open(args.gemv_configs))["sweep_best"]
-        for key, b in best.items():
-            if key.endswith("/1") and "fused" not in key:
-                c = b["config"]
-                gemv_triton.MEASURED[(b["N"], b["K"], b["w_bytes"])] = c
-        print(f"GEMV settings from {args.gemv_configs}: {len(gemv_triton.MEASURED)} shapes", flush=True)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.small:
         print("bench_serving: no CUDA GPU; use --small for a CPU smoke test", file=sys.stderr)

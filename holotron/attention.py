@@ -5,7 +5,7 @@
 
 The mask is built once per forward by the model (``causal_mask``) and shared by every attention layer
 (``Positions.attn_mask``). ``step`` is the static-shape decode of one token per row at per-row positions
-(``Positions.lengths`` / ``key_mask``): ``HybridLM.step``'s, which the decode engine captures.
+(``Positions.lengths`` / ``n_keys``): ``HybridLM.step``'s, which the decode engine captures.
 ``forward`` with ``Positions.rows`` prefills new tokens into rows of the engine's ``DecodeState``
 (``HybridLM.extend``): each row's keys and values go to its own slots, and each row attends with
 causal attention aligned to the end of its cache (a lower-right causal bias, so the fused SDPA kernels
@@ -124,15 +124,15 @@ class Attention(nn.Module):
         """One token per row, every shape static (CUDA-graph safe, no host sync).
 
         u (B, 1, D); cache k, v (B, Hkv, L, hd); ``where.lengths`` (B,) int64: row b's new key and value
-        go to slot ``lengths[b]``; ``where.key_mask`` (B, 1, 1, L) bool, True at the slots row b attends
-        to (its filled slots and the new one), ``where.n_keys`` (B,) their count. The r = Hq / Hkv query
+        go to slot ``lengths[b]``; ``where.n_keys`` (B,): row b attends to slots [0, n_keys[b]) (its filled
+        slots and the new one). The r = Hq / Hkv query
         heads of KV head j attend as r queries of one head, so the cache is read once, without a GQA
         expansion. (``HybridLM.step`` points rows that are not decoding at a spare slot that no row
         attends to.) Without ``norm`` the layer's output; with the block's ``norm``, u is the residual
         stream and ``u + attention(norm(u))`` is returned (norm and residual fused into the projections,
         holotron/decode_ops.py).
         """
-        lengths, key_mask = where.lengths, where.key_mask
+        lengths = where.lengths
         b = u.shape[0]
         hkv, hd = self.n_kv_heads, self.head_dim
         q = norm_linear(u, norm, self.q_proj).view(b, hkv, self.n_heads // hkv, hd)  # heads j*r .. j*r+r-1
@@ -141,5 +141,5 @@ class Attention(nn.Module):
         slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
         cache.k.scatter_(2, slot, k)
         cache.v.scatter_(2, slot, v)
-        y = decode_attention(q, cache.k, cache.v, where.n_keys, key_mask)  # (B, Hkv, r, hd)
+        y = decode_attention(q, cache.k, cache.v, where.n_keys)  # (B, Hkv, r, hd)
         return linear_residual(y.reshape(b, 1, self.n_heads * hd), self.o_proj, None if norm is None else u)

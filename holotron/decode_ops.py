@@ -2,7 +2,7 @@
 
     y = norm_linear(x, norm, lin, act=None, out_dtype=None)   lin(norm(x)); act "relu2": relu(.)^2
     x = linear_residual(v, lin, residual, gnorm=None)         residual + lin(gnorm.normed(v) or v)
-    y = decode_attention(q, k, v, n_keys, key_mask)           one query token per row against its cache
+    y = decode_attention(q, k, v, n_keys)                     one query token per row against its cache
 
 The mixers' ``step`` (holotron/mamba2.py, attention.py, layers.py) and ``HybridLM.step`` call these. At one
 row (``FUSED_MAX_ROWS``) each linear op is one launch of the GEMV kernel (``holotron.quant.gemv``: the block's
@@ -16,10 +16,11 @@ row's filled slots with a split-over-keys kernel (holotron/kernels/attn_decode_t
 Elsewhere they are the plain composition of the modules, the same ops as the prefill path, so a CPU / fp32
 model decodes exactly as before (docs/architecture.md, "The decode step").
 
-The kernels run when a 16-bit (or FP8) layer without bias meets 16-bit activations, no autograd records
-them, and the switch allows it: ``fused_decode("auto")`` (the default: CUDA only), ``"on"`` (also Triton's
-CPU interpreter: tests), ``"off"`` (never: the benchmark's side-by-side). ``HOLOTRON_FUSED_DECODE`` sets it
-per process. Each kernel is a ``torch.library`` custom op, so a ``torch.compile``d step keeps it whole.
+The kernels run when a 16-bit (or FP8) layer without bias meets 16-bit activations (fp32 ones too for the
+GEMV), no autograd records them, and the switch allows it: ``fused_decode("auto")`` (the default: CUDA
+only), ``"on"`` (also Triton's CPU interpreter: tests), ``"off"`` (never: the benchmark's side-by-side).
+``HOLOTRON_FUSED_DECODE`` sets it per process. Each kernel is a ``torch.library`` custom op, so a
+``torch.compile``d step keeps it whole.
 """
 
 from __future__ import annotations
@@ -101,9 +102,6 @@ def _kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
 
 def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(weight, scale) for the GEMV kernel, or None where it does not run (see the module docstring)."""
-    if not _kernels_ok(x, getattr(lin, "weight", None) if isinstance(lin, nn.Linear) else None) \
-            or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
-        return None
     if isinstance(lin, FP8Linear):
         w, s = lin.weight_fp8, lin.weight_scale
     elif type(lin) is nn.Linear:
@@ -112,6 +110,8 @@ def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tenso
         return None
     if lin.bias is not None or w.dtype not in _WEIGHT_DTYPES or x.dtype not in (torch.bfloat16, torch.float16,
                                                                                     torch.float32):
+        return None
+    if not _kernels_ok(x, w) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
         return None
     return w, s
 
@@ -146,8 +146,7 @@ def _rows_linear(x: torch.Tensor, norm: nn.Module, lin: nn.Module) -> torch.Tens
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
-    if isinstance(lin, FP8Linear) and lin.bias is None and x.is_cuda and quant.W8A8 \
-            and lin.in_features % 16 == 0 and lin.out_features % 16 == 0:
+    if isinstance(lin, FP8Linear) and lin.bias is None and lin.w8a8(x):
         xq, xs = _row_norm_quant(x2, norm.weight, norm.eps)
         y = quant.scaled_matmul(xq, xs, lin.weight_fp8, lin.weight_scale, x.dtype)
     else:
@@ -201,14 +200,14 @@ def _(q, k, v, n_keys):
     return torch.empty_like(q)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor | None,
-                     key_mask: torch.Tensor) -> torch.Tensor:
-    """q (b, Hkv, r, hd) against the cache k, v (b, Hkv, L, hd): row i attends to its slots ``key_mask[i]``
-    (b, 1, 1, L), which are [0, n_keys[i]). The split-over-keys kernel (holotron/kernels/attn_decode_triton.py,
-    reading the filled slots only) where it runs (any batch; same switch as the linear ops), else
-    ``F.scaled_dot_product_attention`` with the mask."""
-    ok = n_keys is not None and _kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+    """q (b, Hkv, r, hd) against the cache k, v (b, Hkv, L, hd): row i attends to its slots [0, n_keys[i]).
+    The split-over-keys kernel (holotron/kernels/attn_decode_triton.py, reading the filled slots only) where
+    it runs (any batch; same switch as the linear ops), else ``F.scaled_dot_product_attention`` with the
+    mask of those slots."""
+    ok = _kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
         and k.stride(-1) == 1 and v.stride(-1) == 1
     if not ok:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        mask = torch.arange(k.shape[2], device=k.device)[None, :] < n_keys[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None])
     return _attn_decode(q, k, v, n_keys)

@@ -100,8 +100,7 @@ class HybridLM(nn.Module):
         stores; their logits are computed and meaningless). Static shapes, no host sync."""
         lengths = state.lengths.clamp(max=state.max_len - 1)
         write = lengths if active is None else torch.where(active != 0, lengths, state.max_len)  # spare slot
-        where = Positions(lengths=write, key_mask=(state.slots[None, :] <= lengths[:, None])[:, None, None],
-                          n_keys=lengths + 1, active=active)
+        where = Positions(lengths=write, n_keys=lengths + 1, active=active)
         x = self.backbone.embeddings(tokens[:, None])                           # (b, 1, D)
         if self.config.residual_in_fp32:
             x = x.float()

@@ -223,13 +223,18 @@ class FP8Linear(nn.Module):
         m = x.numel() // max(x.shape[-1], 1)
         if x.is_cuda and (m == 1 or (m <= GEMV_MAX_ROWS and not W8A8)):
             y = gemv(x, self.weight_fp8, self.weight_scale)
-        elif x.is_cuda and W8A8 and x.dtype in (torch.bfloat16, torch.float16) and self.in_features % 16 == 0 \
-                and self.out_features % 16 == 0:
+        elif self.w8a8(x):
             y = fp8_matmul(x, self.weight_fp8, self.weight_scale)
         else:
             ct = x.dtype if x.dtype in _X_TRITON else torch.float32
             y = (F.linear(x.to(ct), self.weight_fp8.to(ct)).float() * self.weight_scale).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def w8a8(self, x: torch.Tensor) -> bool:
+        """Whether rows of x (above one) go through the FP8 tensor cores: CUDA, ``W8A8`` on, 16-bit x, and
+        both sides a multiple of 16 (``torch._scaled_mm``'s and the Triton product's alignment)."""
+        return (x.is_cuda and W8A8 and x.dtype in (torch.bfloat16, torch.float16) and self.in_features % 16 == 0
+                and self.out_features % 16 == 0)
 
     def _apply(self, fn, recurse=True):
         q, s = self._buffers.pop("weight_fp8"), self._buffers.pop("weight_scale")

@@ -167,8 +167,7 @@ class Positions:
     Prefill / ``forward`` (an ``InferenceState``): ``mask`` (B, T) bool, False at pads (None: no pads);
     ``attn_mask`` from ``causal_mask``; ``pos`` the first position of the call.
     Decode ``step`` (a ``DecodeState``, one token per row): ``lengths`` (B,) int64, the KV slot of each
-    row's token; ``key_mask`` (B, 1, 1, L) bool, the slots each row attends to ([0, ``n_keys``), n_keys
-    (B,) int64); ``active`` (B,) int64,
+    row's token; ``n_keys`` (B,) int64, each row attends to KV slots [0, n_keys); ``active`` (B,) int64,
     0 on rows whose state must not change (rows of the engine that are not decoding).
     Prefill into rows of a ``DecodeState`` (``HybridLM.extend``): ``rows`` (host ints, b of them) the
     state rows of the batch's rows, ``starts`` their lengths before the call (the KV slot of their first
@@ -180,7 +179,6 @@ class Positions:
     attn_mask: torch.Tensor | None = None
     pos: int = 0
     lengths: torch.Tensor | None = None
-    key_mask: torch.Tensor | None = None
     n_keys: torch.Tensor | None = None
     active: torch.Tensor | None = None
     rows: list[int] | None = None
@@ -209,8 +207,6 @@ class DecodeState:
         self.layers: list[MambaState | KVCache | None] = layers
         self.lengths = lengths
         self.max_len = max_len
-        cap = next((s.k.shape[2] for s in layers if isinstance(s, KVCache)), max_len + 1)
-        self.slots = torch.arange(cap, device=lengths.device)
 
     @classmethod
     def allocate(cls, lm, max_batch: int, max_len: int, ssm_dtype: torch.dtype = torch.float32,
@@ -225,7 +221,7 @@ class DecodeState:
     def rows(self, b: int) -> "DecodeState":
         """The first b rows as a DecodeState of views (in-place updates reach this state)."""
         out = DecodeState.__new__(DecodeState)
-        out.layers, out.lengths, out.max_len, out.slots = self.view(b), self.lengths[:b], self.max_len, self.slots
+        out.layers, out.lengths, out.max_len = self.view(b), self.lengths[:b], self.max_len
         return out
 
     @property

@@ -18,8 +18,6 @@ import torch
 import triton
 import triton.language as tl
 
-MM_CONFIG: dict = {}  # overrides of pick (the benchmark sweeps them)
-
 
 @triton.jit
 def _mm(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, p_ptr, M, N, K, K_SPLIT, s_am, s_bn, s_cm,
@@ -75,15 +73,15 @@ def _sms(index: int | None) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def pick(m: int, n: int, k: int, device: torch.device) -> dict:
-    """BLOCK_M covers the rows (16..128), BLOCK_N 64, BLOCK_K 128, four stages; K split in two until the
-    strips x row blocks x slices reach two programs per multiprocessor."""
+def pick(m: int, n: int, k: int, device: torch.device, tile: dict | None = None) -> dict:
+    """BLOCK_M covers the rows (16..128), BLOCK_N 64, BLOCK_K 128, four stages (``tile`` overrides any of
+    these: the benchmark's sweep); K split in two until the strips x row blocks x slices reach two programs
+    per multiprocessor, unless ``tile`` gives SPLIT."""
     sms = _sms(device.index) if device.type == "cuda" else 132
     block_m = min(128, max(16, triton.next_power_of_2(m)))
-    cfg = dict(BLOCK_M=block_m, BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4, SPLIT=1)
-    cfg.update(MM_CONFIG)
+    cfg = dict(BLOCK_M=block_m, BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4, SPLIT=1, **(tile or {}))
     progs = triton.cdiv(n, cfg["BLOCK_N"]) * triton.cdiv(m, cfg["BLOCK_M"])
-    if "SPLIT" not in MM_CONFIG:
+    if "SPLIT" not in (tile or {}):
         while progs * cfg["SPLIT"] < 2 * sms and k // (2 * cfg["SPLIT"]) >= 4 * cfg["BLOCK_K"]:
             cfg["SPLIT"] *= 2
     return cfg

@@ -19,12 +19,11 @@ fill the GPU) each program writes an fp32 partial sum to a (SPLIT, M, N) buffer 
 SPLIT partials in a fixed order (deterministic) and finishes; the row norm is then computed there, from x.
 One row (M == 1): products summed elementwise in an fp32 tile over the K steps, reduced once at the end;
 2-16 rows: ``tl.dot`` on a 16-row tile (bf16 / fp16 operands, fp32 accumulation; fp32 inputs in IEEE
-precision). FP8 codes are widened either by a conversion instruction or (``FP8_BITS``) by moving their sign,
-exponent and mantissa bits into an fp32 word, which reads the value times 2^-120 (exact, subnormal codes
-included, unless the hardware flushes those to zero); the 2^120 is applied with the scale. Launch settings
-are picked by shape (``pick_config``), never autotuned at call time: nothing is timed or synchronised, so
-the launches can be captured in a CUDA graph. (Mamba2's group norm was also folded into this kernel, one
-group at a time; a small kernel of its own before the product measured faster: group_norm_triton.py.)"""
+precision). FP8 codes are widened by the conversion instruction (moving their bits into an fp32 word instead
+never measured faster). Launch settings are picked by shape (``pick_config``), never autotuned at call time:
+nothing is timed or synchronised, so the launches can be captured in a CUDA graph. (Mamba2's group norm was
+also folded into this kernel, one group at a time; a small kernel of its own before the product measured
+faster: group_norm_triton.py.)"""
 
 from __future__ import annotations
 
@@ -39,19 +38,16 @@ import triton.language as tl
 _empty = torch.empty
 
 # overrides of pick_config (the benchmark sweeps them): keys BLOCK_N, BLOCK_K, SPLIT, num_warps, STAGES,
-# FP8_BITS, DOT (one row through tl.dot on a 16-row tile too)
+# DOT (one row through tl.dot on a 16-row tile too)
 GEMV_CONFIG: dict = {}
-
-TWO_120 = float(2.0 ** 120)  # what FP8_BITS's widened codes are short of
 
 
 @triton.jit
-def _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, post,
+def _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym,
             HAS_SCALE: tl.constexpr, HAS_RES: tl.constexpr, ACT: tl.constexpr):
-    """acc (BLOCK_M, BLOCK_N) fp32 -> y = act(acc * post * scale[n]) + residual[m, n], stored in y's dtype."""
+    """acc (BLOCK_M, BLOCK_N) fp32 -> y = act(acc * scale[n]) + residual[m, n], stored in y's dtype."""
     mn = ns < N
     mask = (ms < M)[:, None] & mn[None, :]
-    acc = acc * post
     if HAS_SCALE:
         acc = acc * tl.load(s_ptr + ns, mask=mn, other=0.0).to(tl.float32)[None, :]
     if ACT == 1:  # relu^2
@@ -63,10 +59,10 @@ def _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, post,
 
 
 @triton.jit
-def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_xm, s_wn, s_rm, s_ym, eps, post,
+def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_xm, s_wn, s_rm, s_ym, eps,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
           IEEE: tl.constexpr, PARTIAL: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
-          NORM: tl.constexpr, ACT: tl.constexpr, FP8_BITS: tl.constexpr, STAGES: tl.constexpr):
+          NORM: tl.constexpr, ACT: tl.constexpr, STAGES: tl.constexpr):
     """Outputs [pid_n * BLOCK_N, +BLOCK_N) of every row, summed over K in [pid_k * K_SPLIT, +K_SPLIT).
     PARTIAL: store the fp32 sum to p[pid_k] instead of finishing. NORM: x * g, and the row's rstd applied
     here when not PARTIAL (else by _reduce)."""
@@ -92,9 +88,6 @@ def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_x
             xf = x.to(tl.float32)
             ssv += xf * xf
             x = xf * tl.load(g_ptr + ks, mask=mk, other=0.0).to(tl.float32)[None, :]
-        if FP8_BITS:
-            wi = w.to(tl.uint8, bitcast=True).to(tl.uint32)
-            w = (((wi & 0x80) << 24) | ((wi & 0x7F) << 20)).to(tl.float32, bitcast=True)
         if DOT:
             if IEEE:
                 acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
@@ -111,11 +104,11 @@ def _gemv(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, p_ptr, g_ptr, M, N, K, K_SPLIT, s_x
         mask = mm[:, None] & mn[None, :]
         tl.store(p_ptr + (pid_k * M + ms[:, None]) * N + ns[None, :], acc, mask=mask)
     else:
-        _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, post, HAS_SCALE, HAS_RES, ACT)
+        _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, HAS_SCALE, HAS_RES, ACT)
 
 
 @triton.jit
-def _reduce(p_ptr, s_ptr, r_ptr, y_ptr, x_ptr, M, N, K, SPLIT, s_rm, s_ym, s_xm, eps, post,
+def _reduce(p_ptr, s_ptr, r_ptr, y_ptr, x_ptr, M, N, K, SPLIT, s_rm, s_ym, s_xm, eps,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
             NORM: tl.constexpr, ACT: tl.constexpr, BLOCK_X: tl.constexpr):
     """y[:, block] = sum_s p[s, :, block] (in order s = 0, 1, ...), times the row's rstd (NORM, from x), then
@@ -135,7 +128,7 @@ def _reduce(p_ptr, s_ptr, r_ptr, y_ptr, x_ptr, M, N, K, SPLIT, s_rm, s_ym, s_xm,
                         other=0.0).to(tl.float32)
             ss += tl.sum(x * x, axis=1)
         acc = acc * (1.0 / tl.sqrt(ss / K + eps))[:, None]
-    _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, post, HAS_SCALE, HAS_RES, ACT)
+    _finish(acc, ms, ns, M, N, s_ptr, r_ptr, y_ptr, s_rm, s_ym, HAS_SCALE, HAS_RES, ACT)
 
 
 @functools.cache
@@ -143,29 +136,21 @@ def _sm_count(index: int | None) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# Per-shape launch settings at one row, (N, K, weight bytes) -> settings, taking precedence over the rule of
-# ``pick_config``. Empty: the rule gives the best setting of bench_gemv.py's sweep at every 12B shape but k / v
-# (docs/benchmarks.md, "The GEMV's launch settings"). bench_serving.py --gemv-configs fills it from a sweep's
-# JSON, to try another GPU's best settings.
-MEASURED: dict[tuple[int, int, int], dict] = {}
-
-
 def pick_config(m: int, n: int, k: int, w_bytes: int, device: torch.device) -> dict:
-    """Launch settings by shape. A shape in ``MEASURED`` takes its setting (one row). Otherwise, one row:
+    """Launch settings by shape (``GEMV_CONFIG`` overrides them). One row:
     BLOCK_N 16, BLOCK_K 512 weights (128 for fp32 weights), three pipeline stages, K split in two until
     there are at least two programs per multiprocessor (132 on an H200): the best of bench_gemv.py's sweep
     at every 12B shape (2026-12-04: 89-106% of copy bandwidth for bf16 weights, 59-100% for FP8;
     docs/benchmarks.md). 2-16 rows (``tl.dot`` on a 16-row tile): BLOCK_N 16 for N <= 8192, 32 up to
     65536, 64 above, BLOCK_K 512 bytes of a row, K split until four programs per multiprocessor."""
     sms = _sm_count(device.index) if device.type == "cuda" else 132
-    cfg = MEASURED.get((n, k, w_bytes)) if m == 1 else None
-    if cfg is None and m == 1:
+    if m == 1:
         block_n, block_k = 16, (128 if w_bytes >= 4 else 512)
         split = 1
         while triton.cdiv(n, block_n) * split < 2 * sms and k // (2 * split) >= 2 * block_k and split < 16:
             split *= 2
         cfg = dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split, num_warps=4, STAGES=1 if w_bytes >= 4 else 3)
-    elif cfg is None:
+    else:
         block_n = 16 if n <= 8192 else 32 if n <= 65536 else 64
         block_k = max(32, min(512 // w_bytes, 8192 // block_n))
         split = 1
@@ -194,7 +179,6 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
     # fp32 operands in IEEE precision for fp32 inputs; and for bf16 ones in Triton's CPU interpreter, whose
     # bf16 x bf16 tl.dot returns garbage (triton 3.9). Same result: bf16 products are exact in fp32.
     ieee = torch.float32 in (x.dtype, weight.dtype) or (x.dtype == torch.bfloat16 and x.device.type != "cuda")
-    fp8_bits = weight.dtype == torch.float8_e4m3fn and bool(cfg.get("FP8_BITS", False)) and not dot
     block_m = 16 if dot else 1
     k_split = triton.cdiv(triton.cdiv(k, cfg["SPLIT"]), block_k) * block_k
     split = triton.cdiv(k, k_split)  # no empty slices
@@ -204,18 +188,17 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
     g_arg = norm if norm is not None else y
     s_rm = residual.stride(0) if residual is not None else 0
     act_kind = {None: 0, "relu2": 1}[act]
-    post = TWO_120 if fp8_bits else 1.0
     _gemv[(triton.cdiv(n, block_n), split)](
         x, weight, s_arg, r_arg, y, p, g_arg, m, n, k, k_split, x.stride(0), weight.stride(0), s_rm, y.stride(0),
-        float(eps), 1.0 if split > 1 else post,
+        float(eps),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT=dot, IEEE=ieee,
         PARTIAL=split > 1, HAS_SCALE=scale is not None, HAS_RES=residual is not None,
-        NORM=norm is not None, ACT=act_kind, FP8_BITS=fp8_bits, STAGES=cfg.get("STAGES", 1),
+        NORM=norm is not None, ACT=act_kind, STAGES=cfg.get("STAGES", 1),
         num_warps=cfg.get("num_warps", 4))
     if split > 1:
         rb = max(16, 1024 // triton.next_power_of_2(m))
         _reduce[(triton.cdiv(n, rb),)](p, s_arg, r_arg, y, x, m, n, k, split, s_rm, y.stride(0), x.stride(0),
-                                       float(eps), post, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=rb,
+                                       float(eps), BLOCK_M=triton.next_power_of_2(m), BLOCK_N=rb,
                                        HAS_SCALE=scale is not None, HAS_RES=residual is not None,
                                        NORM=norm is not None, ACT=act_kind, BLOCK_X=1024, num_warps=4)
     return y
