@@ -604,12 +604,19 @@ def test_gpu_graph_capture_step_and_scan():
 
 
 @pytest.mark.parametrize("cfg", [dict(BLOCK_P=16), dict(BLOCK_P=32, num_stages=1), dict(BLOCK_P=128, num_warps=8),
-                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64)],
-                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64"])
+                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=48),
+                                 dict(BLOCK_P=80, tail_ops="tf32"), dict(Q=32, SEGMENTS=3),
+                                 dict(Q=16, SEGMENTS=2, BLOCK_P=48), dict(tma=True),
+                                 dict(tma=True, Q=32, SEGMENTS=2, BLOCK_P=48), dict(tma=False)],
+                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64", "P48-two-blocks",
+                              "P80-tail-tf32", "Q32-segments3", "Q16-segments2-P48", "tma", "tma-segments2-P48",
+                              "no-tma"])
 def test_triton_scan_configs(monkeypatch, cfg):
-    """The scan's launch settings (headdim blocks of 16 to 128 columns, the kernel's own chunk length,
-    pipelining depth, warps) compute the same function: P=80 (ragged last block), packed sequences
-    with boundaries inside chunks, Q=100 unless overridden, several chunks per sequence."""
+    """The scan's launch settings (headdim blocks of 16 to 128 columns, in one or two column blocks, the
+    kernel's own chunk length, pipelining depth, warps, runs of chunks per sequence chained by a first
+    pass, tiles through tensor descriptors or pointers) compute the same function: P=80 (ragged last
+    block), packed sequences with boundaries inside chunks, Q=100 unless overridden, several chunks per
+    sequence."""
     from holotron.kernels import ssd_triton_scan
 
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
@@ -620,27 +627,45 @@ def test_triton_scan_configs(monkeypatch, cfg):
                       initial_state=True), "triton", str(cfg))
 
 
-def test_triton_scan_bad_block(monkeypatch):
+@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=112), "BLOCK_P"),
+                                       (dict(SEGMENTS=0), "SEGMENTS"), (dict(tail_ops="fp8"), "tail_ops")])
+def test_triton_scan_bad_config(monkeypatch, cfg, match):
     from holotron.kernels import ssd_triton_scan
 
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "BLOCK_P": 24})
-    with pytest.raises(ValueError, match="BLOCK_P"):
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
+    with pytest.raises(ValueError, match=match):
         scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
 
 
+@pytest.mark.parametrize("width,blocks", [(16, (16, 0)), (48, (32, 16)), (80, (64, 16)), (96, (64, 32)),
+                                          (128, (128, 0)), (24, None), (112, None), (8, None)])
+def test_column_blocks(width, blocks):
+    from holotron.kernels.ssd_triton_scan import column_blocks
+
+    assert column_blocks(width) == blocks
+
+
+@pytest.mark.parametrize("segments,tma,p", [(1, False, 6), (3, False, 6), (1, True, 16), (2, True, 20)],
+                         ids=["one-run", "three-runs", "tma-P16", "tma-two-runs-P20"])
 @pytest.mark.parametrize("cu", [None, [0, 9, 10, 40]], ids=["batch", "packed"])
-def test_triton_scan_stores_chunk_states(cu):
+def test_triton_scan_stores_chunk_states(monkeypatch, cu, segments, tma, p):
     """``store_states`` (what the backward reads): row choff[s] + c is the state of sequence s entering
-    its chunk c, equal to the naive scan's final state over the tokens before that chunk."""
+    its chunk c, equal to the naive scan's final state over the tokens before that chunk; also when
+    each sequence is walked as runs of chunks (a packed sequence of one chunk has empty runs), and with
+    tiles through tensor descriptors (P=16: the states too; P=20: ragged column blocks, the states through
+    pointers)."""
+    from holotron.kernels import ssd_triton_scan
     from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
 
-    Q = 8
-    kw = make_inputs(2 if cu is None else 1, 40, 3, 6, 1, 4, chunk_size=Q, seed=31, cu_seqlens=cu, D="head",
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG",
+                        {**ssd_triton_scan.SCAN_CONFIG, "SEGMENTS": segments, "tma": tma})
+    Q = 16  # the kernel's chunks are powers of two >= 16
+    kw = make_inputs(2 if cu is None else 1, 40, 3, p, 1, 4, chunk_size=Q, seed=31, cu_seqlens=cu, D="head",
                      dt_bias=True, dt_softplus=True, initial_state=True)
     a = dict(kw)
     x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
     out = ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, **a)
-    assert out.Q == Q
+    assert out.Q == Q and out.config["tma"] == tma
     bounds = [(r * 40, r * 40 + 40) for r in range(2)] if cu is None else list(zip(cu[:-1], cu[1:]))
     choff = out.choff.tolist()
     flat = {k: (v.reshape(1, -1, *v.shape[2:]) if k in ("x", "dt", "B", "C") else v) for k, v in as64(kw).items()}
@@ -662,8 +687,10 @@ REAL_PACKED = [0, 1000, 1001, 2500, 4096]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(), dict(BLOCK_P=128, Q=128, num_warps=8), dict(BLOCK_P=32, Q=64),
-                                 dict(BLOCK_P=16, Q=64)],
-                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64"])
+                                 dict(BLOCK_P=16, Q=64), dict(Q=64, SEGMENTS=4), dict(Q=128, num_warps=8, SEGMENTS=2),
+                                 dict(tail_ops="tf32"), dict(Q=64, num_warps=4, num_stages=3)],
+                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-segments4", "Q128-segments2",
+                              "tail-tf32", "Q64-stages3"])
 def test_gpu_real_size_packed_and_graph(monkeypatch, cfg):
     """The scan's settings at the real size: packed (boundaries inside chunks) against float64, and
     captured in a CUDA graph (no host sync) whose replay equals the eager call."""
