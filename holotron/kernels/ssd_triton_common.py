@@ -57,6 +57,46 @@ def _mm(a, b, like, OPS: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32))
 
 
+@triton.jit
+def _desc(base, rows, cols, stride, BR: tl.constexpr, BC: tl.constexpr, TMA: tl.constexpr):
+    """A tensor descriptor (TMA) of a (rows, cols) matrix at ``base`` with row stride ``stride``: tiles of
+    (BR, BC); reads past its edges give 0, writes there are dropped. Without TMA, ``base`` itself."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, shape=[rows, cols], strides=[stride, 1], block_shape=[BR, BC])
+    else:
+        return base
+
+
+@triton.jit
+def _tile(desc, row, rows, cols, stride, BR: tl.constexpr, BC: tl.constexpr, TMA: tl.constexpr,
+          MASK_C: tl.constexpr):
+    """The (BR, BC) tile at ``row`` of ``_desc``'s matrix (0 past its edges)."""
+    if TMA:
+        return desc.load([row, 0])
+    else:
+        r = tl.arange(0, BR)
+        c = tl.arange(0, BC)
+        m = (row + r < rows)[:, None]
+        if MASK_C:
+            m = m & (c < cols)[None, :]
+        return tl.load(desc + row.to(tl.int64) * stride + r[:, None] * stride + c[None, :], mask=m, other=0.0)
+
+
+@triton.jit
+def _put(desc, row, rows, cols, stride, val, BR: tl.constexpr, BC: tl.constexpr, TMA: tl.constexpr,
+         MASK_C: tl.constexpr):
+    """Writes the (BR, BC) tile ``val`` at ``row`` of ``_desc``'s matrix (nothing past its edges)."""
+    if TMA:
+        desc.store([row, 0], val)
+    else:
+        r = tl.arange(0, BR)
+        c = tl.arange(0, BC)
+        m = (row + r < rows)[:, None]
+        if MASK_C:
+            m = m & (c < cols)[None, :]
+        tl.store(desc + row.to(tl.int64) * stride + r[:, None] * stride + c[None, :], val, mask=m)
+
+
 _SMS = {}
 
 
