@@ -2,6 +2,8 @@
 GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the GPU machine's.
 
     python dev/probes/offline_regs.py scan [KEY=VALUE ...]     # the forward scan at the 12B sizes
+    python dev/probes/offline_regs.py chunk [KEY=VALUE ...]    # the backward's chunk kernel (_bwd_chunk)
+    python dev/probes/offline_regs.py dstate [KEY=VALUE ...]   # the backward's state-gradient pass (_bwd_dstate)
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from triton.compiler import ASTSource
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_info(fn, signature: dict, constexprs: dict, num_warps: int, num_stages: int = 2, maxnreg=None):
+def compile_info(fn, signature: dict, constexprs: dict, num_warps: int, num_stages: int = 2, maxnreg=None,
+                 attrs=None):
     """(registers, spill stores, spill loads, shared bytes) of fn compiled for sm_90."""
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     opts = dict(num_warps=num_warps, num_stages=num_stages)
     if maxnreg:
         opts["maxnreg"] = maxnreg
@@ -66,6 +69,52 @@ def scan_info(**over):
     return compile_info(_scan_seq, sig, const, warps, const["NS"], maxnreg)
 
 
+# the backward's integer arguments at the 12B sizes (batch 2 x 1000 tokens, contiguous tensors): as at a launch,
+# those equal to 1 become constants and multiples of 16 are marked divisible by 16 (as are all pointers)
+BWD_INTS = dict(n_seq=2, n_tok=2000, H=128, P=80, N=128, HPG=16, HPS=1, Q=64, n_rows=32, s_x_t=10240, s_x_h=80,
+                s_dt_t=128, s_dt_h=1, s_b_t=1024, s_b_g=128, s_c_t=1024, s_c_g=128, s_dy_t=10240, s_dy_h=80,
+                s_dx_t=10240, s_dx_h=80, n_pb=2)
+
+
+def bwd_info(kernel="chunk", **over):
+    """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64 (QP=64), the
+    launch of BWD_CONFIG (8 warps for the chunk kernel, 4 and BLOCK_P 64 for the state pass). Pointer dtypes
+    not named below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg) or, when
+    named in BWD_INTS, integer arguments."""
+    from holotron.kernels import ssd_triton_backward as bw
+
+    fn = bw._bwd_chunk if kernel == "chunk" else bw._bwd_dstate
+    bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr"}
+    i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
+    ints = dict(BWD_INTS)
+    const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, QP=64, PP=128, NP=128, BP=64,
+                 OPS="half", NS=int(bw.BWD_CONFIG["stages"]), TMA=True, NPB=2)
+    warps = over.pop("num_warps", int(bw.BWD_CONFIG["warps_chunk" if kernel == "chunk" else "warps_state"]))
+    stages = over.pop("num_stages", 3)  # the launch default
+    maxnreg = over.pop("maxnreg", None)
+    for k in [k for k in over if k in ints]:
+        ints[k] = over.pop(k)
+    const.update(over)
+    names = list(fn.arg_names)
+    cnames = {names[i] for i in fn.constexprs}
+    const = {k: v for k, v in const.items() if k in cnames}
+    sig, attrs = {}, {}
+    for i, n in enumerate(names):
+        if n in cnames:
+            sig[n] = "constexpr"
+        elif n.endswith("_ptr"):
+            sig[n] = "*bf16" if n in bf16 else "*i32" if n in i32 else "*fp32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif ints.get(n) == 1:
+            sig[n] = "constexpr"
+            const[n] = 1
+        else:
+            sig[n] = "i32"
+            if ints.get(n, 1) % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return compile_info(fn, sig, const, warps, stages, maxnreg, attrs)
+
+
 def _val(v):
     if v in ("True", "False"):
         return v == "True"
@@ -78,4 +127,9 @@ def _val(v):
 if __name__ == "__main__":
     what = sys.argv[1]
     over = {k: _val(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])}
-    print(scan_info(**over))
+    if what == "scan":
+        print(scan_info(**over))
+    elif what in ("chunk", "dstate"):
+        print(bwd_info(what, **over))
+    else:
+        raise SystemExit(f"unknown kernel {what!r}: scan, chunk or dstate")

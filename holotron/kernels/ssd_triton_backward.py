@@ -47,7 +47,8 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _sm_count, _tokens, empty
+from .ssd_triton_common import _DOT_MIN, _desc, _dot_ops, _mm, _p2, _put, _sm_count, _tile, _tokens, empty
+from .ssd_triton_scan import _ensure_allocator, _tma_ok
 
 # Launch settings (the benchmark sweeps them). chunk_size: the longest chunk the training entry uses for
 # the forward and the backward (the caller's chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per
@@ -55,23 +56,64 @@ from .ssd_triton_common import _DOT_MIN, _dot_ops, _mm, _p2, _sm_count, _tokens,
 # HEADS: heads per program of the chunk kernel (a divisor of the heads per group; None: all of them when
 # chunks x groups give every SM two programs, else fewer); warps of each kernel; stages of the state pass.
 # Measured on an H200 (docs/benchmarks.md): one head per program (HEADS 1) was the fastest, 16 and 4 were
-# slower (more spills), 128-token chunks ran out of shared memory.
-BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2)
+# slower (more spills), 128-token chunks ran out of shared memory. tma: tiles through tensor descriptors (TMA on
+# Hopper) where addresses and strides are 16-byte multiples, as the forward's SCAN_CONFIG["tma"] (None: on a
+# CUDA GPU of compute capability >= 9, True: also elsewhere, the interpreter; False: never).
+BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2, tma=None)
 
 # The compiled kernels of the last launch ("dstate", "chunk"), for the benchmark's register counts.
 LAST_KERNEL = {}
 
 
 @triton.jit
+def _sdesc(base, n_mat, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """A tensor descriptor of n_mat (P, N) row-major matrices at ``base`` (states, state gradients): tiles of
+    (BP, NP) rows of one matrix, nothing read or written past its P rows or N columns. Without TMA,
+    ``base``."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, shape=[n_mat, P, N], strides=[P * N, N, 1], block_shape=[1, BP, NP])
+    else:
+        return base
+
+
+@triton.jit
+def _sload(desc, mat, p0, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """Rows p0 .. p0 + BP - 1 of matrix ``mat`` of ``_sdesc``'s (0 past its edges)."""
+    if TMA:
+        return tl.reshape(desc.load([mat, p0, 0]), (BP, NP))
+    else:
+        r = p0 + tl.arange(0, BP)
+        c = tl.arange(0, NP)
+        m = (r < P)[:, None] & (c < N)[None, :]
+        return tl.load(desc + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], mask=m, other=0.0)
+
+
+@triton.jit
+def _sstore(desc, mat, p0, P, N, val, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """Writes the (BP, NP) tile ``val`` at rows p0.. of matrix ``mat`` of ``_sdesc``'s (nothing past its edges)."""
+    if TMA:
+        desc.store([mat, p0, 0], tl.reshape(val, (1, BP, NP)))
+    else:
+        r = p0 + tl.arange(0, BP)
+        c = tl.arange(0, NP)
+        m = (r < P)[:, None] & (c < N)[None, :]
+        tl.store(desc + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], val, mask=m)
+
+
+@triton.jit
 def _bwd_dstate(
-    dt_ptr, A_ptr, C_ptr, dy_ptr, dfin_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr,
-    H, P, N, HPG, Q,
-    s_dt_t, s_dt_h, s_c_t, s_c_g, s_dy_t, s_dy_h,
-    HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr, NS: tl.constexpr,
+    x_ptr, dt_ptr, A_ptr, C_ptr, dy_ptr, dfin_ptr, st_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr, dsp_ptr, dD_ptr,
+    H, P, N, HPG, Q, n_rows, n_pb,
+    s_x_t, s_x_h, s_dt_t, s_dt_h, s_c_t, s_c_g, s_dy_t, s_dy_h,
+    HAS_D: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
+    OPS: tl.constexpr, NS: tl.constexpr, TMA: tl.constexpr,
 ):
     """One program per (headdim block, head, sequence): dS^T through the chunks in reverse. Stores, at row
-    choff[s] + c of dst (chunks, H, P, N), the gradient with respect to the state leaving chunk c."""
+    choff[s] + c of dst (chunks, H, P, N), the gradient with respect to the state leaving chunk c, and at
+    dsp[choff[s] + c, h, pb] this block's share of sum(dS * S) (S: the state entering chunk c, from st; both
+    rounded to st's dtype) for the chunk kernel's dcL; with HAS_D, at dD[s, h, p] sum_t dy * x over the
+    sequence."""
+    LOG2E: tl.constexpr = 1.4426950408889634
     pb = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -79,55 +121,75 @@ def _bwd_dstate(
     sh = s.to(tl.int64) * H + h
     ts = tl.load(cu_ptr + s)
     te = tl.load(cu_ptr + s + 1)
+    n_tok = te - ts
     cbase = tl.load(choff_ptr + s)
-    nch = (te - ts + Q - 1) // Q
-    A = tl.load(A_ptr + h).to(tl.float32)
+    nch = (n_tok + Q - 1) // Q
+    A = tl.load(A_ptr + h).to(tl.float32) * LOG2E  # decays in the log2 domain (exp2)
     q = tl.arange(0, QP)
-    ps = pb * BP + tl.arange(0, BP)
+    p0 = pb * BP
+    ps = p0 + tl.arange(0, BP)
     ns = tl.arange(0, NP)
     mp = ps < P
     mn = ns < N
     mnp = mn[:, None] & mp[None, :]
     causal = q[:, None] >= q[None, :]
     last = q == QP - 1
+    # the sequence's rows of C (its group) and dy (this head, from this program's first column)
+    ts64 = ts.to(tl.int64)
+    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_tok, N, s_c_t, QP, NP, TMA)
+    dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_tok, P - p0, s_dy_t, QP, BP, TMA)
+    if HAS_D:
+        xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_tok, P - p0, s_x_t, QP, BP, TMA)
+        dD = tl.zeros((BP,), dtype=tl.float32)
+    sd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
+    std = _sdesc(st_ptr, n_rows * H, P, N, BP, NP, TMA)
     if HAS_DFINAL:
         dS = tl.load(dfin_ptr + (sh * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0).to(tl.float32)
     else:
         dS = tl.zeros((NP, BP), dtype=tl.float32)
     for i in tl.range(0, nch, num_stages=NS):
         ci = nch - 1 - i
-        t0 = ts + ci * Q
-        mq = (q < Q) & (t0 + q < te)
-        tok = (t0 + q).to(tl.int64)
-        dt = tl.load(dt_ptr + tok * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
+        r0 = ci * Q
+        mq = (q < Q) & (r0 + q < n_tok)
+        dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
         # cumulative sums as masked row sums of a (Q, Q) tile (no tl.cumsum: see _bwd_chunk)
         cs = tl.sum(tl.where(causal, (dt * A)[None, :], 0.0), axis=1)
         cL = tl.sum(tl.where(last, cs, 0.0), axis=0)  # flat past the chunk's end (dt = 0 there)
-        row = ((cbase + ci).to(tl.int64) * H + h) * P * N
-        tl.store(dst_ptr + row + ps[None, :] * N + ns[:, None], dS.to(dst_ptr.dtype.element_ty), mask=mnp)
-        CmT = tl.load(C_ptr + tok[None, :] * s_c_t + g * s_c_g + ns[:, None], mask=mn[:, None] & mq[None, :],
-                      other=0.0)  # (n, Q)
-        dy = tl.load(dy_ptr + tok[:, None] * s_dy_t + h * s_dy_h + ps[None, :], mask=mq[:, None] & mp[None, :],
-                     other=0.0)
-        dS = tl.exp(cL) * dS + _mm(CmT, dy.to(tl.float32) * tl.exp(cs)[:, None], dy, OPS)
+        mat = (cbase + ci) * H + h
+        dSo = tl.trans(dS).to(dst_ptr.dtype.element_ty)  # (p, n) as stored
+        _sstore(sd, mat, p0, P, N, dSo, BP, NP, TMA)
+        S = _sload(std, mat, p0, P, N, BP, NP, TMA)
+        tl.store(dsp_ptr + mat.to(tl.int64) * n_pb + pb, tl.sum(tl.sum(dSo.to(tl.float32) * S.to(tl.float32), axis=1),
+                                                               axis=0))
+        # rows of the tiles past the chunk (the next chunk's when Q < QP) get a zero weight
+        Cm = _tile(cd, r0, n_tok, N, s_c_t, QP, NP, TMA, True)  # (Q, n)
+        dy = _tile(dyd, r0, n_tok, P - p0, s_dy_t, QP, BP, TMA, True)
+        ecs = tl.where(mq, tl.exp2(cs), 0.0)
+        if HAS_D:
+            xv = _tile(xd, r0, n_tok, P - p0, s_x_t, QP, BP, TMA, True)
+            dD += tl.sum(tl.where(mq[:, None], dy.to(tl.float32) * xv.to(tl.float32), 0.0), axis=0)
+        dS = tl.exp2(cL) * dS + _mm(tl.trans(Cm), dy.to(tl.float32) * ecs[:, None], dy, OPS)
+    if HAS_D:
+        tl.store(dD_ptr + sh * P + ps, dD, mask=mp)
     if HAS_INIT:
         tl.store(dinit_ptr + (sh * P + ps[None, :]) * N + ns[:, None], dS, mask=mnp)
 
 
 @triton.jit
 def _bwd_chunk(
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr,
-    dx_ptr, ddt_ptr, dAp_ptr, dDp_ptr, dBp_ptr, dCp_ptr,
-    n_seq, n_tok, H, P, N, HPG, HPS, Q,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr,
+    dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr,
+    n_seq, n_tok, H, P, N, HPG, HPS, Q, n_rows, n_pb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr,
+    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr,
 ):
     """One program per (chunk, group x head split): every gradient of one chunk for HPS heads of a group.
 
     Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none, past the last);
-    the program writes dx and ddt of its tokens and heads, dAp[k, h] and dDp[k, h, :] (partial sums over the
-    chunk), and its split's share of dB, dC into dBp, dCp (splits, tokens, G, N)."""
+    the program writes dx and ddt of its tokens and heads, dAp[k, h] (a partial sum over the chunk), and its split's share of dB, dC into dBp, dCp (splits, tokens, G, N). Tiles are read through
+    descriptors of the sequence's rows up to the chunk's end (zeros past it)."""
+    LOG2E: tl.constexpr = 1.4426950408889634
     k = tl.program_id(0)
     gs = tl.program_id(1)
     n_split = HPG // HPS
@@ -137,87 +199,87 @@ def _bwd_chunk(
     if s < n_seq:
         ts = tl.load(cu_ptr + s)
         te = tl.load(cu_ptr + s + 1)
-        t0 = ts + (k - tl.load(choff_ptr + s)) * Q
+        r0 = (k - tl.load(choff_ptr + s)) * Q  # the chunk's first row in its sequence
+        n_end = tl.minimum(te - ts, r0 + Q)  # rows of the sequence up to the chunk's end
+        ts64 = ts.to(tl.int64)
         q = tl.arange(0, QP)
         ps = tl.arange(0, PP)
-        ns = tl.arange(0, NP)
         mp = ps < P
-        mn = ns < N
-        mq = (q < Q) & (t0 + q < te)
-        tok = (t0 + q).to(tl.int64)
+        mq = r0 + q < n_end
         causal = q[:, None] >= q[None, :]
         last = q == QP - 1
-        mqp = mq[:, None] & mp[None, :]
-        mqn = mq[:, None] & mn[None, :]
-        mpn = mp[:, None] & mn[None, :]
-        mnp = mn[:, None] & mp[None, :]
-        Bm = tl.load(B_ptr + tok[:, None] * s_b_t + g * s_b_g + ns[None, :], mask=mqn, other=0.0)
-        Cm = tl.load(C_ptr + tok[:, None] * s_c_t + g * s_c_g + ns[None, :], mask=mqn, other=0.0)
-        # transposed copies are loaded as such (no tl.trans of loaded tiles)
-        BmT = tl.load(B_ptr + tok[None, :] * s_b_t + g * s_b_g + ns[:, None], mask=mn[:, None] & mq[None, :],
-                      other=0.0)
-        G = _mm(Cm, BmT, Bm, OPS)  # (Q, Q) C_t . B_s, shared by the group's heads
+        G_N = (H // HPG) * N
+        bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_end, N, s_b_t, QP, NP, TMA)
+        cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_end, N, s_c_t, QP, NP, TMA)
+        sd = _sdesc(st_ptr, n_rows * H, P, N, PP, NP, TMA)
+        dsd = _sdesc(dst_ptr, n_rows * H, P, N, PP, NP, TMA)
+        Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
+        Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
+        G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # (Q, Q) C_t . B_s, shared by the group's heads
         dB = tl.zeros((QP, NP), dtype=tl.float32)
         dC = tl.zeros((QP, NP), dtype=tl.float32)
         for j in tl.range(0, HPS, num_stages=1):
             h = g * HPG + sp * HPS + j
             A = tl.load(A_ptr + h).to(tl.float32)
-            dt = tl.load(dt_ptr + tok * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
-            # cumulative sums as masked row / column sums of (Q, Q) tiles, not tl.cumsum: with a scan in a
-            # backward kernel triton 3.6 addressed shared memory out of range on an H200
-            cs = tl.sum(tl.where(causal, (dt * A)[None, :], 0.0), axis=1)
+            dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
+            # cumulative sums (log2 domain) as masked row / column sums of (Q, Q) tiles, not tl.cumsum: with a
+            # scan in a backward kernel triton 3.6 addressed shared memory out of range on an H200
+            cs = tl.sum(tl.where(causal, (dt * (A * LOG2E))[None, :], 0.0), axis=1)
             cL = tl.sum(tl.where(last, cs, 0.0), axis=0)
-            ecs = tl.exp(cs)
-            eL = tl.exp(cL)
-            dec = tl.exp(cL - cs)  # decay from token s (excluded) to the chunk's end
+            ecs = tl.exp2(cs)
+            eL = tl.exp2(cL)
+            dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
             w = tl.where(mq, dt * dec, 0.0)
             # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
-            Lm = tl.exp(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
-            x = tl.load(x_ptr + tok[:, None] * s_x_t + h * s_x_h + ps[None, :], mask=mqp, other=0.0)
-            dy = tl.load(dy_ptr + tok[:, None] * s_dy_t + h * s_dy_h + ps[None, :], mask=mqp, other=0.0)
-            xT = tl.load(x_ptr + tok[None, :] * s_x_t + h * s_x_h + ps[:, None], mask=mp[:, None] & mq[None, :],
-                         other=0.0)  # (p, Q)
-            row = (k.to(tl.int64) * H + h) * P * N
-            S = tl.load(st_ptr + row + ps[:, None] * N + ns[None, :], mask=mpn, other=0.0)  # (p, n)
-            dS = tl.load(dst_ptr + row + ps[:, None] * N + ns[None, :], mask=mpn, other=0.0)
-            dST = tl.load(dst_ptr + row + ps[None, :] * N + ns[:, None], mask=mnp, other=0.0)  # (n, p)
-            x32 = x.to(tl.float32)
-            dy32 = dy.to(tl.float32)
+            Lm = tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
+            xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h, n_end, P, s_x_t, QP, PP, TMA)
+            dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h, n_end, P, s_dy_t, QP, PP, TMA)
+            x = _tile(xd, r0, n_end, P, s_x_t, QP, PP, TMA, True)
+            dy = _tile(dyd, r0, n_end, P, s_dy_t, QP, PP, TMA, True)
+            mat = k * H + h
+            S = _sload(sd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
+            dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)
 
             M = G * Lm
-            Wm = M * dt[None, :]
-            dx = _mm(tl.trans(Wm), dy, x, OPS)
-            dx += w[:, None] * _mm(Bm, dST, x, OPS)  # w (B dS^T)
-            dWm = tl.where(causal, _mm(dy, xT, x, OPS), 0.0)
+            dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)
             dM = dWm * dt[None, :]
-            dG = dM * Lm
-            dyS = _mm(dy, S, x, OPS)  # (Q, n) dy S
-            xdS = _mm(x, dS, x, OPS)  # (Q, n) x dS
-            dC += _mm(dG, Bm, x, OPS) + ecs[:, None] * dyS
-            dB += _mm(tl.trans(dG), Cm, x, OPS) + w[:, None] * xdS
-            dw = tl.sum(Bm.to(tl.float32) * xdS, axis=1)  # x_s . (B dS^T)_s
             E = dM * M
-            # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S))
-            dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1) - dw * w
-            dcL = eL * tl.sum(tl.sum(dS.to(tl.float32) * S.to(tl.float32), axis=1), axis=0) + tl.sum(dw * w, axis=0)
-            dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
-            da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
-            ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
+            ddt = tl.sum(dWm * M, axis=0)
+            dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0)
+            dG = dM * Lm
+            dx = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
+            R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T
+            dw = tl.sum(x.to(tl.float32) * R, axis=1)  # x_s . R_s
+            dx += w[:, None] * R
             if HAS_D:
+                dy32 = dy.to(tl.float32)
                 if D_PER_CHANNEL:
                     Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
                 else:
                     Dv = tl.load(D_ptr + h).to(tl.float32)
                 dx += Dv * dy32
-                tl.store(dDp_ptr + (k.to(tl.int64) * H + h) * PP + ps, tl.sum(dy32 * x32, axis=0))
-            tl.store(dx_ptr + tok[:, None] * s_dx_t + h * s_dx_h + ps[None, :], dx.to(dx_ptr.dtype.element_ty),
-                     mask=mqp)
-            tl.store(ddt_ptr + tok * H + h, ddt, mask=mq)
+            dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h, n_end, P, s_dx_t, QP, PP, TMA)
+            _put(dxd, r0, n_end, P, s_dx_t, dx.to(dx_ptr.dtype.element_ty), QP, PP, TMA, True)
+            xdS = _mm(x, dS, x, OPS)  # (Q, n) x dS
+            dB += _mm(tl.trans(dG), Cm, x, OPS) + w[:, None] * xdS
+            dyS = _mm(dy, S, x, OPS)  # (Q, n) dy S
+            dC += _mm(dG, Bm, x, OPS) + ecs[:, None] * dyS
+            # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S))
+            dcs += ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1) - dw * w
+            # sum(dS * S), in the state pass's shares
+            pbs = tl.arange(0, NPB)
+            dSS = tl.sum(tl.load(dsp_ptr + mat.to(tl.int64) * n_pb + pbs, mask=pbs < n_pb, other=0.0), axis=0)
+            dcL = eL * dSS + tl.sum(dw * w, axis=0)
+            dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
+            da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
+            ddt += dec * dw + A * da
+            tl.store(ddt_ptr + (ts64 + r0 + q) * H + h, ddt, mask=mq)
             tl.store(dAp_ptr + k.to(tl.int64) * H + h, tl.sum(dt * da, axis=0))
-        G_N = (H // HPG) * N
-        part = (sp.to(tl.int64) * n_tok + tok[:, None]) * G_N + g * N + ns[None, :]
-        tl.store(dBp_ptr + part, dB, mask=mqn)
-        tl.store(dCp_ptr + part, dC, mask=mqn)
+        part = (sp.to(tl.int64) * n_tok + ts64) * G_N + g * N
+        bpd = _desc(dBp_ptr + part, n_end, N, G_N, QP, NP, TMA)
+        cpd = _desc(dCp_ptr + part, n_end, N, G_N, QP, NP, TMA)
+        _put(bpd, r0, n_end, N, G_N, dB, QP, NP, TMA, True)
+        _put(cpd, r0, n_end, N, G_N, dC, QP, NP, TMA, True)
 
 
 def bwd_launch(n_seq: int, n_chunks: int, h: int, g: int, p: int, dev: torch.device) -> dict:
@@ -287,32 +349,46 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     QP, PP, NP = _p2(Q), _p2(p), _p2(n)
 
     dst = empty(*st.shape, dtype=st.dtype, device=dev)
+    n_tok = b * l
+    dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
+    dBp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
+    dCp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
+    tma = cfg.get("tma")
+    if tma is None:
+        tma = dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
+    if tma:  # only where the addresses allow
+        es = x.element_size()
+        tma = (_tma_ok(es, [xt, dyt, dx, Bt, Ct], [xt.stride(1), dyt.stride(1), dx.stride(1), Bt.stride(1),
+                                                    Ct.stride(1), bp])
+               and _tma_ok(st.element_size(), [st, dst], [n, p * n])
+               and _tma_ok(4, [dBp, dCp], [n]))
+    if tma:
+        _ensure_allocator()
+    LAST_KERNEL["tma"] = bool(tma)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
+    n_pb = triton.cdiv(p, bp)
+    dsp = empty(n_rows, h, n_pb, dtype=torch.float32, device=dev)  # shares of sum(dS * S) (rows of chunks)
+    dDs = empty(n_seq, h, p, dtype=torch.float32, device=dev) if D is not None else None  # dD per sequence
     try:
-        LAST_KERNEL["dstate"] = _bwd_dstate[(triton.cdiv(p, bp), h, n_seq)](
-            dtt, A32, Ct, dyt, dfin if dfin is not None else A32, dst, dinit if dinit is not None else A32, cu, choff,
-            h, p, n, h // g, Q,
-            dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
-            HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP, BP=bp, NP=NP, OPS=ops,
-            NS=int(cfg["stages"]), num_warps=int(cfg["warps_state"]),
+        LAST_KERNEL["dstate"] = _bwd_dstate[(n_pb, h, n_seq)](
+            xt, dtt, A32, Ct, dyt, dfin if dfin is not None else A32, st, dst, dinit if dinit is not None else A32,
+            cu, choff, dsp, dDs if dDs is not None else A32, h, p, n, h // g, Q, n_rows, n_pb,
+            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0),
+            dyt.stride(1), HAS_D=D is not None, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP, BP=bp, NP=NP, OPS=ops,
+            NS=int(cfg["stages"]), TMA=bool(tma), num_warps=int(cfg["warps_state"]),
         )
 
-        n_tok = b * l
-        dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
         ddt = empty(n_tok, h, dtype=torch.float32, device=dev)
         # partial sums: rows of chunks past the last sequence stay zero
         dAp = torch.zeros(n_rows, h, dtype=torch.float32, device=dev)
-        dDp = torch.zeros(n_rows, h, PP, dtype=torch.float32, device=dev) if D is not None else None
-        dBp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
-        dCp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
         LAST_KERNEL["chunk"] = _bwd_chunk[(n_rows, g * n_split)](
-            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dyt, cu, choff, cseq,
-            dx, ddt, dAp, dDp if dDp is not None else dAp, dBp, dCp,
-            n_seq, n_tok, h, p, n, h // g, hps, Q,
+            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dsp, dyt, cu, choff, cseq,
+            dx, ddt, dAp, dBp, dCp,
+            n_seq, n_tok, h, p, n, h // g, hps, Q, n_rows, n_pb,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
             HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP, OPS=ops,
-            num_warps=int(cfg["warps_chunk"]),
+            TMA=bool(tma), NPB=triton.next_power_of_2(n_pb), num_warps=int(cfg["warps_chunk"]),
         )
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
@@ -320,7 +396,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dA = dAp.sum(0)
     dD = None
     if D is not None:
-        dDh = dDp.sum(0)[:, :p]
+        dDh = dDs.sum(0)
         dD = dDh if D.dim() == 2 else dDh.sum(1)
     dB = dBp[0] if n_split == 1 else dBp.sum(0)
     dC = dCp[0] if n_split == 1 else dCp.sum(0)
