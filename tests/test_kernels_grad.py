@@ -356,6 +356,22 @@ def test_bwd_config(monkeypatch, cfg):
     check_grads(packed, name=f"BWD_CONFIG {cfg} packed")
 
 
+@pytest.mark.parametrize("chunk", [4, 16])
+def test_bwd_tma(monkeypatch, chunk):
+    """BWD_CONFIG tma=True: the backward's tiles through tensor descriptors (the interpreter's TMA), on fp32
+    shapes whose strides are 16-byte multiples (headdim 16, dstate 4), chunks shorter than their padded tile
+    (4 in 16) and not; plain and packed sequences: the same gradients."""
+    from holotron.kernels import ssd_triton_backward
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "tma", True)
+    check_grads(make_inputs(2, 21, 4, 16, 2, 4, chunk_size=chunk, seed=12, **ALL), name=f"tma chunk {chunk}")
+    assert ssd_triton_backward.LAST_KERNEL["tma"]
+    packed = make_inputs(1, 37, 2, 16, 1, 4, chunk_size=chunk, seed=13, cu_seqlens=[0, 5, 6, 23, 37],
+                         **dict(ALL, D="head"))
+    check_grads(packed, name=f"tma chunk {chunk} packed")
+    assert ssd_triton_backward.LAST_KERNEL["tma"]
+
+
 def test_bwd_config_bad_block(monkeypatch):
     from holotron.kernels import ssd_triton_backward
 

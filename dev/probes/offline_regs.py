@@ -34,7 +34,8 @@ def compile_info(fn, signature: dict, constexprs: dict, num_warps: int, num_stag
         f.write(ptx)
     exe = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas-blackwell")
     extra = [f"-maxrregcount={maxnreg}"] if maxnreg else []
-    r = subprocess.run([exe, "-v", "--gpu-name=sm_90a", *extra, f.name, "-o", "/dev/null"], capture_output=True, text=True)
+    r = subprocess.run([exe, "-v", "--gpu-name=sm_90a", *extra, f.name, "-o", "/dev/null"], capture_output=True,
+                       text=True)
     txt = r.stderr + r.stdout
     if "Used" not in txt:
         raise RuntimeError(txt[-2000:])
@@ -50,9 +51,11 @@ def scan_info(**over):
     names = list(_scan_seq.arg_names)
     ptrs = {"x_ptr": "*bf16", "dt_ptr": "*bf16", "A_ptr": "*fp32", "B_ptr": "*bf16", "C_ptr": "*bf16",
             "D_ptr": "*fp32", "z_ptr": "*bf16", "bias_ptr": "*fp32", "init_ptr": "*fp32", "y_ptr": "*bf16",
-            "final_ptr": "*fp32", "states_ptr": "*bf16", "cu_ptr": "*i32", "choff_ptr": "*i32", "dec_ptr": "*fp32"}
+            "final_ptr": "*fp32", "states_ptr": "*bf16", "cu_ptr": "*i32", "choff_ptr": "*i32",
+            "dec_ptr": "*fp32"}
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_Z=False, HAS_INIT=False, HAS_BIAS=True, SOFTPLUS=True,
-                 CLAMP=False, VARLEN=False, STORE_STATES=False, SEGS=1, STATE_ONLY=False, Q=128, TMA=True, BP0=64, BP1=16,
+                 CLAMP=False, VARLEN=False, STORE_STATES=False, SEGS=1, STATE_ONLY=False, Q=128, TMA=True, BP0=64,
+                 BP1=16,
                  BN=128, MASK_P=False, MASK_N=False, OPS="half", OPS1="half", NS=2)
     warps = over.pop("num_warps", 8)
     maxnreg = over.pop("maxnreg", None)
@@ -88,7 +91,7 @@ def bwd_info(kernel="chunk", **over):
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, QP=64, PP=128, NP=128, BP=64,
-                 OPS="half", NS=int(bw.BWD_CONFIG["stages"]), TMA=True, NPB=2)
+                 OPS="half", NS=int(bw.BWD_CONFIG["stages"]), TMA=True, NPB=2, PART="dx")
     warps = over.pop("num_warps", int(bw.BWD_CONFIG["warps_chunk" if kernel == "chunk" else "warps_state"]))
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)

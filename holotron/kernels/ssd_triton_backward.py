@@ -21,16 +21,20 @@ gradient with respect to the state leaving it):
               dS^T_in = exp(cL) dS^T + C^T (dy * exp(cs))   (after chunk 0: the initial state's gradient)
 
 Only the last line runs from chunk to chunk; given dS^T of every chunk the rest is independent per chunk.
-So, as the forward's state pass and its output are one kernel, the backward is two:
+So the backward is a state pass and a chunk kernel (launched twice, to keep fewer tiles live at once):
 
 - ``_bwd_dstate``: one program per (headdim block, head, sequence) walks the sequence's chunks in reverse
   with dS^T on chip (fp32) and stores the gradient leaving each chunk (beside the forward's states, in the
-  same layout and dtype), and the initial state's gradient at the end.
-- ``_bwd_chunk``: one program per (chunk, group, head split) computes C B^T once, then for each of its
-  heads every gradient of the chunk from the stored states and state gradients, adding the heads' dB and
-  dC in registers;
-  it writes dx and ddt, and per (chunk, head) partial sums of dA and dD; the split partials of dB and dC and
-  the chunk partials of dA and dD are added by PyTorch (a fixed order: deterministic, no atomics).
+  same layout and dtype), and the initial state's gradient at the end; on the way it adds dD over the
+  sequence and its block's share of sum(dS^T * S^T) per chunk (for dcL).
+- ``_bwd_chunk``: one program per (chunk, group, head split), for each of its heads, from the stored states
+  and state gradients: PART "dbc" dB and dC (the heads' added in registers) and the dcs term
+  exp(cs) rowsum(C * (dy S)); then PART "dx" (C B^T once) dx, ddt and a per (chunk, head) partial of dA.
+  The split partials of dB and dC, the chunk partials of dA and the sequence partials of dD are added by
+  PyTorch (a fixed order: deterministic, no atomics).
+
+Tiles are read and written through tensor descriptors (TMA on Hopper) where addresses allow
+(``BWD_CONFIG["tma"]``), else through masked pointers; decays are exp2 of log2-scaled cumulative sums.
 
 The formulas are checked against torch autograd through the float64 chunked scan in
 ``tests/test_kernels_grad.py`` (a PyTorch transcription of them lives there too). Decays, the state
@@ -102,10 +106,11 @@ def _sstore(desc, mat, p0, P, N, val, BP: tl.constexpr, NP: tl.constexpr, TMA: t
 
 @triton.jit
 def _bwd_dstate(
-    x_ptr, dt_ptr, A_ptr, C_ptr, dy_ptr, dfin_ptr, st_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr, dsp_ptr, dD_ptr,
-    H, P, N, HPG, Q, n_rows, n_pb,
+    x_ptr, dt_ptr, A_ptr, C_ptr, dy_ptr, dfin_ptr, st_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr, dsp_ptr,
+    dD_ptr, H, P, N, HPG, Q, n_rows, n_pb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_c_t, s_c_g, s_dy_t, s_dy_h,
-    HAS_D: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
+    NP: tl.constexpr,
     OPS: tl.constexpr, NS: tl.constexpr, TMA: tl.constexpr,
 ):
     """One program per (headdim block, head, sequence): dS^T through the chunks in reverse. Stores, at row
@@ -182,13 +187,15 @@ def _bwd_chunk(
     n_seq, n_tok, H, P, N, HPG, HPS, Q, n_rows, n_pb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr,
+    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr,
 ):
-    """One program per (chunk, group x head split): every gradient of one chunk for HPS heads of a group.
+    """One program per (chunk, group x head split): the gradients of one chunk for HPS heads of a group, in two
+    launches (fewer tiles live in each): PART "dbc" (first) writes its split's share of dB, dC into dBp, dCp
+    (splits, tokens, G, N) and, in ddt, the term exp(cs) rowsum(C * (dy S)) of dcs; PART "dx" then dx and ddt
+    of its tokens and heads and dAp[k, h] (a partial sum over the chunk).
 
-    Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none, past the last);
-    the program writes dx and ddt of its tokens and heads, dAp[k, h] (a partial sum over the chunk), and its split's share of dB, dC into dBp, dCp (splits, tokens, G, N). Tiles are read through
-    descriptors of the sequence's rows up to the chunk's end (zeros past it)."""
+    Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none, past the last).
+    Tiles are read through descriptors of the sequence's rows up to the chunk's end (zeros past it)."""
     LOG2E: tl.constexpr = 1.4426950408889634
     k = tl.program_id(0)
     gs = tl.program_id(1)
@@ -215,9 +222,11 @@ def _bwd_chunk(
         dsd = _sdesc(dst_ptr, n_rows * H, P, N, PP, NP, TMA)
         Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
         Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
-        G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # (Q, Q) C_t . B_s, shared by the group's heads
-        dB = tl.zeros((QP, NP), dtype=tl.float32)
-        dC = tl.zeros((QP, NP), dtype=tl.float32)
+        if PART == "dx":
+            G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # (Q, Q) C_t . B_s, shared by the group's heads
+        else:
+            dB = tl.zeros((QP, NP), dtype=tl.float32)
+            dC = tl.zeros((QP, NP), dtype=tl.float32)
         for j in tl.range(0, HPS, num_stages=1):
             h = g * HPG + sp * HPS + j
             A = tl.load(A_ptr + h).to(tl.float32)
@@ -227,7 +236,6 @@ def _bwd_chunk(
             cs = tl.sum(tl.where(causal, (dt * (A * LOG2E))[None, :], 0.0), axis=1)
             cL = tl.sum(tl.where(last, cs, 0.0), axis=0)
             ecs = tl.exp2(cs)
-            eL = tl.exp2(cL)
             dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
             w = tl.where(mq, dt * dec, 0.0)
             # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
@@ -237,49 +245,54 @@ def _bwd_chunk(
             x = _tile(xd, r0, n_end, P, s_x_t, QP, PP, TMA, True)
             dy = _tile(dyd, r0, n_end, P, s_dy_t, QP, PP, TMA, True)
             mat = k * H + h
-            S = _sload(sd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
-            dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)
-
-            M = G * Lm
+            dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
+            if PART == "dbc":
+                S = _sload(sd, mat, 0, P, N, PP, NP, TMA)
             dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)
             dM = dWm * dt[None, :]
-            E = dM * M
-            ddt = tl.sum(dWm * M, axis=0)
-            dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0)
-            dG = dM * Lm
-            dx = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
-            R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T
-            dw = tl.sum(x.to(tl.float32) * R, axis=1)  # x_s . R_s
-            dx += w[:, None] * R
-            if HAS_D:
-                dy32 = dy.to(tl.float32)
-                if D_PER_CHANNEL:
-                    Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
-                else:
-                    Dv = tl.load(D_ptr + h).to(tl.float32)
-                dx += Dv * dy32
-            dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h, n_end, P, s_dx_t, QP, PP, TMA)
-            _put(dxd, r0, n_end, P, s_dx_t, dx.to(dx_ptr.dtype.element_ty), QP, PP, TMA, True)
-            xdS = _mm(x, dS, x, OPS)  # (Q, n) x dS
-            dB += _mm(tl.trans(dG), Cm, x, OPS) + w[:, None] * xdS
-            dyS = _mm(dy, S, x, OPS)  # (Q, n) dy S
-            dC += _mm(dG, Bm, x, OPS) + ecs[:, None] * dyS
-            # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S))
-            dcs += ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1) - dw * w
-            # sum(dS * S), in the state pass's shares
-            pbs = tl.arange(0, NPB)
-            dSS = tl.sum(tl.load(dsp_ptr + mat.to(tl.int64) * n_pb + pbs, mask=pbs < n_pb, other=0.0), axis=0)
-            dcL = eL * dSS + tl.sum(dw * w, axis=0)
-            dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
-            da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
-            ddt += dec * dw + A * da
-            tl.store(ddt_ptr + (ts64 + r0 + q) * H + h, ddt, mask=mq)
-            tl.store(dAp_ptr + k.to(tl.int64) * H + h, tl.sum(dt * da, axis=0))
-        part = (sp.to(tl.int64) * n_tok + ts64) * G_N + g * N
-        bpd = _desc(dBp_ptr + part, n_end, N, G_N, QP, NP, TMA)
-        cpd = _desc(dCp_ptr + part, n_end, N, G_N, QP, NP, TMA)
-        _put(bpd, r0, n_end, N, G_N, dB, QP, NP, TMA, True)
-        _put(cpd, r0, n_end, N, G_N, dC, QP, NP, TMA, True)
+            ddt_h = ddt_ptr + (ts64 + r0 + q) * H + h
+            if PART == "dx":
+                M = G * Lm
+                E = dM * M
+                ddt = tl.sum(dWm * M, axis=0)
+                dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0)
+                dx = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
+                R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T
+                dw = tl.sum(x.to(tl.float32) * R, axis=1)  # x_s . R_s
+                dx += w[:, None] * R
+                if HAS_D:
+                    if D_PER_CHANNEL:
+                        Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
+                    else:
+                        Dv = tl.load(D_ptr + h).to(tl.float32)
+                    dx += Dv * dy.to(tl.float32)
+                dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h, n_end, P, s_dx_t, QP, PP, TMA)
+                _put(dxd, r0, n_end, P, s_dx_t, dx.to(dx_ptr.dtype.element_ty), QP, PP, TMA, True)
+                # exp(cs) rowsum(C * (dy S)), from the "dbc" launch (in ddt)
+                dcs += tl.load(ddt_h, mask=mq, other=0.0) - dw * w
+                # sum(dS * S), in the state pass's shares
+                pbs = tl.arange(0, NPB)
+                dSS = tl.sum(tl.load(dsp_ptr + mat.to(tl.int64) * n_pb + pbs, mask=pbs < n_pb, other=0.0), axis=0)
+                dcL = tl.exp2(cL) * dSS + tl.sum(dw * w, axis=0)
+                dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
+                da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
+                ddt += dec * dw + A * da
+                tl.store(ddt_h, ddt, mask=mq)
+                tl.store(dAp_ptr + k.to(tl.int64) * H + h, tl.sum(dt * da, axis=0))
+            else:
+                dG = dM * Lm
+                dyS = _mm(dy, S, x, OPS)  # (Q, n) dy S
+                dC += _mm(dG, Bm, x, OPS) + ecs[:, None] * dyS
+                # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S)), a term of dcs for the "dx" launch
+                tl.store(ddt_h, ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1), mask=mq)
+                xdS = _mm(x, dS, x, OPS)  # (Q, n) x dS
+                dB += _mm(tl.trans(dG), Cm, x, OPS) + w[:, None] * xdS
+        if PART == "dbc":
+            part = (sp.to(tl.int64) * n_tok + ts64) * G_N + g * N
+            bpd = _desc(dBp_ptr + part, n_end, N, G_N, QP, NP, TMA)
+            cpd = _desc(dCp_ptr + part, n_end, N, G_N, QP, NP, TMA)
+            _put(bpd, r0, n_end, N, G_N, dB, QP, NP, TMA, True)
+            _put(cpd, r0, n_end, N, G_N, dC, QP, NP, TMA, True)
 
 
 def bwd_launch(n_seq: int, n_chunks: int, h: int, g: int, p: int, dev: torch.device) -> dict:
@@ -371,25 +384,27 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dDs = empty(n_seq, h, p, dtype=torch.float32, device=dev) if D is not None else None  # dD per sequence
     try:
         LAST_KERNEL["dstate"] = _bwd_dstate[(n_pb, h, n_seq)](
-            xt, dtt, A32, Ct, dyt, dfin if dfin is not None else A32, st, dst, dinit if dinit is not None else A32,
-            cu, choff, dsp, dDs if dDs is not None else A32, h, p, n, h // g, Q, n_rows, n_pb,
+            xt, dtt, A32, Ct, dyt, dfin if dfin is not None else A32, st, dst,
+            dinit if dinit is not None else A32, cu, choff, dsp, dDs if dDs is not None else A32,
+            h, p, n, h // g, Q, n_rows, n_pb,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0),
-            dyt.stride(1), HAS_D=D is not None, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP, BP=bp, NP=NP, OPS=ops,
+            dyt.stride(1), HAS_D=D is not None, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP,
+            BP=bp, NP=NP, OPS=ops,
             NS=int(cfg["stages"]), TMA=bool(tma), num_warps=int(cfg["warps_state"]),
         )
 
         ddt = empty(n_tok, h, dtype=torch.float32, device=dev)
         # partial sums: rows of chunks past the last sequence stay zero
         dAp = torch.zeros(n_rows, h, dtype=torch.float32, device=dev)
-        LAST_KERNEL["chunk"] = _bwd_chunk[(n_rows, g * n_split)](
-            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dsp, dyt, cu, choff, cseq,
-            dx, ddt, dAp, dBp, dCp,
-            n_seq, n_tok, h, p, n, h // g, hps, Q, n_rows, n_pb,
-            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
-            Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
-            HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP, OPS=ops,
-            TMA=bool(tma), NPB=triton.next_power_of_2(n_pb), num_warps=int(cfg["warps_chunk"]),
-        )
+        args = (xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dsp, dyt, cu, choff, cseq,
+                dx, ddt, dAp, dBp, dCp,
+                n_seq, n_tok, h, p, n, h // g, hps, Q, n_rows, n_pb,
+                xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
+                Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1))
+        consts = dict(HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP,
+                      OPS=ops, TMA=bool(tma), NPB=triton.next_power_of_2(n_pb), num_warps=int(cfg["warps_chunk"]))
+        LAST_KERNEL["dbc"] = _bwd_chunk[(n_rows, g * n_split)](*args, PART="dbc", **consts)
+        LAST_KERNEL["chunk"] = _bwd_chunk[(n_rows, g * n_split)](*args, PART="dx", **consts)
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
                          f"this GPU ({e}); use bf16 / fp16 inputs or backend='chunked'") from None
