@@ -604,19 +604,15 @@ def test_gpu_graph_capture_step_and_scan():
 
 
 @pytest.mark.parametrize("cfg", [dict(BLOCK_P=16), dict(BLOCK_P=32, num_stages=1), dict(BLOCK_P=128, num_warps=8),
-                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=48),
-                                 dict(BLOCK_P=80, tail_ops="tf32"), dict(Q=32, SEGMENTS=3),
-                                 dict(Q=16, SEGMENTS=2, BLOCK_P=48), dict(tma=True),
-                                 dict(tma=True, Q=32, SEGMENTS=2, BLOCK_P=48), dict(tma=False)],
-                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64", "P48-two-blocks",
-                              "P80-tail-tf32", "Q32-segments3", "Q16-segments2-P48", "tma", "tma-segments2-P48",
-                              "no-tma"])
+                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=64, tail=32),
+                                 dict(tma=True), dict(tma=True, Q=32, BLOCK_P=32), dict(tma=False)],
+                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64", "P64-tail32", "tma",
+                              "tma-Q32-P32", "no-tma"])
 def test_triton_scan_configs(monkeypatch, cfg):
-    """The scan's launch settings (headdim blocks of 16 to 128 columns, in one or two column blocks, the
-    kernel's own chunk length, pipelining depth, warps, runs of chunks per sequence chained by a first
-    pass, tiles through tensor descriptors or pointers) compute the same function: P=80 (ragged last
-    block), packed sequences with boundaries inside chunks, Q=100 unless overridden, several chunks per
-    sequence."""
+    """The scan's launch settings (headdim blocks of 16 to 128 columns with a narrower block for the rest,
+    the kernel's own chunk length, pipelining depth, warps, tiles through tensor descriptors or pointers)
+    compute the same function: P=80 (64 + 16, or ragged blocks), packed sequences with boundaries inside
+    chunks, Q=100 unless overridden (its power of two below), several chunks per sequence."""
     from holotron.kernels import ssd_triton_scan
 
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
@@ -627,8 +623,8 @@ def test_triton_scan_configs(monkeypatch, cfg):
                       initial_state=True), "triton", str(cfg))
 
 
-@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=112), "BLOCK_P"),
-                                       (dict(SEGMENTS=0), "SEGMENTS"), (dict(tail_ops="fp8"), "tail_ops")])
+@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=80), "BLOCK_P"),
+                                       (dict(tail=8), "tail")])
 def test_triton_scan_bad_config(monkeypatch, cfg, match):
     from holotron.kernels import ssd_triton_scan
 
@@ -637,28 +633,31 @@ def test_triton_scan_bad_config(monkeypatch, cfg, match):
         scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
 
 
-@pytest.mark.parametrize("width,blocks", [(16, (16, 0)), (48, (32, 16)), (80, (64, 16)), (96, (64, 32)),
-                                          (128, (128, 0)), (24, None), (112, None), (8, None)])
-def test_column_blocks(width, blocks):
-    from holotron.kernels.ssd_triton_scan import column_blocks
+@pytest.mark.parametrize("p,block,tail,plan", [
+    (80, 64, 16, (64, 16, 1, False, False, 2)), (80, 64, 32, (64, 32, 1, False, True, 2)),
+    (80, 128, 16, (128, 0, 1, True, False, 1)), (80, 32, 16, (32, 16, 2, False, False, 3)),
+    (80, 16, 16, (16, 0, 5, False, False, 5)), (100, 64, 16, (64, 0, 2, True, False, 2)),
+    (5, 16, 16, (16, 0, 1, True, False, 1)), (40, 32, 16, (32, 16, 1, False, True, 2))])
+def test_column_plan(p, block, tail, plan):
+    """Programs over the headdim: blocks of BLOCK_P, the rest in one narrower power-of-two block."""
+    from holotron.kernels.ssd_triton_scan import column_plan
 
-    assert column_blocks(width) == blocks
+    got = column_plan(p, block, tail)
+    assert tuple(got[k] for k in ("bp", "bt", "n_main", "mask_main", "mask_tail", "programs")) == plan
 
 
-@pytest.mark.parametrize("segments,tma,p", [(1, False, 6), (3, False, 6), (1, True, 16), (2, True, 20)],
-                         ids=["one-run", "three-runs", "tma-P16", "tma-two-runs-P20"])
+@pytest.mark.parametrize("tma,p,block", [(False, 6, None), (True, 16, None), (True, 20, 16), (True, 24, 16)],
+                         ids=["pointers", "tma-P16", "tma-P20-ragged", "tma-P24-16+16"])
 @pytest.mark.parametrize("cu", [None, [0, 9, 10, 40]], ids=["batch", "packed"])
-def test_triton_scan_stores_chunk_states(monkeypatch, cu, segments, tma, p):
+def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block):
     """``store_states`` (what the backward reads): row choff[s] + c is the state of sequence s entering
-    its chunk c, equal to the naive scan's final state over the tokens before that chunk; also when
-    each sequence is walked as runs of chunks (a packed sequence of one chunk has empty runs), and with
-    tiles through tensor descriptors (P=16: the states too; P=20: ragged column blocks, the states through
-    pointers)."""
+    its chunk c, equal to the naive scan's final state over the tokens before that chunk; also with tiles
+    through tensor descriptors (P=16: the states too; P=20 in blocks of 16: a ragged rest block, its states
+    through pointers; P=24: a full block and a ragged one)."""
     from holotron.kernels import ssd_triton_scan
     from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
 
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG",
-                        {**ssd_triton_scan.SCAN_CONFIG, "SEGMENTS": segments, "tma": tma})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "tma": tma, "BLOCK_P": block})
     Q = 16  # the kernel's chunks are powers of two >= 16
     kw = make_inputs(2 if cu is None else 1, 40, 3, p, 1, 4, chunk_size=Q, seed=31, cu_seqlens=cu, D="head",
                      dt_bias=True, dt_softplus=True, initial_state=True)
@@ -687,10 +686,9 @@ REAL_PACKED = [0, 1000, 1001, 2500, 4096]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(), dict(BLOCK_P=128, Q=128, num_warps=8), dict(BLOCK_P=32, Q=64),
-                                 dict(BLOCK_P=16, Q=64), dict(Q=64, SEGMENTS=4), dict(Q=128, num_warps=8, SEGMENTS=2),
-                                 dict(tail_ops="tf32"), dict(Q=64, num_warps=4, num_stages=3)],
-                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-segments4", "Q128-segments2",
-                              "tail-tf32", "Q64-stages3"])
+                                 dict(BLOCK_P=16, Q=64), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=128, Q=32),
+                                 dict(tma=False), dict(tail=32)],
+                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-P64", "P128-Q32", "no-tma", "tail32"])
 def test_gpu_real_size_packed_and_graph(monkeypatch, cfg):
     """The scan's settings at the real size: packed (boundaries inside chunks) against float64, and
     captured in a CUDA graph (no host sync) whose replay equals the eager call."""

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 H, P, N, G = 128, 80, 128, 8
 SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]
@@ -53,8 +54,12 @@ def worker(kind, cfgs, out):
     import torch
     import triton.testing as tt
 
-    from holotron.kernels import ssd_triton_backward as TB
     from holotron.kernels import ssd_triton_scan as TS
+
+    if kind == "fwd":
+        TB = SimpleNamespace(BWD_CONFIG={}, LAST_KERNEL={})
+    else:
+        from holotron.kernels import ssd_triton_backward as TB
 
     def kern_info(d):
         return {k: dict(regs=getattr(v, "n_regs", None), spills=getattr(v, "n_spills", None),
