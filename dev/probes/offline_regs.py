@@ -82,8 +82,8 @@ BWD_INTS = dict(n_seq=2, n_tok=2000, H=128, P=80, N=128, HPG=16, HPS=1, Q=64, n_
 def bwd_info(kernel="chunk", **over):
     """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64 (QP=64), the
     launch of BWD_CONFIG (8 warps for the chunk kernel, 4 and BLOCK_P 64 for the state pass). Pointer dtypes
-    not named below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg) or, when
-    named in BWD_INTS, integer arguments."""
+    not named below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the
+    inputs) or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
 
     fn = bw._bwd_chunk if kernel == "chunk" else bw._bwd_dstate
@@ -95,6 +95,7 @@ def bwd_info(kernel="chunk", **over):
     warps = over.pop("num_warps", int(bw.BWD_CONFIG["warps_chunk" if kernel == "chunk" else "warps_state"]))
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)
+    half = "*" + over.pop("dtype", "bf16")  # the inputs' dtype (fp32: with OPS=ieee)
     for k in [k for k in over if k in ints]:
         ints[k] = over.pop(k)
     const.update(over)
@@ -106,7 +107,7 @@ def bwd_info(kernel="chunk", **over):
         if n in cnames:
             sig[n] = "constexpr"
         elif n.endswith("_ptr"):
-            sig[n] = "*bf16" if n in bf16 else "*i32" if n in i32 else "*fp32"
+            sig[n] = half if n in bf16 else "*i32" if n in i32 else "*fp32"
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif ints.get(n) == 1:
             sig[n] = "constexpr"
