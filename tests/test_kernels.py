@@ -624,7 +624,7 @@ def test_triton_scan_configs(monkeypatch, cfg):
 
 
 @pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=80), "BLOCK_P"),
-                                       (dict(tail=8), "tail")])
+                                       (dict(tail=8), "tail"), (dict(tail=48), "tail")])
 def test_triton_scan_bad_config(monkeypatch, cfg, match):
     from holotron.kernels import ssd_triton_scan
 
@@ -637,7 +637,8 @@ def test_triton_scan_bad_config(monkeypatch, cfg, match):
     (80, 64, 16, (64, 16, 1, False, False, 2)), (80, 64, 32, (64, 32, 1, False, True, 2)),
     (80, 128, 16, (128, 0, 1, True, False, 1)), (80, 32, 16, (32, 16, 2, False, False, 3)),
     (80, 16, 16, (16, 0, 5, False, False, 5)), (100, 64, 16, (64, 0, 2, True, False, 2)),
-    (5, 16, 16, (16, 0, 1, True, False, 1)), (40, 32, 16, (32, 16, 1, False, True, 2))])
+    (5, 16, 16, (16, 0, 1, True, False, 1)), (40, 32, 16, (32, 16, 1, False, True, 2)),
+    (80, 64, 64, (64, 0, 2, True, False, 2))])
 def test_column_plan(p, block, tail, plan):
     """Programs over the headdim: blocks of BLOCK_P, the rest in one narrower power-of-two block."""
     from holotron.kernels.ssd_triton_scan import column_plan

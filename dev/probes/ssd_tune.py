@@ -81,7 +81,11 @@ def worker(kind, cfgs, out):
         TB.BWD_CONFIG.update(base_b)
         row = dict(kind=kind, cfg=cfg)
         print("start", json.dumps(row), flush=True)
-        (TS.SCAN_CONFIG if kind == "fwd" else TB.BWD_CONFIG).update(cfg)
+        if kind == "fwd":
+            TS.SCAN_CONFIG.update(cfg)
+        else:  # "scan": the forward's settings under this backward
+            TB.BWD_CONFIG.update({k: v for k, v in cfg.items() if k != "scan"})
+            TS.SCAN_CONFIG.update(cfg.get("scan", {}))
         t0 = time.time()
         if kind == "fwd":
             y, s = call(kw, "triton")

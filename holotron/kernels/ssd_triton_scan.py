@@ -91,9 +91,17 @@ def _walk(
         dt = tl.where(mq, _process_dt(dt.to(tl.float32), bias, lo, hi, HAS_BIAS, SOFTPLUS, CLAMP), 0.0)
         a = dt * A
         cs = tl.cumsum(a, axis=0)
+        e_end = tl.exp2(tl.sum(a, axis=0))
         xv = _tile(xd, r0, n_tok, P - p0, s_x_t, Q, BP, TMA, MASK_P)
         Bv = _tile(bd, r0, n_tok, N, s_b_t, Q, BN, TMA, MASK_N)
+        # B weighted by dt and the decay after each token to the chunk's end (a reverse sum: no cancellation)
+        w = dt * tl.exp2(tl.cumsum(a, axis=0, reverse=True) - a)
+        BwT = tl.trans((Bv * w[:, None]).to(Bv.dtype))
         Cv = _tile(cd, r0, n_tok, N, s_c_t, Q, BN, TMA, MASK_N)
+        # the chunk's own part of y: W x, W[t, s] = C_t . B_s * exp(cs_t - cs_s) * dt_s for s <= t (exp2
+        # only there: no overflow above the diagonal)
+        CB = _mm(Cv, tl.trans(Bv), xv, OPS)
+        W = CB * tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf"))) * dt[None, :]
         if STORE_STATES:
             srow = ((c_first + c) * H + h) * P
             if STATES_TMA:
@@ -101,15 +109,10 @@ def _walk(
             else:
                 tl.store(states_ptr + srow.to(tl.int64) * N + st_off, ST.to(states_ptr.dtype.element_ty),
                          mask=st_mask)
-        # y: the incoming state's part, exp(cs) (C S^T), then the chunk's own, W x with
-        # W[t, s] = C_t . B_s * exp(cs_t - cs_s) * dt_s for s <= t (exp2 only there: no overflow above)
+        # the incoming state's part, exp(cs) (C S^T), then the state leaving the chunk
         y = _mm(Cv, ST, xv, OPS) * tl.exp2(cs)[:, None]
-        CB = _mm(Cv, tl.trans(Bv), xv, OPS)
-        W = CB * tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf"))) * dt[None, :]
         y += _mm(W, xv, xv, OPS)
-        # the state leaving the chunk: exp(cs_end) S^T + (B * dt * decay after each token)^T x
-        w = dt * tl.exp2(tl.cumsum(a, axis=0, reverse=True) - a)  # a reverse sum: no cancellation
-        ST = ST * tl.exp2(tl.sum(a, axis=0)) + _mm(tl.trans((Bv * w[:, None]).to(Bv.dtype)), xv, xv, OPS)
+        ST = ST * e_end + _mm(BwT, xv, xv, OPS)
         if HAS_D:
             y += Dv * xv.to(tl.float32)
         if HAS_Z:
@@ -172,7 +175,7 @@ def _scan_seq(
 #   BLOCK_P    headdim columns per program, a power of two >= 16: P is cut into blocks of BLOCK_P and, for
 #              the rest, one narrower power-of-two block (80 at 64: a program of 64 columns and one of 16);
 #              P < BLOCK_P: one program, padded
-#   tail       the narrowest rest block (16 or 32)
+#   tail       the narrowest rest block (a power of two >= 16; >= BLOCK_P: the rest as one more masked block)
 #   tma        tiles through tensor descriptors (TMA on Hopper; no per-element addresses in registers)
 #              where the tensors' addresses and strides are 16-byte multiples: None = on a CUDA GPU of
 #              compute capability >= 9, True = also elsewhere (the interpreter), False = never
@@ -189,11 +192,12 @@ def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device
     measured on an H200 (docs/benchmarks.md): 32-token chunks, headdim blocks of 64, 4 warps, 3 stages.
     ``wide`` (fp32 operands): headdim blocks of 32 (fp32 tiles take twice the shared memory)."""
     cfg = dict(SCAN_CONFIG)
-    defaults = dict(Q=min(int(chunk_size), 32), BLOCK_P=min(_p2(p), 32 if wide else 64), tail=16, num_warps=4,
-                    num_stages=3)
+    defaults = dict(Q=min(int(chunk_size), 32), BLOCK_P=min(_p2(p), 32 if wide else 64), tail=16, num_warps=4)
     for k, v in defaults.items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     cfg["Q"] = max(_DOT_MIN, 1 << (int(cfg["Q"]).bit_length() - 1))  # a power of two
+    if cfg["num_stages"] is None:  # deeper pipelines of longer chunks do not fit shared memory
+        cfg["num_stages"] = 3 if cfg["Q"] <= 32 and not wide else 2
     return cfg
 
 
@@ -202,8 +206,8 @@ def column_plan(p: int, block: int, tail: int) -> dict:
     of ``bt`` for the rest; masks where a block reaches past ``p``. ValueError for a bad setting."""
     if block < _DOT_MIN or block & (block - 1):
         raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {block}")
-    if tail not in (16, 32):
-        raise ValueError(f"SCAN_CONFIG['tail'] must be 16 or 32, got {tail}")
+    if tail < _DOT_MIN or tail & (tail - 1):
+        raise ValueError(f"SCAN_CONFIG['tail'] must be a power of two >= {_DOT_MIN}, got {tail}")
     n_main, rest = divmod(p, block)
     if rest == 0:
         return dict(bp=block, bt=0, n_main=n_main, mask_main=False, mask_tail=False, programs=n_main)
