@@ -604,15 +604,15 @@ def test_gpu_graph_capture_step_and_scan():
 
 
 @pytest.mark.parametrize("cfg", [dict(BLOCK_P=16), dict(BLOCK_P=32, num_stages=1), dict(BLOCK_P=128, num_warps=8),
-                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=64, tail=32),
-                                 dict(tma=True), dict(tma=True, Q=32, BLOCK_P=32), dict(tma=False)],
-                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64", "P64-tail32", "tma",
-                              "tma-Q32-P32", "no-tma"])
+                                 dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64), dict(tma=True),
+                                 dict(tma=True, Q=32, BLOCK_P=32), dict(tma=False)],
+                         ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64", "tma", "tma-Q32-P32",
+                              "no-tma"])
 def test_triton_scan_configs(monkeypatch, cfg):
-    """The scan's launch settings (headdim blocks of 16 to 128 columns with a narrower block for the rest,
-    the kernel's own chunk length, pipelining depth, warps, tiles through tensor descriptors or pointers)
-    compute the same function: P=80 (64 + 16, or ragged blocks), packed sequences with boundaries inside
-    chunks, Q=100 unless overridden (its power of two below), several chunks per sequence."""
+    """The scan's launch settings (headdim blocks of 16 to 128 columns, the kernel's own chunk length,
+    pipelining depth, warps, tiles through tensor descriptors or pointers) compute the same function: P=80
+    (ragged last block), packed sequences with boundaries inside chunks, Q=100 unless overridden (its power
+    of two below), several chunks per sequence."""
     from holotron.kernels import ssd_triton_scan
 
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
@@ -623,28 +623,13 @@ def test_triton_scan_configs(monkeypatch, cfg):
                       initial_state=True), "triton", str(cfg))
 
 
-@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=80), "BLOCK_P"),
-                                       (dict(tail=8), "tail"), (dict(tail=48), "tail")])
+@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=80), "BLOCK_P")])
 def test_triton_scan_bad_config(monkeypatch, cfg, match):
     from holotron.kernels import ssd_triton_scan
 
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, **cfg})
     with pytest.raises(ValueError, match=match):
         scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
-
-
-@pytest.mark.parametrize("p,block,tail,plan", [
-    (80, 64, 16, (64, 16, 1, False, False, 2)), (80, 64, 32, (64, 32, 1, False, True, 2)),
-    (80, 128, 16, (128, 0, 1, True, False, 1)), (80, 32, 16, (32, 16, 2, False, False, 3)),
-    (80, 16, 16, (16, 0, 5, False, False, 5)), (100, 64, 16, (64, 0, 2, True, False, 2)),
-    (5, 16, 16, (16, 0, 1, True, False, 1)), (40, 32, 16, (32, 16, 1, False, True, 2)),
-    (80, 64, 64, (64, 0, 2, True, False, 2))])
-def test_column_plan(p, block, tail, plan):
-    """Programs over the headdim: blocks of BLOCK_P, the rest in one narrower power-of-two block."""
-    from holotron.kernels.ssd_triton_scan import column_plan
-
-    got = column_plan(p, block, tail)
-    assert tuple(got[k] for k in ("bp", "bt", "n_main", "mask_main", "mask_tail", "programs")) == plan
 
 
 @pytest.mark.parametrize("tma,p,block", [(False, 6, None), (True, 16, None), (True, 20, 16), (True, 24, 16)],
@@ -688,8 +673,8 @@ REAL_PACKED = [0, 1000, 1001, 2500, 4096]
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(), dict(BLOCK_P=128, Q=128, num_warps=8), dict(BLOCK_P=32, Q=64),
                                  dict(BLOCK_P=16, Q=64), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=128, Q=32),
-                                 dict(tma=False), dict(tail=32)],
-                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-P64", "P128-Q32", "no-tma", "tail32"])
+                                 dict(tma=False), dict(BLOCK_P=64, Q=32)],
+                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-P64", "P128-Q32", "no-tma", "P64-Q32"])
 def test_gpu_real_size_packed_and_graph(monkeypatch, cfg):
     """The scan's settings at the real size: packed (boundaries inside chunks) against float64, and
     captured in a CUDA graph (no host sync) whose replay equals the eager call."""

@@ -54,8 +54,8 @@ def scan_info(**over):
             "final_ptr": "*fp32", "states_ptr": "*bf16", "cu_ptr": "*i32", "choff_ptr": "*i32",
             "dec_ptr": "*fp32"}
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_Z=False, HAS_INIT=False, HAS_BIAS=True, SOFTPLUS=True,
-                 CLAMP=False, VARLEN=False, STORE_STATES=False, Q=32, BP=64, BT=16, N_MAIN=1, BN=128,
-                 MASK_MAIN=False, MASK_TAIL=False, MASK_N=False, TMA=True, OPS="half", NS=3)
+                 CLAMP=False, VARLEN=False, STORE_STATES=False, Q=32, BP=64, BN=128, MASK_P=True, MASK_N=False,
+                 TMA=True, OPS="half", NS=3)
     warps = over.pop("num_warps", 4)
     maxnreg = over.pop("maxnreg", None)
     const.update(over)

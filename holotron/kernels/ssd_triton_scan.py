@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _DOT_MIN, _desc, _dot_ops, _mm, _p2, _process_dt, _put, _tile, _tokens, empty
+from .ssd_triton_common import _DOT_MIN, _desc, _dot_ops, _mm, _p2, _process_dt, _put, _sm_count, _tile, _tokens, empty
 
 
 @triton.jit
@@ -131,12 +131,10 @@ def _scan_seq(
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
-    STORE_STATES: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BT: tl.constexpr, N_MAIN: tl.constexpr,
-    BN: tl.constexpr, MASK_MAIN: tl.constexpr, MASK_TAIL: tl.constexpr, MASK_N: tl.constexpr,
-    TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
+    STORE_STATES: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr,
+    MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
 ):
-    """One program per (headdim block, head, sequence): N_MAIN blocks of BP columns, then (BT > 0) one
-    narrower block of BT columns for the rest of the headdim."""
+    """One program per (headdim block of BP columns, head, sequence)."""
     pb = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -149,38 +147,23 @@ def _scan_seq(
     c_first = 0
     if STORE_STATES:
         c_first = tl.load(choff_ptr + s).to(tl.int32)
-    if BT == 0:
-        _walk(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-              h, s, t_seq, t_end, pb * BP, c_first, H, P, N, HPG, NMAX, lo, hi,
-              s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
-              HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES,
-              Q, BP, BN, MASK_MAIN, MASK_N, TMA, OPS, NS)
-    elif pb < N_MAIN:
-        _walk(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-              h, s, t_seq, t_end, pb * BP, c_first, H, P, N, HPG, NMAX, lo, hi,
-              s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
-              HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES,
-              Q, BP, BN, False, MASK_N, TMA, OPS, NS)
-    else:
-        _walk(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-              h, s, t_seq, t_end, N_MAIN * BP, c_first, H, P, N, HPG, NMAX, lo, hi,
-              s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
-              HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES,
-              Q, BT, BN, MASK_TAIL, MASK_N, TMA, OPS, NS)
+    _walk(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
+          h, s, t_seq, t_end, pb * BP, c_first, H, P, N, HPG, NMAX, lo, hi,
+          s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
+          HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES,
+          Q, BP, BN, MASK_P, MASK_N, TMA, OPS, NS)
 
 
 # Launch settings. None = the automatic choice of ``launch_config`` (the benchmark sweeps them):
 #   Q          chunk length the kernel walks, a power of two >= 16 (None: the caller's chunk_size, at most
 #              32; the result is the same function, only the rounding differs)
-#   BLOCK_P    headdim columns per program, a power of two >= 16: P is cut into blocks of BLOCK_P and, for
-#              the rest, one narrower power-of-two block (80 at 64: a program of 64 columns and one of 16);
-#              P < BLOCK_P: one program, padded
-#   tail       the narrowest rest block (a power of two >= 16; >= BLOCK_P: the rest as one more masked block)
+#   BLOCK_P    headdim columns per program, a power of two >= 16: P is cut into blocks of BLOCK_P, the last
+#              masked (80 at 64: two programs, the second with 16 columns; at 128: one program)
 #   tma        tiles through tensor descriptors (TMA on Hopper; no per-element addresses in registers)
 #              where the tensors' addresses and strides are 16-byte multiples: None = on a CUDA GPU of
 #              compute capability >= 9, True = also elsewhere (the interpreter), False = never
 #   num_warps, num_stages (software pipelining of the chunk loop), maxnreg (registers per thread cap)
-SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tail=None, tma=None, num_warps=None, num_stages=None, maxnreg=None)
+SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None)
 
 # The compiled kernel of the last launch (``LAST_KERNEL["scan"]``): the benchmark reads its registers,
 # spills and shared memory from it.
@@ -189,34 +172,20 @@ LAST_KERNEL = {}
 
 def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device, wide: bool = False) -> dict:
     """The launch settings for a scan of ``n_seq`` sequences: SCAN_CONFIG where set, else the best
-    measured on an H200 (docs/benchmarks.md): 32-token chunks, headdim blocks of 64, 4 warps, 3 stages.
+    measured on an H200 (docs/benchmarks.md): 32-token chunks, 4 warps, 3 stages; while sequences x heads
+    do not fill the multiprocessors twice, headdim blocks of 64 (two programs per head at P=80, the second
+    masked: twice the programs), else the whole headdim padded to a power of two in one program.
     ``wide`` (fp32 operands): headdim blocks of 32 (fp32 tiles take twice the shared memory)."""
     cfg = dict(SCAN_CONFIG)
-    defaults = dict(Q=min(int(chunk_size), 32), BLOCK_P=min(_p2(p), 32 if wide else 64), tail=16, num_warps=4)
+    few = n_seq * h < 2 * _sm_count(dev)
+    block = 32 if wide else (64 if few else 128)
+    defaults = dict(Q=min(int(chunk_size), 32), BLOCK_P=min(_p2(p), block), num_warps=4)
     for k, v in defaults.items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     cfg["Q"] = max(_DOT_MIN, 1 << (int(cfg["Q"]).bit_length() - 1))  # a power of two
     if cfg["num_stages"] is None:  # deeper pipelines of longer chunks do not fit shared memory
         cfg["num_stages"] = 3 if cfg["Q"] <= 32 and not wide else 2
     return cfg
-
-
-def column_plan(p: int, block: int, tail: int) -> dict:
-    """How programs cover the headdim: ``n_main`` blocks of ``bp`` columns, then (``bt`` > 0) one block
-    of ``bt`` for the rest; masks where a block reaches past ``p``. ValueError for a bad setting."""
-    if block < _DOT_MIN or block & (block - 1):
-        raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {block}")
-    if tail < _DOT_MIN or tail & (tail - 1):
-        raise ValueError(f"SCAN_CONFIG['tail'] must be a power of two >= {_DOT_MIN}, got {tail}")
-    n_main, rest = divmod(p, block)
-    if rest == 0:
-        return dict(bp=block, bt=0, n_main=n_main, mask_main=False, mask_tail=False, programs=n_main)
-    if n_main == 0:  # one padded program
-        return dict(bp=block, bt=0, n_main=1, mask_main=True, mask_tail=False, programs=1)
-    bt = max(tail, _p2(rest))
-    if bt >= block:  # the rest as one more masked block
-        return dict(bp=block, bt=0, n_main=n_main + 1, mask_main=True, mask_tail=False, programs=n_main + 1)
-    return dict(bp=block, bt=bt, n_main=n_main, mask_main=False, mask_tail=bt != rest, programs=n_main + 1)
 
 
 def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -237,8 +206,9 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     varlen = cu_seqlens is not None
     n_seq = cu_seqlens.numel() - 1 if varlen else b
     cfg = launch_config(n_seq, h, p, chunk_size, dev, wide=x.dtype == torch.float32)
-    Q = int(cfg["Q"])
-    plan = column_plan(p, int(cfg["BLOCK_P"]), int(cfg["tail"]))
+    Q, bp = int(cfg["Q"]), int(cfg["BLOCK_P"])
+    if bp < _DOT_MIN or bp & (bp - 1):
+        raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
 
     xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
     zt = None if z is None else _tokens(z)
@@ -273,14 +243,14 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     if tma:  # only where the addresses allow
         es = x.element_size()
         tiles = [xt, Bt, Ct, yt] + ([zt] if zt is not None else [])
-        offsets = [xt.stride(1), Bt.stride(1), Ct.stride(1), yt.stride(1), plan["bp"]]
+        offsets = [xt.stride(1), Bt.stride(1), Ct.stride(1), yt.stride(1), bp]
         offsets += [zt.stride(1)] if zt is not None else []
         tma = _tma_ok(es, tiles, offsets) and (states is None or _tma_ok(states.element_size(), [states], [n]))
     if tma:
         _ensure_allocator()
     extra = {} if cfg.get("maxnreg") is None else dict(maxnreg=int(cfg["maxnreg"]))
 
-    LAST_KERNEL["scan"] = _scan_seq[(plan["programs"], h, n_seq)](
+    LAST_KERNEL["scan"] = _scan_seq[(triton.cdiv(p, bp), h, n_seq)](
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
         bias if bias is not None else A32, init if init is not None else final, yt, final,
         states if states is not None else final, cu, choff,
@@ -289,12 +259,12 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_INIT=init is not None, HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
-        VARLEN=varlen, STORE_STATES=bool(store_states), Q=Q, BP=plan["bp"], BT=plan["bt"], N_MAIN=plan["n_main"],
-        BN=_p2(n), MASK_MAIN=plan["mask_main"], MASK_TAIL=plan["mask_tail"], MASK_N=_p2(n) != n, TMA=bool(tma),
-        OPS=_dot_ops(x.dtype), NS=int(cfg["num_stages"]), num_warps=int(cfg["num_warps"]), **extra,
+        VARLEN=varlen, STORE_STATES=bool(store_states), Q=Q, BP=bp, BN=_p2(n), MASK_P=p % bp != 0,
+        MASK_N=_p2(n) != n, TMA=bool(tma), OPS=_dot_ops(x.dtype), NS=int(cfg["num_stages"]),
+        num_warps=int(cfg["num_warps"]), **extra,
     )
     return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, n_max=n_max,
-                           config=dict(cfg, tma=bool(tma), programs_per_head=plan["programs"]))
+                           config=dict(cfg, tma=bool(tma)))
 
 
 def _tma_ok(elsize: int, tensors, offsets) -> bool:
