@@ -30,9 +30,14 @@ def _forward(x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size):
     from .ssd_triton_scan import ssd_scan_triton_fwd
 
     half = x.dtype in (torch.bfloat16, torch.float16)  # states kept in the products' operand dtype
+    # the backward's chunks (its kernels are fastest at 64 tokens, docs/benchmarks.md), the headdim in one
+    # program (its states are written whole)
+    pin = dict(Q=chunk_size)
+    if half:
+        pin["BLOCK_P"] = max(16, min(128, 1 << (x.shape[-1] - 1).bit_length()))
     return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, initial_state=initial_state, cu_seqlens=cu_seqlens,
                                chunk_size=chunk_size, store_states=True,
-                               states_dtype=x.dtype if half else torch.float32)
+                               states_dtype=x.dtype if half else torch.float32, config=pin)
 
 
 class SSDScanFn(torch.autograd.Function):

@@ -170,13 +170,14 @@ SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=No
 LAST_KERNEL = {}
 
 
-def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device, wide: bool = False) -> dict:
+def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device, wide: bool = False,
+                  over: dict | None = None) -> dict:
     """The launch settings for a scan of ``n_seq`` sequences: SCAN_CONFIG where set, else the best
     measured on an H200 (docs/benchmarks.md): 32-token chunks, 4 warps, 3 stages; while sequences x heads
     do not fill the multiprocessors twice, headdim blocks of 64 (two programs per head at P=80, the second
     masked: twice the programs), else the whole headdim padded to a power of two in one program.
     ``wide`` (fp32 operands): headdim blocks of 32 (fp32 tiles take twice the shared memory)."""
-    cfg = dict(SCAN_CONFIG)
+    cfg = dict(SCAN_CONFIG, **(over or {}))
     few = n_seq * h < 2 * _sm_count(dev)
     block = 32 if wide else (64 if few else 128)
     defaults = dict(Q=min(int(chunk_size), 32), BLOCK_P=min(_p2(p), block), num_warps=4)
@@ -190,8 +191,9 @@ def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device
 
 def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                         dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128,
-                        store_states=False, states_dtype=torch.float32):
-    """The scan's forward. Returns a namespace: ``y`` (b, l, h, p) in x's dtype, ``final`` (n_seq, h, p, n)
+                        store_states=False, states_dtype=torch.float32, config=None):
+    """The scan's forward (``config``: settings over SCAN_CONFIG's, as the training path pins them). Returns
+    a namespace: ``y`` (b, l, h, p) in x's dtype, ``final`` (n_seq, h, p, n)
     fp32, ``states`` (n_max, h, p, n) in ``states_dtype`` with ``store_states`` (else None): states[choff[s] + c] is the
     state of sequence s entering its chunk c; ``choff`` (n_seq + 1,) int32 on the device (sequence s
     owns chunks choff[s] .. choff[s + 1] - 1); ``Q`` the chunk length used; ``n_max`` rows of states;
@@ -205,7 +207,7 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     dev = x.device
     varlen = cu_seqlens is not None
     n_seq = cu_seqlens.numel() - 1 if varlen else b
-    cfg = launch_config(n_seq, h, p, chunk_size, dev, wide=x.dtype == torch.float32)
+    cfg = launch_config(n_seq, h, p, chunk_size, dev, wide=x.dtype == torch.float32, over=config)
     Q, bp = int(cfg["Q"]), int(cfg["BLOCK_P"])
     if bp < _DOT_MIN or bp & (bp - 1):
         raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
