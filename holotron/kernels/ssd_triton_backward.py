@@ -61,8 +61,8 @@ from .ssd_triton_scan import _ensure_allocator, _tma_ok
 # chunks x groups give every SM two programs, else fewer); warps of each kernel; stages of the state pass.
 # Measured on an H200 (docs/benchmarks.md): one head per program (HEADS 1) was the fastest, 16 and 4 were
 # slower (more spills), 128-token chunks ran out of shared memory. tma: tiles through tensor descriptors (TMA on
-# Hopper) where addresses and strides are 16-byte multiples, as the forward's SCAN_CONFIG["tma"] (None: on a
-# CUDA GPU of compute capability >= 9 for bf16 / fp16 inputs, True: also elsewhere, the interpreter; False: never).
+# Hopper) where addresses and strides are 16-byte multiples (True; None / False: masked pointers, which measured
+# faster on an H200: 3.19 vs 4.04 ms forward + backward at 1 x 4096).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2, tma=None)
 
 # The compiled kernels of the last launch ("dstate", "chunk"), for the benchmark's register counts.
@@ -368,7 +368,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dCp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
     tma = cfg.get("tma")
     if tma is None:  # not for fp32 inputs: with IEEE fp32 products ptxas spilled heavily (32 registers), offline
-        tma = dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9 and ops == "half"
+        tma = False  # measured slower than pointers on an H200 (docs/benchmarks.md): only when asked
     if tma:  # only where the addresses allow
         es = x.element_size()
         tma = (_tma_ok(es, [xt, dyt, dx, Bt, Ct], [xt.stride(1), dyt.stride(1), dx.stride(1), Bt.stride(1),
