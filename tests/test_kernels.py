@@ -632,39 +632,53 @@ def test_triton_scan_bad_config(monkeypatch, cfg, match):
         scan(make_inputs(1, 8, 2, 4, 1, 4, chunk_size=8), "triton")
 
 
-@pytest.mark.parametrize("tma,p,block", [(False, 6, None), (True, 16, None), (True, 20, 16), (True, 24, 16)],
-                         ids=["pointers", "tma-P16", "tma-P20-ragged", "tma-P24-16+16"])
+@pytest.mark.parametrize("tma,p,block,every", [(False, 6, None, 1), (True, 16, None, 1), (True, 20, 16, 1),
+                                              (True, 24, 16, 1), (False, 6, None, 2), (True, 16, None, 4)],
+                         ids=["pointers", "tma-P16", "tma-P20-ragged", "tma-P24-16+16", "every-2nd", "tma-every-4th"])
 @pytest.mark.parametrize("cu", [None, [0, 9, 10, 40]], ids=["batch", "packed"])
-def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block):
+def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block, every):
     """``store_states`` (what the backward reads): row choff[s] + c is the state of sequence s entering
     its chunk c, equal to the naive scan's final state over the tokens before that chunk; also with tiles
     through tensor descriptors (P=16: the states too; P=20 in blocks of 16: a ragged rest block, its states
-    through pointers; P=24: a full block and a ragged one)."""
+    through pointers; P=24: a full block and a ragged one), and at the boundaries of chunks 2 or 4 times
+    the kernel's own (``states_chunk``, the training path's)."""
     from holotron.kernels import ssd_triton_scan
     from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
 
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "tma": tma, "BLOCK_P": block})
     Q = 16  # the kernel's chunks are powers of two >= 16
+    Qs = Q * every
     kw = make_inputs(2 if cu is None else 1, 40, 3, p, 1, 4, chunk_size=Q, seed=31, cu_seqlens=cu, D="head",
                      dt_bias=True, dt_softplus=True, initial_state=True)
     a = dict(kw)
     x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
-    out = ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, **a)
-    assert out.Q == Q and out.config["tma"] == tma
+    out = ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, states_chunk=Qs, **a)
+    assert out.Q == Q and out.states_Q == Qs and out.config["tma"] == tma
     bounds = [(r * 40, r * 40 + 40) for r in range(2)] if cu is None else list(zip(cu[:-1], cu[1:]))
     choff = out.choff.tolist()
     flat = {k: (v.reshape(1, -1, *v.shape[2:]) if k in ("x", "dt", "B", "C") else v) for k, v in as64(kw).items()}
     for s, (t0, t1) in enumerate(bounds):
-        assert choff[s + 1] - choff[s] == math.ceil((t1 - t0) / Q)
+        assert choff[s + 1] - choff[s] == math.ceil((t1 - t0) / Qs)
         for c in range(choff[s + 1] - choff[s]):
             ref = flat["initial_state"][s:s + 1]
             if c:
                 sub = dict(flat, cu_seqlens=None, initial_state=ref, chunk_size=Q)
                 for k in ("x", "dt", "B", "C"):
-                    sub[k] = flat[k][:, t0:t0 + c * Q]
+                    sub[k] = flat[k][:, t0:t0 + c * Qs]
                 sub["z"] = None
                 _, ref = scan(sub, "naive")
             assert_close(out.states[choff[s] + c, :].double(), ref[0], 1e-5, 1e-6, f"seq {s} chunk {c}")
+
+
+def test_triton_scan_states_chunk_must_be_a_power_of_two_multiple():
+    from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
+
+    kw = make_inputs(1, 40, 2, 4, 1, 4, chunk_size=16, seed=3)
+    a = dict(kw)
+    x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
+    for bad in (8, 48):
+        with pytest.raises(ValueError, match="states_chunk"):
+            ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, states_chunk=bad, **a)
 
 
 REAL_PACKED = [0, 1000, 1001, 2500, 4096]

@@ -27,17 +27,15 @@ from .ssd_triton_backward import BWD_CONFIG, ssd_scan_triton_bwd
 
 def _forward(x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size):
     """The Triton forward with chunk states (a function of its own so tests can stand in for it)."""
-    from .ssd_triton_scan import ssd_scan_triton_fwd
+    from .ssd_triton_scan import launch_config, ssd_scan_triton_fwd
 
     half = x.dtype in (torch.bfloat16, torch.float16)  # states kept in the products' operand dtype
-    # the backward's chunks (its kernels are fastest at 64 tokens, docs/benchmarks.md), the headdim in one
-    # program (its states are written whole)
-    pin = dict(Q=chunk_size)
-    if half:
-        pin["BLOCK_P"] = max(16, min(128, 1 << (x.shape[-1] - 1).bit_length()))
+    # the forward walks its own (shorter) chunks and writes the state at the backward's chunk boundaries
+    Q = launch_config(1, x.shape[2], x.shape[3], chunk_size, x.device, wide=not half)["Q"]  # divides chunk_size
     return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, initial_state=initial_state, cu_seqlens=cu_seqlens,
                                chunk_size=chunk_size, store_states=True,
-                               states_dtype=x.dtype if half else torch.float32, config=pin)
+                               states_dtype=x.dtype if half else torch.float32, states_chunk=chunk_size,
+                               config=dict(Q=Q))
 
 
 class SSDScanFn(torch.autograd.Function):
@@ -47,7 +45,7 @@ class SSDScanFn(torch.autograd.Function):
     def forward(ctx, x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size):
         out = _forward(x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size)
         ctx.save_for_backward(x, dt, A, B, C, D, out.states, out.choff, cu_seqlens)
-        ctx.Q = int(out.Q)
+        ctx.Q = int(out.states_Q)
         ctx.has_init = initial_state is not None
         ctx.init_dtype = None if initial_state is None else initial_state.dtype
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None (no zeros to read)
@@ -93,6 +91,7 @@ def ssd_scan_triton_train(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_so
     Q = min(int(chunk_size), int(BWD_CONFIG["chunk_size"] or chunk_size))
     if x.dtype not in (torch.bfloat16, torch.float16):
         Q = min(Q, 32)  # fp32 tiles take twice the shared memory
+    Q = max(16, 1 << (Q.bit_length() - 1))  # a power of two: the forward's own chunks divide it
     dtp = process_dt(dt, dt_bias, dt_softplus, dt_limit, torch.float32)
     y, final = SSDScanFn.apply(x, dtp, A, B, C, D, initial_state, cu_seqlens, Q)
     if z is not None:

@@ -37,10 +37,11 @@ def _walk(
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_STATES: tl.constexpr,
-    Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr,
-    TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
+    EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr,
+    MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
 ):
-    """The scan of one sequence, one head, headdim columns p0 .. p0 + BP - 1 (those < P)."""
+    """The scan of one sequence, one head, headdim columns p0 .. p0 + BP - 1 (those < P). With
+    STORE_STATES, the state entering every EVERY-th chunk is written (chunks of Q * EVERY tokens)."""
     g = h // HPG
     n_tok = t_end - t_seq
     n_chunks = tl.cdiv(n_tok, Q)
@@ -102,8 +103,8 @@ def _walk(
         # only there: no overflow above the diagonal)
         CB = _mm(Cv, tl.trans(Bv), xv, OPS)
         W = CB * tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf"))) * dt[None, :]
-        if STORE_STATES:
-            srow = ((c_first + c) * H + h) * P
+        if STORE_STATES and c % EVERY == 0:
+            srow = ((c_first + c // EVERY) * H + h) * P
             if STATES_TMA:
                 _put(sd, srow, 0, 0, N, tl.trans(ST).to(states_ptr.dtype.element_ty), BP, BN, True, False)
             else:
@@ -131,8 +132,8 @@ def _scan_seq(
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
-    STORE_STATES: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr,
-    MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
+    STORE_STATES: tl.constexpr, EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
+    MASK_P: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
 ):
     """One program per (headdim block of BP columns, head, sequence)."""
     pb = tl.program_id(0)
@@ -150,7 +151,7 @@ def _scan_seq(
     _walk(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
           h, s, t_seq, t_end, pb * BP, c_first, H, P, N, HPG, NMAX, lo, hi,
           s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
-          HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES,
+          HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES, EVERY,
           Q, BP, BN, MASK_P, MASK_N, TMA, OPS, NS)
 
 
@@ -191,12 +192,13 @@ def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device
 
 def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                         dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128,
-                        store_states=False, states_dtype=torch.float32, config=None):
+                        store_states=False, states_dtype=torch.float32, states_chunk=None, config=None):
     """The scan's forward (``config``: settings over SCAN_CONFIG's, as the training path pins them). Returns
     a namespace: ``y`` (b, l, h, p) in x's dtype, ``final`` (n_seq, h, p, n)
     fp32, ``states`` (n_max, h, p, n) in ``states_dtype`` with ``store_states`` (else None): states[choff[s] + c] is the
-    state of sequence s entering its chunk c; ``choff`` (n_seq + 1,) int32 on the device (sequence s
-    owns chunks choff[s] .. choff[s + 1] - 1); ``Q`` the chunk length used; ``n_max`` rows of states;
+    state of sequence s entering its chunk c of ``states_Q`` tokens (``states_chunk``, a power-of-two multiple
+    of the kernel's chunk; None: the kernel's); ``choff`` (n_seq + 1,) int32 on the device (sequence s
+    owns chunks choff[s] .. choff[s + 1] - 1); ``Q`` the kernel's chunk length; ``n_max`` rows of states;
     ``config`` the settings used."""
     out_dtype = x.dtype
     if x.dtype == torch.float64:  # the kernel computes in fp32
@@ -224,14 +226,18 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
     clamp = lo > 0.0 or hi < float("inf")
 
+    Qs = Q if states_chunk is None else int(states_chunk)
+    every = Qs // Q
+    if Qs < Q or Qs % Q or every & (every - 1):
+        raise ValueError(f"states_chunk must be the kernel's chunk ({Q}) times a power of two, got {states_chunk}")
     if varlen:
         cu = cu_seqlens.to(device=dev, dtype=torch.int32)
         lens = cu[1:] - cu[:-1]
-        choff = torch.cat([cu.new_zeros(1), ((lens + Q - 1) // Q).cumsum(0).to(torch.int32)])
-        n_max = triton.cdiv(l, Q) + n_seq - 1  # sum_s ceil(len_s / Q) <= this, for lengths >= 1
+        choff = torch.cat([cu.new_zeros(1), ((lens + Qs - 1) // Qs).cumsum(0).to(torch.int32)])
+        n_max = triton.cdiv(l, Qs) + n_seq - 1  # sum_s ceil(len_s / Qs) <= this, for lengths >= 1
     else:
         cu = A32  # not read
-        cps = triton.cdiv(l, Q)
+        cps = triton.cdiv(l, Qs)
         choff = torch.arange(n_seq + 1, dtype=torch.int32, device=dev) * cps
         n_max = n_seq * cps
     if store_states and n_max * h * p >= 2**31:
@@ -261,11 +267,11 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_INIT=init is not None, HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
-        VARLEN=varlen, STORE_STATES=bool(store_states), Q=Q, BP=bp, BN=_p2(n), MASK_P=p % bp != 0,
+        VARLEN=varlen, STORE_STATES=bool(store_states), EVERY=every, Q=Q, BP=bp, BN=_p2(n), MASK_P=p % bp != 0,
         MASK_N=_p2(n) != n, TMA=bool(tma), OPS=_dot_ops(x.dtype), NS=int(cfg["num_stages"]),
         num_warps=int(cfg["num_warps"]), **extra,
     )
-    return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, n_max=n_max,
+    return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, states_Q=Qs, n_max=n_max,
                            config=dict(cfg, tma=bool(tma)))
 
 
