@@ -1144,7 +1144,8 @@ def print_tables(out):
 
 
 def plot(path, png):
-    """Two panels, forward and forward + backward: median ms per shape, ours next to the peers and the floor."""
+    """A panel per section measured (forward, forward + backward): median ms per shape, ours next to the peers
+    and the floor."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1160,10 +1161,11 @@ def plot(path, png):
         f"{mamba} mamba_chunk_scan_combined": ("C2", ms("mamba_ssm"), ms("mamba_ssm")),
         f"FLA chunk_simple_gla ({m.get('fla') or '?'}; no D; B, C expanded)": ("C3", ms("fla"), ms("fla")),
     }
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    for ax, (title, rows, fb, ff, i_get) in zip(axes, [("forward", d.get("fwd", []), scan_bytes, scan_flops, 1),
-                                                       ("forward + backward", d.get("fwdbwd", []), fwdbwd_bytes,
-                                                        fwdbwd_flops, 2)]):
+    panels = [p for p in [("forward", d.get("fwd", []), scan_bytes, scan_flops, 1),
+                          ("forward + backward", d.get("fwdbwd", []), fwdbwd_bytes, fwdbwd_flops, 2)] if p[1]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(11, 5), squeeze=False)
+    axes = axes[0]
+    for ax, (title, rows, fb, ff, i_get) in zip(axes, panels):
         live = [(name, v[0], v[i_get]) for name, v in series.items() if v[i_get] is not None]
         w = 0.8 / (len(live) + 1)
         for i, (name, colour, get) in enumerate(live):

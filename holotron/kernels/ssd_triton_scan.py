@@ -1,9 +1,10 @@
 """The SSD scan as one Triton kernel (forward): the GPU path of ``ssd_scan``.
 
 Arguments are validated by ``holotron.kernels.ssd_scan``; call that. The README beside this file
-derives the math. One launch, ``_scan_seq``, with one program per (headdim block, head, sequence):
-the program walks its sequence's chunks in order and keeps the fp32 state (dstate x headdim block) on
-chip from one chunk to the next. Per chunk of Q tokens it reads x, dt, B and C once and writes y once:
+derives the math and records the launch settings measured. One launch, ``_scan_seq``, with one
+program per (headdim block, head, sequence): the program walks its sequence's chunks in order and
+keeps the fp32 state (dstate x headdim block) on chip from one chunk to the next. Per chunk of Q
+tokens it reads x, dt, B and C once and writes y once:
 
     dt  -> + dt_bias, softplus, clamp (in registers)         cs = cumsum(dt * A) within the chunk
     y   = (C B^T * exp(cs_t - cs_s) * dt_s, causal) @ x       the intra-chunk term
@@ -11,12 +12,15 @@ chip from one chunk to the next. Per chunk of Q tokens it reads x, dt, B and C o
         + D x,  then  * silu(z)
     S^T = exp(cs_end) S^T + (B * dt * exp(cs_end - cs))^T @ x
 
+Decays are ``exp2`` of log2-scaled sums. Tiles move through tensor descriptors (TMA) where addresses
+allow, else through masked pointer tiles (``_desc`` / ``_tile`` / ``_put`` of ssd_triton_common.py).
 There is no inter-program synchronisation and no state round trip through memory; with
-``store_states`` (the backward's need) the state entering each chunk is also written. Sequences are
-batch rows or ``cu_seqlens`` segments; chunks start at each sequence's start. Nothing waits on the
-host, so the scan can be captured in a CUDA graph. Matrix products take half operands (bf16 / fp16
-inputs) or fp32 operands in IEEE precision (fp32 inputs) and accumulate in fp32; the state entering
-``C @ S^T`` is rounded to the operand dtype, as the chunked scans of other libraries do.
+``store_states`` (the backward's need) the state entering each chunk of ``states_chunk`` tokens is also
+written. Sequences are batch rows or ``cu_seqlens`` segments; chunks start at each sequence's start.
+Nothing waits on the host, so the scan can be captured in a CUDA graph. Matrix products take half
+operands (bf16 / fp16 inputs) or fp32 operands in IEEE precision (fp32 inputs) and accumulate in fp32;
+the state entering ``C @ S^T`` is rounded to the operand dtype, as the chunked scans of other
+libraries do.
 """
 
 from __future__ import annotations
