@@ -165,11 +165,15 @@ def test_transcription_equals_autograd(case):
 @pytest.mark.parametrize("case", TRANSCRIPTION_CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_kernel_equals_transcription(case, dtype):
     """ssd_scan_triton_bwd, given the chunk states of a PyTorch loop, against the float64 transcription."""
+    check_kernel(case, dtype)
+
+
+def check_kernel(case, dtype, seed=2):
     from holotron.kernels.ssd_triton_backward import ssd_scan_triton_bwd
 
     case = dict(case)
     Q = case.pop("Q")
-    i = _raw64(**case, seed=2)
+    i = _raw64(**case, seed=seed)
     # inputs rounded to dtype; the reference computed from the rounded values
     for k in ("x", "B", "C", "dy"):
         i[k] = i[k].to(dtype).double()
@@ -354,6 +358,32 @@ def test_bwd_config(monkeypatch, cfg):
     check_grads(make_inputs(1, 21, 4, 40, 2, 4, chunk_size=4, seed=9, **ALL), name=f"BWD_CONFIG {cfg}")
     packed = make_inputs(1, 21, 2, 24, 1, 5, chunk_size=4, seed=10, cu_seqlens=[0, 5, 6, 21], **dict(ALL, D="head"))
     check_grads(packed, name=f"BWD_CONFIG {cfg} packed")
+
+
+@pytest.mark.parametrize("cfg", [dict(lanes=1, stages_chunk=1), dict(lanes=1, stages_chunk=2),
+                                 dict(lanes=2, stages_chunk=1), dict(lanes=2, stages_chunk=2),
+                                 dict(lanes=3, stages_chunk=3, HEADS=2), dict(lanes=10**9)],
+                         ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_bwd_lanes(monkeypatch, cfg):
+    """BWD_CONFIG lanes / stages_chunk: the chunk kernel's programs walking every lanes-th chunk (one lane: all of
+    them; two or three: chunks in turn, lanes with one fewer), with and without software pipelining, two heads per
+    program; lanes >= the chunks: one chunk per program, no loop. Against the float64 transcription, on plain and
+    packed sequences (6 and 7 rows of chunks); the whole differentiable path runs the default (lanes None: one
+    lane on the CPU, two stages) in the tests above."""
+    from holotron.kernels import ssd_triton_backward
+
+    for k, v in cfg.items():
+        monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, k, v)
+    check_kernel(dict(b=2, l=11, h=4, p=3, g=2, n=5, Q=4, D="head"), torch.float32, seed=3)
+    check_kernel(dict(b=1, l=20, h=4, p=24, g=2, n=5, Q=4, D="channel", cu=[0, 3, 4, 11, 20]), torch.float32, seed=4)
+
+
+def test_bwd_lanes_bad(monkeypatch):
+    from holotron.kernels import ssd_triton_backward
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "lanes", 0)
+    with pytest.raises(ValueError, match="lanes"):
+        check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
 
 
 @pytest.mark.parametrize("chunk", [4, 16])
