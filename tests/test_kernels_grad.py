@@ -360,32 +360,6 @@ def test_bwd_config(monkeypatch, cfg):
     check_grads(packed, name=f"BWD_CONFIG {cfg} packed")
 
 
-@pytest.mark.parametrize("cfg", [dict(lanes=1, stages_chunk=1), dict(lanes=1, stages_chunk=2),
-                                 dict(lanes=2, stages_chunk=1), dict(lanes=2, stages_chunk=2),
-                                 dict(lanes=3, stages_chunk=3, HEADS=2), dict(lanes=10**9)],
-                         ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
-def test_bwd_lanes(monkeypatch, cfg):
-    """BWD_CONFIG lanes / stages_chunk: the chunk kernel's programs walking every lanes-th chunk (one lane: all of
-    them; two or three: chunks in turn, lanes with one fewer), with and without software pipelining, two heads per
-    program; lanes >= the chunks: one chunk per program, no loop. Against the float64 transcription, on plain and
-    packed sequences (6 and 7 rows of chunks); the whole differentiable path runs the default (lanes None: one
-    lane on the CPU, two stages) in the tests above."""
-    from holotron.kernels import ssd_triton_backward
-
-    for k, v in cfg.items():
-        monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, k, v)
-    check_kernel(dict(b=2, l=11, h=4, p=3, g=2, n=5, Q=4, D="head"), torch.float32, seed=3)
-    check_kernel(dict(b=1, l=20, h=4, p=24, g=2, n=5, Q=4, D="channel", cu=[0, 3, 4, 11, 20]), torch.float32, seed=4)
-
-
-def test_bwd_lanes_bad(monkeypatch):
-    from holotron.kernels import ssd_triton_backward
-
-    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "lanes", 0)
-    with pytest.raises(ValueError, match="lanes"):
-        check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
-
-
 @pytest.mark.parametrize("chunk", [4, 16])
 def test_bwd_tma(monkeypatch, chunk):
     """BWD_CONFIG tma=True: the backward's tiles through tensor descriptors (the interpreter's TMA), on fp32

@@ -90,8 +90,7 @@ def bwd_info(kernel="chunk", **over):
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, QP=64, PP=128, NP=128, BP=64,
-                 OPS="half", NS=int(bw.BWD_CONFIG["stages"]), TMA=True, NPB=2, PART="dx",
-                 LOOP=True, NSC=int(bw.BWD_CONFIG.get("stages_chunk", 2)))
+                 OPS="half", NS=int(bw.BWD_CONFIG["stages"]), TMA=True, NPB=2, PART="dx")
     warps = over.pop("num_warps", int(bw.BWD_CONFIG["warps_chunk" if kernel == "chunk" else "warps_state"]))
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)

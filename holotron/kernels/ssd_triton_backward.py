@@ -27,9 +27,8 @@ So the backward is a state pass and a chunk kernel (launched twice, to keep fewe
   with dS^T on chip (fp32) and stores the gradient leaving each chunk (beside the forward's states, in the
   same layout and dtype), and the initial state's gradient at the end; on the way it adds dD over the
   sequence and its block's share of sum(dS^T * S^T) per chunk (for dcL).
-- ``_bwd_chunk``: programs (lane, group x head split), persistent (``BWD_CONFIG["lanes"]``): each walks every
-  lanes-th chunk (the next chunk's tiles loaded while one computes), per chunk for each of its heads, from the
-  stored states and state gradients: PART "dbc" dB and dC (the heads' added in registers) and the dcs term
+- ``_bwd_chunk``: one program per (chunk, group x head split), for each of its heads, from the stored states
+  and state gradients: PART "dbc" dB and dC (the heads' added in registers) and the dcs term
   exp(cs) rowsum(C * (dy S)); then PART "dx" (C B^T once) dx, ddt and a per (chunk, head) partial of dA.
   The split partials of dB and dC, the chunk partials of dA and the sequence partials of dD are added by
   PyTorch (a fixed order: deterministic, no atomics).
@@ -63,14 +62,10 @@ from .ssd_triton_scan import _ensure_allocator, _tma_ok
 # Measured on an H200 (docs/benchmarks.md): one head per program (HEADS 1) was the fastest, 16 and 4 were
 # slower (more spills), 128-token chunks ran out of shared memory. tma: tiles through tensor descriptors (TMA on
 # Hopper) where addresses and strides are 16-byte multiples (True; None / False: masked pointers, which measured
-# faster on an H200: 3.19 vs 4.04 ms forward + backward at 1 x 4096). lanes: programs of the chunk kernel along the
-# chunks, each taking every lanes-th chunk in turn (None: about two programs per SM given the groups x head splits
-# of the other axis; at least the rows of chunks, e.g. 1 << 30: one chunk per program, no loop, the kernel as it
-# was before it was persistent); stages_chunk: software-pipeline stages of that loop (1: none; 2: the next chunk's
-# tiles loaded while one computes). Offline (sm_90, triton 3.9) the loop spills at the 12B sizes (LLVM hoists the
-# tiles' shared-memory addresses out of it): not yet timed on an H200.
-BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2, tma=None, lanes=None,
-                  stages_chunk=2)
+# faster on an H200: 3.19 vs 4.04 ms forward + backward at 1 x 4096). A persistent chunk kernel (programs
+# walking every L-th chunk, the next chunk's tiles loaded while one computes) measured slower there (3.98-4.13 vs
+# 2.89 ms at 1 x 4096; docs/benchmarks.md) and was taken out.
+BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2, tma=None)
 
 # The compiled kernels of the last launch ("dstate", "chunk"), for the benchmark's register counts.
 LAST_KERNEL = {}
@@ -194,10 +189,9 @@ def _chunk_grads(
     n_seq, n_tok, H, P, N, HPG, HPS, Q, n_rows, n_pb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr, LOOP: tl.constexpr,
+    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr,
 ):
-    """The gradients of chunk k (of sequence s < n_seq) for the HPS heads of split sp of group g (see _bwd_chunk);
-    LOOP: called in the persistent loop."""
+    """The gradients of chunk k (of sequence s < n_seq) for the HPS heads of split sp of group g (see _bwd_chunk)."""
     LOG2E: tl.constexpr = 1.4426950408889634
     G_N = (H // HPG) * N
     sd = _sdesc(st_ptr, n_rows * H, P, N, PP, NP, TMA)
@@ -240,18 +234,9 @@ def _chunk_grads(
         x = _tile(xd, r0, n_end, P, s_x_t, QP, PP, TMA, True)
         dy = _tile(dyd, r0, n_end, P, s_dy_t, QP, PP, TMA, True)
         mat = k * H + h
-        if PART == "dbc" and LOOP:
-            # in the loop, S and dS behind a branch (always taken) that keeps the pipeliner from loading them ahead:
-            # with them the "dbc" part's pipeline buffers took 279 KB of shared memory at the 12B sizes
-            dS = tl.zeros((PP, NP), dtype=dst_ptr.dtype.element_ty)
-            S = tl.zeros((PP, NP), dtype=st_ptr.dtype.element_ty)
-            if s < n_seq:
-                dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
-                S = _sload(sd, mat, 0, P, N, PP, NP, TMA)
-        else:
-            dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
-            if PART == "dbc":
-                S = _sload(sd, mat, 0, P, N, PP, NP, TMA)
+        dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
+        if PART == "dbc":
+            S = _sload(sd, mat, 0, P, N, PP, NP, TMA)
         dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)
         dM = dWm * dt[None, :]
         ddt_h = ddt_ptr + (ts64 + r0 + q) * H + h
@@ -306,41 +291,27 @@ def _bwd_chunk(
     n_seq, n_tok, H, P, N, HPG, HPS, Q, n_rows, n_pb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr, LOOP: tl.constexpr,
-    NSC: tl.constexpr,
+    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr,
 ):
-    """Programs (lane, group x head split). With LOOP, persistent: lane i of L (the grid's first axis) takes
-    chunks i, i + L, i + 2 L, ... of the rows that belong to a sequence, in a loop of NSC software-pipeline stages
-    (NSC > 1: the next chunk's tiles are loaded while this one computes); else one program per chunk row (L =
-    n_rows; rows past the last sequence's chunks do nothing). For each chunk, the gradients for HPS heads of a
-    group, in two launches (fewer tiles live in each): PART "dbc" (first) writes its split's share of dB, dC into
-    dBp, dCp (splits, tokens, G, N) and, in ddt, the term exp(cs) rowsum(C * (dy S)) of dcs; PART "dx" then dx
-    and ddt of its tokens and heads and dAp[k, h] (a partial sum over the chunk).
+    """One program per (chunk row, group x head split); rows past the last sequence's chunks do nothing. The
+    gradients of the chunk for HPS heads of a group, in two launches (fewer tiles live in each): PART "dbc"
+    (first) writes its split's share of dB, dC into dBp, dCp (splits, tokens, G, N) and, in ddt, the term
+    exp(cs) rowsum(C * (dy S)) of dcs; PART "dx" then dx and ddt of its tokens and heads and dAp[k, h] (a
+    partial sum over the chunk).
 
     Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none, past the last).
     Tiles are read through descriptors of the sequence's rows up to the chunk's end (zeros past it)."""
-    lane = tl.program_id(0)
+    k = tl.program_id(0)
     gs = tl.program_id(1)
     n_split = HPG // HPS
     g = gs // n_split
     sp = gs % n_split
-    if LOOP:
-        # rows choff[n_seq].. belong to no sequence: the loop ends before them (no branch around the loads, which
-        # the pipeliner would not move ahead)
-        n_valid = tl.load(choff_ptr + n_seq)
-        for k in tl.range(lane, n_valid, tl.num_programs(0), num_stages=NSC):
-            s = tl.load(cseq_ptr + k)
-            _chunk_grads(k, s, g, sp, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr,
-                         cu_ptr, choff_ptr, dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr, n_seq, n_tok, H, P, N, HPG, HPS,
-                         Q, n_rows, n_pb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h,
-                         s_dx_t, s_dx_h, HAS_D, D_PER_CHANNEL, QP, PP, NP, OPS, TMA, NPB, PART, True)
-    else:
-        s = tl.load(cseq_ptr + lane)
-        if s < n_seq:
-            _chunk_grads(lane, s, g, sp, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr,
-                         cu_ptr, choff_ptr, dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr, n_seq, n_tok, H, P, N, HPG, HPS,
-                         Q, n_rows, n_pb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h,
-                         s_dx_t, s_dx_h, HAS_D, D_PER_CHANNEL, QP, PP, NP, OPS, TMA, NPB, PART, False)
+    s = tl.load(cseq_ptr + k)
+    if s < n_seq:
+        _chunk_grads(k, s, g, sp, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr,
+                     cu_ptr, choff_ptr, dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr, n_seq, n_tok, H, P, N, HPG, HPS,
+                     Q, n_rows, n_pb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h,
+                     s_dx_t, s_dx_h, HAS_D, D_PER_CHANNEL, QP, PP, NP, OPS, TMA, NPB, PART)
 
 
 def bwd_launch(n_seq: int, n_chunks: int, h: int, g: int, p: int, dev: torch.device) -> dict:
@@ -355,9 +326,6 @@ def bwd_launch(n_seq: int, n_chunks: int, h: int, g: int, p: int, dev: torch.dev
         while hs > 1 and hs % 2 == 0 and n_chunks * g * (hpg // hs) < 2 * sms:
             hs //= 2
         cfg["HEADS"] = hs
-    if cfg.get("lanes") is None:  # about two programs per SM, each taking chunks in turn
-        cfg["lanes"] = max(1, min(n_chunks, triton.cdiv(2 * sms, g * (hpg // int(cfg["HEADS"])))))
-    cfg.setdefault("stages_chunk", 2)
     return cfg
 
 
@@ -404,12 +372,6 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     if hps < 1 or (h // g) % hps:
         raise ValueError(f"BWD_CONFIG['HEADS'] must divide the heads per group ({h // g}), got {hps}")
     n_split = (h // g) // hps
-    lanes, nsc = int(cfg["lanes"]), int(cfg["stages_chunk"])
-    if lanes < 1:
-        raise ValueError(f"BWD_CONFIG['lanes'] must be >= 1 (or None), got {lanes}")
-    if nsc < 1:
-        raise ValueError(f"BWD_CONFIG['stages_chunk'] must be >= 1, got {nsc}")
-    lanes = min(lanes, n_rows)
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
@@ -459,9 +421,9 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
                 xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
                 Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1))
         consts = dict(HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP,
-                      OPS=ops, TMA=bool(tma), NPB=triton.next_power_of_2(n_pb), LOOP=lanes < n_rows, NSC=nsc,
+                      OPS=ops, TMA=bool(tma), NPB=triton.next_power_of_2(n_pb),
                       num_warps=int(cfg["warps_chunk"]))
-        grid = (lanes, g * n_split)
+        grid = (n_rows, g * n_split)
         LAST_KERNEL["dbc"] = _bwd_chunk[grid](*args, PART="dbc", **consts)
         LAST_KERNEL["chunk"] = _bwd_chunk[grid](*args, PART="dx", **consts)
     except OutOfResources as e:
