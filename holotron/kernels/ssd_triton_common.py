@@ -97,6 +97,41 @@ def _put(desc, row, rows, cols, stride, val, BR: tl.constexpr, BC: tl.constexpr,
         tl.store(desc + row.to(tl.int64) * stride + r[:, None] * stride + c[None, :], val, mask=m)
 
 
+@triton.jit
+def _sdesc(base, n_mat, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """A tensor descriptor of n_mat (P, N) row-major matrices at ``base`` (states, state gradients): tiles of
+    (BP, NP) rows of one matrix, nothing read or written past its P rows or N columns. Without TMA,
+    ``base``."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, shape=[n_mat, P, N], strides=[P * N, N, 1], block_shape=[1, BP, NP])
+    else:
+        return base
+
+
+@triton.jit
+def _sload(desc, mat, p0, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """Rows p0 .. p0 + BP - 1 of matrix ``mat`` of ``_sdesc``'s (0 past its edges)."""
+    if TMA:
+        return tl.reshape(desc.load([mat, p0, 0]), (BP, NP))
+    else:
+        r = p0 + tl.arange(0, BP)
+        c = tl.arange(0, NP)
+        m = (r < P)[:, None] & (c < N)[None, :]
+        return tl.load(desc + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], mask=m, other=0.0)
+
+
+@triton.jit
+def _sstore(desc, mat, p0, P, N, val, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """Writes the (BP, NP) tile ``val`` at rows p0.. of matrix ``mat`` of ``_sdesc``'s (nothing past its edges)."""
+    if TMA:
+        desc.store([mat, p0, 0], tl.reshape(val, (1, BP, NP)))
+    else:
+        r = p0 + tl.arange(0, BP)
+        c = tl.arange(0, NP)
+        m = (r < P)[:, None] & (c < N)[None, :]
+        tl.store(desc + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], val, mask=m)
+
+
 _SMS = {}
 
 
