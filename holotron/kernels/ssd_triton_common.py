@@ -68,18 +68,25 @@ def _desc(base, rows, cols, stride, BR: tl.constexpr, BC: tl.constexpr, TMA: tl.
 
 
 @triton.jit
+def _tile_ptrs(base, row, rows, cols, stride, BR: tl.constexpr, BC: tl.constexpr, MASK_C: tl.constexpr):
+    """The addresses and mask of the (BR, BC) tile at ``row`` of a (rows, cols) matrix at ``base``."""
+    r = tl.arange(0, BR)
+    c = tl.arange(0, BC)
+    m = (row + r < rows)[:, None]
+    if MASK_C:
+        m = m & (c < cols)[None, :]
+    return base + row.to(tl.int64) * stride + r[:, None] * stride + c[None, :], m
+
+
+@triton.jit
 def _tile(desc, row, rows, cols, stride, BR: tl.constexpr, BC: tl.constexpr, TMA: tl.constexpr,
           MASK_C: tl.constexpr):
     """The (BR, BC) tile at ``row`` of ``_desc``'s matrix (0 past its edges)."""
     if TMA:
         return desc.load([row, 0])
     else:
-        r = tl.arange(0, BR)
-        c = tl.arange(0, BC)
-        m = (row + r < rows)[:, None]
-        if MASK_C:
-            m = m & (c < cols)[None, :]
-        return tl.load(desc + row.to(tl.int64) * stride + r[:, None] * stride + c[None, :], mask=m, other=0.0)
+        ptrs, m = _tile_ptrs(desc, row, rows, cols, stride, BR, BC, MASK_C)
+        return tl.load(ptrs, mask=m, other=0.0)
 
 
 @triton.jit
@@ -89,12 +96,8 @@ def _put(desc, row, rows, cols, stride, val, BR: tl.constexpr, BC: tl.constexpr,
     if TMA:
         desc.store([row, 0], val)
     else:
-        r = tl.arange(0, BR)
-        c = tl.arange(0, BC)
-        m = (row + r < rows)[:, None]
-        if MASK_C:
-            m = m & (c < cols)[None, :]
-        tl.store(desc + row.to(tl.int64) * stride + r[:, None] * stride + c[None, :], val, mask=m)
+        ptrs, m = _tile_ptrs(desc, row, rows, cols, stride, BR, BC, MASK_C)
+        tl.store(ptrs, val, mask=m)
 
 
 @triton.jit
