@@ -69,10 +69,10 @@ import time
 
 H, P, N, G, Q = 128, 80, 128, 8, 128
 SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # the four benchmark shapes (batch, seqlen)
-SWEEP = dict(Q=[64, 128], BLOCK_P=[128, 64], num_warps=[8, 4], num_stages=[2, 1, 3])
+SWEEP = dict(Q=[32, 16, 64], BLOCK_P=[64, 128], num_warps=[4, 8], num_stages=[3, 2])  # around the measured best
 # the backward sweep: each dict over ssd_triton_backward.BWD_CONFIG's defaults ({}: the defaults as they are)
-BWD_SWEEP = [{}, {"chunk_size": 128}, {"HEADS": 1}, {"HEADS": 4}, {"HEADS": 16}, {"warps_chunk": 4},
-             {"BLOCK_P": 64}, {"BLOCK_P": 32, "warps_state": 8}]
+BWD_SWEEP = [{}, {"HEADS": 2}, {"HEADS": 4}, {"warps_chunk": 4}, {"tma": True}, {"BLOCK_P": 64},
+             {"BLOCK_P": 32, "warps_state": 8}, {"chunk_size": 128}]
 BWD_TOL = 5e-2  # the backward sweep's check: the largest relative RMS error of a gradient vs float64
 GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias")
 TOL = 1e-2  # the sweep's check: relative RMS error of y and of the final state vs float64 (bf16 gives ~2e-3)
