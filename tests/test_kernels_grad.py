@@ -376,6 +376,17 @@ def test_bwd_tma(monkeypatch, chunk):
     assert ssd_triton_backward.LAST_KERNEL["tma"]
 
 
+@pytest.mark.parametrize("q", [16, 64])
+def test_grads_whatever_the_forward_chunk(monkeypatch, q):
+    """The training forward writes its states at the backward's chunk boundaries whether the scan's own
+    chunk setting is shorter (16: every 2nd chunk of 32) or longer (64: capped to the backward's 32)."""
+    from holotron.kernels import ssd_triton_backward, ssd_triton_scan
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "chunk_size", 32)
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "Q": q})
+    check_grads(make_inputs(1, 70, 2, 6, 1, 4, chunk_size=128, seed=12, **ALL), name=f"scan Q {q}")
+
+
 def test_bwd_config_bad_block(monkeypatch):
     from holotron.kernels import ssd_triton_backward
 

@@ -56,6 +56,7 @@ from .ssd_triton_common import (
     _DOT_MIN,
     _desc,
     _dot_ops,
+    _ensure_allocator,
     _mm,
     _p2,
     _sdesc,
@@ -63,10 +64,10 @@ from .ssd_triton_common import (
     _sm_count,
     _sstore,
     _tile,
+    _tma_ok,
     _tokens,
     empty,
 )
-from .ssd_triton_scan import _ensure_allocator, _tma_ok
 
 # Launch settings (the benchmark sweeps them). chunk_size: the longest chunk the training entry uses for
 # the forward and the backward (the caller's chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per

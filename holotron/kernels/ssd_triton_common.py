@@ -1,6 +1,8 @@
 """What the Triton scan, its backward and the decode step share: the ``@triton.jit`` helpers (dt
-processing, the matrix product in the right precision), token-major views, the operand precision, and
-the one allocator of the buffers they fill (``empty``).
+processing, the matrix product in the right precision, tiles through tensor descriptors or masked
+pointers: ``_desc`` / ``_tile`` / ``_put``, and of (P, N) state matrices: ``_sdesc`` / ``_sload`` /
+``_sstore``), token-major views, the operand precision, when descriptors may be used (``_tma_ok``) and
+their scratch allocator, and the one allocator of the buffers the kernels fill (``empty``).
 
 Decay math, accumulation and the state are fp32; the matrix products take fp32 operands in IEEE
 precision for fp32 inputs (no TF32) and half operands for bf16 / fp16 inputs. float64 inputs are
@@ -112,15 +114,21 @@ def _sdesc(base, n_mat, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.conste
 
 
 @triton.jit
+def _smat_ptrs(base, mat, p0, P, N, BP: tl.constexpr, NP: tl.constexpr):
+    """The addresses and mask of rows p0 .. p0 + BP - 1 of the (P, N) matrix ``mat`` at ``base``."""
+    r = p0 + tl.arange(0, BP)
+    c = tl.arange(0, NP)
+    return base + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], (r < P)[:, None] & (c < N)[None, :]
+
+
+@triton.jit
 def _sload(desc, mat, p0, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
     """Rows p0 .. p0 + BP - 1 of matrix ``mat`` of ``_sdesc``'s (0 past its edges)."""
     if TMA:
         return tl.reshape(desc.load([mat, p0, 0]), (BP, NP))
     else:
-        r = p0 + tl.arange(0, BP)
-        c = tl.arange(0, NP)
-        m = (r < P)[:, None] & (c < N)[None, :]
-        return tl.load(desc + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], mask=m, other=0.0)
+        ptrs, m = _smat_ptrs(desc, mat, p0, P, N, BP, NP)
+        return tl.load(ptrs, mask=m, other=0.0)
 
 
 @triton.jit
@@ -129,10 +137,8 @@ def _sstore(desc, mat, p0, P, N, val, BP: tl.constexpr, NP: tl.constexpr, TMA: t
     if TMA:
         desc.store([mat, p0, 0], tl.reshape(val, (1, BP, NP)))
     else:
-        r = p0 + tl.arange(0, BP)
-        c = tl.arange(0, NP)
-        m = (r < P)[:, None] & (c < N)[None, :]
-        tl.store(desc + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], val, mask=m)
+        ptrs, m = _smat_ptrs(desc, mat, p0, P, N, BP, NP)
+        tl.store(ptrs, val, mask=m)
 
 
 _SMS = {}
@@ -165,3 +171,23 @@ def _dot_ops(dtype: torch.dtype) -> str:
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _tma_ok(elsize: int, tensors, offsets) -> bool:
+    """Tensor descriptors need 16-byte aligned addresses, row strides and column offsets."""
+    return (all(t.data_ptr() % 16 == 0 and t.stride(0) * elsize % 16 == 0 for t in tensors)
+            and all(v * elsize % 16 == 0 for v in offsets))
+
+
+def _ensure_allocator() -> None:
+    """Device-made tensor descriptors need a global scratch buffer per launch: from torch's allocator
+    (so CUDA-graph capture takes it from the graph's pool), unless the caller set one."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        triton.set_allocator(_scratch)
+
+
+def _scratch(size: int, alignment: int, stream):
+    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+    return torch.empty(size, dtype=torch.int8, device=dev)

@@ -31,21 +31,48 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _DOT_MIN, _desc, _dot_ops, _mm, _p2, _process_dt, _put, _sm_count, _tile, _tokens, empty
+from .ssd_triton_common import (
+    _DOT_MIN,
+    _desc,
+    _dot_ops,
+    _ensure_allocator,
+    _mm,
+    _p2,
+    _process_dt,
+    _put,
+    _sm_count,
+    _tile,
+    _tma_ok,
+    _tokens,
+    empty,
+)
 
 
 @triton.jit
-def _walk(
+def _scan_seq(
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-    h, s, t_seq, t_end, p0, c_first, H, P, N, HPG, NMAX, lo, hi,
+    cu_ptr, choff_ptr,
+    L, H, P, N, HPG, NMAX, lo, hi,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, STORE_STATES: tl.constexpr,
-    EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr,
-    MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
+    STORE_STATES: tl.constexpr, EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
+    MASK_P: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
 ):
-    """The scan of one sequence, one head, headdim columns p0 .. p0 + BP - 1 (those < P). With
-    STORE_STATES, the state entering every EVERY-th chunk is written (chunks of Q * EVERY tokens)."""
+    """One program per (headdim block of BP columns, head, sequence): the sequence's chunks in order for
+    columns p0 .. p0 + BP - 1 (those < P). With STORE_STATES, the state entering every EVERY-th chunk is
+    written (chunks of Q * EVERY tokens)."""
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    p0 = tl.program_id(0) * BP
+    if VARLEN:
+        t_seq = tl.load(cu_ptr + s).to(tl.int32)
+        t_end = tl.load(cu_ptr + s + 1).to(tl.int32)
+    else:
+        t_seq = s * L
+        t_end = t_seq + L
+    if STORE_STATES:
+        c_first = tl.load(choff_ptr + s).to(tl.int32)
     g = h // HPG
     n_tok = t_end - t_seq
     n_chunks = tl.cdiv(n_tok, Q)
@@ -126,37 +153,6 @@ def _walk(
         _put(yd, r0, n_tok, P - p0, s_y_t, y.to(y_ptr.dtype.element_ty), Q, BP, TMA, MASK_P)
 
     tl.store(final_ptr + st_base + st_off, ST, mask=st_mask)
-
-
-@triton.jit
-def _scan_seq(
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-    cu_ptr, choff_ptr,
-    L, H, P, N, HPG, NMAX, lo, hi,
-    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
-    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
-    STORE_STATES: tl.constexpr, EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
-    MASK_P: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
-):
-    """One program per (headdim block of BP columns, head, sequence)."""
-    pb = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.program_id(2)
-    if VARLEN:
-        t_seq = tl.load(cu_ptr + s).to(tl.int32)
-        t_end = tl.load(cu_ptr + s + 1).to(tl.int32)
-    else:
-        t_seq = s * L
-        t_end = t_seq + L
-    c_first = 0
-    if STORE_STATES:
-        c_first = tl.load(choff_ptr + s).to(tl.int32)
-    _walk(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-          h, s, t_seq, t_end, pb * BP, c_first, H, P, N, HPG, NMAX, lo, hi,
-          s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
-          HAS_D, D_PER_CHANNEL, HAS_Z, HAS_INIT, HAS_BIAS, SOFTPLUS, CLAMP, STORE_STATES, EVERY,
-          Q, BP, BN, MASK_P, MASK_N, TMA, OPS, NS)
 
 
 # Launch settings. None = the automatic choice of ``launch_config`` (the benchmark sweeps them):
@@ -277,26 +273,6 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     )
     return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, states_Q=Qs, n_max=n_max,
                            config=dict(cfg, tma=bool(tma)))
-
-
-def _tma_ok(elsize: int, tensors, offsets) -> bool:
-    """Tensor descriptors need 16-byte aligned addresses, row strides and column offsets."""
-    return (all(t.data_ptr() % 16 == 0 and t.stride(0) * elsize % 16 == 0 for t in tensors)
-            and all(v * elsize % 16 == 0 for v in offsets))
-
-
-def _ensure_allocator() -> None:
-    """Device-made tensor descriptors need a global scratch buffer per launch: from torch's allocator
-    (so CUDA-graph capture takes it from the graph's pool), unless the caller set one."""
-    from triton.runtime import _allocation
-
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        triton.set_allocator(_scratch)
-
-
-def _scratch(size: int, alignment: int, stream):
-    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
-    return torch.empty(size, dtype=torch.int8, device=dev)
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
