@@ -5,11 +5,11 @@
 For each linear shape of the 12B LM (holotron/config.py's TextConfig defaults) and M in {1, 8, 16, 32, 128}
 rows: ``F.linear`` with bf16 weights (cuBLAS), ``torch._scaled_mm`` with float8_e4m3fn weights and row-wise
 scales (x quantised beforehand, outside the timing: a lower bound on torch's FP8 path), the Triton GEMV of
-holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16) at its shape-picked launch settings,
-and the skinny FP8 product of holotron/kernels/fp8_gemm_triton.py (M > 16); then a sweep of the GEMV's launch
-settings at M = 1 (best kept per shape, within a time budget: what ``gemv_triton.pick_config``'s rule was
-set from), the decode step's fused forms (norm, group-norm kernel, relu^2, residual) at the best settings,
-and (``--mm-sweep-budget``) a sweep of the skinny FP8 product's settings at 128 rows. Time:
+holotron/kernels/gemv_triton.py with bf16 and with FP8 weights (M <= 16) at its shape-picked launch settings;
+then a sweep of the GEMV's launch settings at M = 1 (best kept per shape, within a time budget: what
+``gemv_triton.pick_config``'s rule was set from) and the decode step's fused forms (norm, group-norm kernel,
+relu^2, residual) at the best settings. Above 16 rows our product is the skinny one of
+holotron/kernels/skinny_mm_triton.py: benchmarks/bench_mm.py measures it. Time:
 ``triton.testing.do_bench`` median of a CUDA graph of 16 calls cycling through copies of the weight (at least
 256 MB, or 8 copies, so the L2 cache does not hold them), per call: kernel time without Python's launch
 overhead, as in the decode engine's graphs (``triton_fp8_eager`` in the JSON: one eager call). GB/s: weight
@@ -32,7 +32,6 @@ from triton.testing import do_bench
 
 from holotron.config import TextConfig
 from holotron.kernels import gemv_triton
-from holotron.kernels.fp8_gemm_triton import pick as pick_mm
 from holotron.quant import gemv, quantize_weight
 
 MS = (1, 8, 16, 32, 128)
@@ -112,8 +111,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sweep-budget", type=float, default=60.0, help="seconds for the launch-settings sweep")
-    ap.add_argument("--mm-sweep-budget", type=float, default=0.0,
-                    help="seconds for a sweep of the skinny FP8 product's settings at 128 rows (0: none)")
     ap.add_argument("--quick", action="store_true",
                     help="M = 1 only, no sweep: the picked settings and the fused forms at them")
     a = ap.parse_args()
@@ -129,7 +126,7 @@ def main():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies(2 * n * k))]
         qs = [quantize_weight(w) for w in ws]
         weights[name] = (ws, qs)
-        for m in ((1,) if a.quick else MS) + ((128,) if a.quick and a.mm_sweep_budget else ()):
+        for m in (1,) if a.quick else MS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             r = dict(shape=name, K=k, N=n, M=m)
             r["torch_bf16"] = gbench([lambda w=w: F.linear(x, w) for w in ws])
@@ -141,11 +138,6 @@ def main():
                         xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.bfloat16) for q, s in qs])
                 except (RuntimeError, ValueError) as e:
                     r["torch_fp8"], r["torch_fp8_error"] = None, str(e).splitlines()[0][:160]
-            if m > 16 and has_smm:  # the skinny Triton FP8 product (x quantised outside the timing, as above)
-                from holotron.kernels.fp8_gemm_triton import fp8_gemm_triton
-                r["triton_mm_fp8"] = gbench([lambda q=q, s=s: fp8_gemm_triton(xq, xs, q, s, torch.bfloat16)
-                                             for q, s in qs])
-                r["triton_mm_fp8_gbs"] = n * k / r["triton_mm_fp8"] / 1e6
             if m <= 16:
                 r["triton_bf16"] = gbench([lambda w=w: gemv(x, w) for w in ws])
                 r["triton_fp8"] = gbench([lambda q=q, s=s: gemv(x, q, s) for q, s in qs])
@@ -208,35 +200,6 @@ def main():
             t = gbench([lambda wt=wt, sc=sc, call=call: call(wt, sc) for wt, sc in args_])
             best[f"{name}/{label}/1/fused"] = dict(ms=t, plain_ms=best[f"{name}/{label}/1"]["ms"], what=sorted(f))
 
-    # the skinny FP8 product's settings at 128 rows
-    mm_best, t0 = {}, time.perf_counter()
-    for i, (name, (k, n)) in enumerate(shp.items() if a.mm_sweep_budget else []):
-        from holotron.kernels.fp8_gemm_triton import fp8_gemm_triton
-        share = t0 + a.mm_sweep_budget * (i + 1) / len(shp)
-        _, qs = weights[name]
-        x = torch.randn(128, k, device="cuda", dtype=torch.bfloat16)
-        xs = (x.float().abs().amax(1, keepdim=True) / 448).clamp_min(1e-12)
-        xq = (x.float() / xs).to(torch.float8_e4m3fn)
-        found = None
-        for bn, bk, st, wp, sp in [(64, 128, 4, 4, 0), (128, 128, 4, 8, 0), (64, 256, 3, 4, 0), (128, 128, 3, 4, 0),
-                                   (64, 128, 5, 4, 0), (32, 256, 4, 4, 0), (64, 128, 4, 4, 1), (128, 256, 3, 8, 0),
-                                   (64, 128, 4, 8, 0), (128, 64, 5, 4, 0)]:
-            if time.perf_counter() > share and found is not None:
-                break
-            c = dict(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, num_warps=wp, **({"SPLIT": 1} if sp else {}))
-            c = pick_mm(128, n, k, torch.device("cuda"), c)
-            try:
-                t = gbench([lambda q=q, s=s, c=c: fp8_gemm_triton(xq, xs, q, s, torch.bfloat16, c) for q, s in qs])
-            except Exception as e:  # noqa: BLE001 - a setting that does not compile (shared memory)
-                print(f"  mm {name} {c}: {type(e).__name__}", flush=True)
-                continue
-            if found is None or t < found[0]:
-                found = (t, c)
-        if found:
-            mm_best[name] = dict(ms=found[0], config=found[1], gbs=n * k / found[0] / 1e6)
-            print(f"  mm sweep {name}/128: {found[0]:.4f} ms {n * k / found[0] / 1e6 / floor:4.0%} {found[1]}",
-                  flush=True)
-
     # whole-LM estimate at M = 1
     one = {r["shape"]: r for r in rows if r["M"] == 1}
     est = {}
@@ -253,7 +216,7 @@ def main():
     est["floor_fp8_lm_head_bf16_ms"] = (wbytes + shp["lm_head"][0] * shp["lm_head"][1]) / floor / 1e6
 
     res = dict(date=time.strftime("%Y-%m-%d"), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-               triton=triton.__version__, copy_gbs=floor, rows=rows, sweep_best=best, mm_sweep_best=mm_best,
+               triton=triton.__version__, copy_gbs=floor, rows=rows, sweep_best=best,
                step_estimate_ms=est,
                layer_counts=count, weight_params=wbytes)
     Path(a.out).mkdir(parents=True, exist_ok=True)
@@ -267,12 +230,11 @@ def main():
 
     print(f"\ncopy floor {floor:,.0f} GB/s; ms (median) and fraction of copy bandwidth in weight bytes")
     print(f"{'shape':>8} {'K':>6} {'N':>6} {'M':>4} | {'bf16':>7} {'%':>4} | {'smm fp8':>7} {'%':>4} | "
-          f"{'tri bf16':>8} {'%':>4} | {'tri fp8':>7} {'%':>4}  (tri fp8 above 16 rows: the skinny FP8 x FP8 product)")
+          f"{'tri bf16':>8} {'%':>4} | {'tri fp8':>7} {'%':>4}")
     for r in rows:
         print(f"{r['shape']:>8} {r['K']:>6} {r['N']:>6} {r['M']:>4} | {f(r['torch_bf16'])} {pct(r, 'torch_bf16')} | "
               f"{f(r.get('torch_fp8'))} {pct(r, 'torch_fp8')} | {f(r.get('triton_bf16'), 8)} "
-              f"{pct(r, 'triton_bf16')} | {f(r.get('triton_fp8') or r.get('triton_mm_fp8'))} "
-              f"{pct(r, 'triton_fp8' if r.get('triton_fp8') else 'triton_mm_fp8')}")
+              f"{pct(r, 'triton_bf16')} | {f(r.get('triton_fp8'))} {pct(r, 'triton_fp8')}")
     print("\nbest of sweep (ms, % of copy); fused: the decode step's form at those settings:")
     for key, b in best.items():
         if key.endswith("/fused"):

@@ -11,8 +11,10 @@ weights widened in registers; Mamba2's group norm a small kernel of its own befo
 2-16 rows the kernel's ``tl.dot`` tile read the 12B's weights at 45-55% of copy bandwidth where cuBLAS reached
 76-91% (bench_gemv.py on an H200, 2026-12-04), so above one row the norms run as row kernels
 (holotron/kernels/rows_triton.py, group_norm_triton.py; with FP8 weights the activations' per-row
-quantisation in the same pass) before the layers' own products. The attention of the new token reads its
-row's filled slots with a split-over-keys kernel (holotron/kernels/attn_decode_triton.py) at any batch.
+quantisation in the same pass) before the product, which is the skinny Triton product with the relu^2 and
+the residual add in its epilogue (holotron/kernels/skinny_mm_triton.py) up to ``MM_ROWS`` rows (16-bit
+weights) or ``quant.FP8_GEMM_ROWS`` (FP8), the layer's own product above. The attention of the new token reads
+its row's filled slots with a split-over-keys kernel (holotron/kernels/attn_decode_triton.py) at any batch.
 Elsewhere they are the plain composition of the modules, the same ops as the prefill path, so a CPU / fp32
 model decodes exactly as before (docs/architecture.md, "The decode step").
 
@@ -38,6 +40,9 @@ __all__ = ["norm_linear", "linear_residual", "decode_attention", "fused_decode",
 
 MODES = ("auto", "on", "off")
 FUSED_MAX_ROWS = 1  # the GEMV path's rows (see above)
+# rows up to which 16-bit weights multiply through the skinny Triton product (above FUSED_MAX_ROWS);
+# HOLOTRON_MM_ROWS (0: never)
+MM_ROWS = int(os.environ.get("HOLOTRON_MM_ROWS", "256"))
 _mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
@@ -140,18 +145,53 @@ def _(x, weight, eps):
     return torch.empty_like(x, dtype=torch.float8_e4m3fn), x.new_empty(x.shape[0], 1, dtype=torch.float32)
 
 
-def _rows_linear(x: torch.Tensor, norm: nn.Module, lin: nn.Module) -> torch.Tensor:
-    """lin(norm(x)) above FUSED_MAX_ROWS: the norm in one kernel (for FP8 weights on CUDA with it the
-    activations' quantisation, then the FP8 tensor-core product), the product by the layer itself."""
+@torch.library.custom_op("holotron::rows_mm", mutates_args=())
+def _rows_mm(x: torch.Tensor, w: torch.Tensor, xs: torch.Tensor | None, ws: torch.Tensor | None,
+             residual: torch.Tensor | None, act: str, out_dtype: torch.dtype) -> torch.Tensor:
+    from .kernels.skinny_mm_triton import skinny_mm
+
+    return skinny_mm(x, w, xs, ws, residual, act or None, out_dtype)
+
+
+@_rows_mm.register_fake
+def _(x, w, xs, ws, residual, act, out_dtype):
+    return x.new_empty(x.shape[0], w.shape[0], dtype=out_dtype)
+
+
+def _rows_ok(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module) -> bool:
+    """Whether ``_rows_linear`` serves x: 16-bit x, the layer's compute dtype x's, and the kernels allowed for x,
+    the norm's weight and the layer's weight (autograd records none of them)."""
+    w = lin.weight_fp8 if isinstance(lin, FP8Linear) else lin.weight
+    return x.dtype in (torch.bfloat16, torch.float16) and lin.weight.dtype == x.dtype \
+        and _kernels_ok(x, w, None if norm is None else norm.weight)
+
+
+def _rows_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: str | None = None,
+                 residual: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``act(lin(norm(x))) + residual`` above FUSED_MAX_ROWS, where ``_rows_ok``:
+    the norm in one kernel (for FP8 weights on CUDA with it the activations' quantisation), then the skinny
+    product with act and the residual in its epilogue, or above its rows the layer's own product."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    m = x2.shape[0]
+    dtype = out_dtype or (lin.weight.dtype if residual is None else torch.promote_types(residual.dtype,
+                                                                                          lin.weight.dtype))
+    r2 = None if residual is None else residual.reshape(m, -1)
     if isinstance(lin, FP8Linear) and lin.bias is None and lin.w8a8(x):
-        xq, xs = _row_norm_quant(x2, norm.weight, norm.eps)
+        xq, xs = _row_norm_quant(x2, norm.weight, norm.eps) if norm is not None else quant.quantize_rows(x2)
+        if m <= quant.FP8_GEMM_ROWS:
+            return _rows_mm(xq, lin.weight_fp8, xs, lin.weight_scale, r2, act or "", dtype).view(*x.shape[:-1], -1)
         y = quant.scaled_matmul(xq, xs, lin.weight_fp8, lin.weight_scale, x.dtype)
     else:
-        y = lin(_row_norm(x2, norm.weight, norm.eps))
-    return y.view(*x.shape[:-1], y.shape[-1])
+        h = _row_norm(x2, norm.weight, norm.eps) if norm is not None else x2
+        if m <= MM_ROWS and type(lin) is nn.Linear and lin.bias is None:
+            return _rows_mm(h, lin.weight, None, None, r2, act or "", dtype).view(*x.shape[:-1], -1)
+        y = lin(h)
+    if act == "relu2":
+        y = F.relu(y).square()
+    y = y.view(*x.shape[:-1], y.shape[-1])
+    return (y if residual is None else residual + y).to(dtype)
 
 
 def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: str | None = None,
@@ -160,12 +200,10 @@ def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: st
     The result is in the layer's compute dtype, or ``out_dtype``."""
     ws = _weights(x, lin)
     if ws is None:
-        if norm is not None and _kernels_ok(x, norm.weight) and x.dtype in (torch.bfloat16, torch.float16) \
-                and lin.weight.dtype == x.dtype:
-            y = _rows_linear(x, norm, lin)  # more rows: the norm (and FP8 quantisation) in one kernel
-        else:
-            h = x if norm is None else norm(x.to(norm.weight.dtype))
-            y = lin(h.to(lin.weight.dtype))
+        if _rows_ok(x, norm, lin):
+            return _rows_linear(x, norm, lin, act, out_dtype=out_dtype)  # more rows: row kernels, skinny product
+        h = x if norm is None else norm(x.to(norm.weight.dtype))
+        y = lin(h.to(lin.weight.dtype))
         if act == "relu2":
             y = F.relu(y).square()
         return y if out_dtype is None else y.to(out_dtype)
@@ -182,6 +220,8 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
         v = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps) if kernels else gnorm.normed(v.float(), v.dtype)
     ws = _weights(v, lin)
     if ws is None:
+        if _rows_ok(v, None, lin):
+            return _rows_linear(v, None, lin, residual=residual)  # more rows: the skinny product
         out = lin(v)
         return out if residual is None else residual + out
     dtype = lin.weight.dtype if residual is None else torch.promote_types(residual.dtype, lin.weight.dtype)

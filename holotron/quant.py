@@ -37,9 +37,8 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0           # torch.finfo(torch.float8_e4m3fn).max
 GEMV_MAX_ROWS = 16        # above this, a matmul: FP8 x FP8 on CUDA (W8A8), else on the widened weight
 W8A8 = True               # above one row on CUDA, quantise x per row and multiply on the FP8 tensor cores
-# rows up to which the skinny Triton FP8 product replaces torch._scaled_mm (0: never); HOLOTRON_FP8_GEMM_ROWS
-# (64: at 8 and 64 rows it made the 12B's FP8 decode step 1.5x and 1.2x faster than torch._scaled_mm, at 128
-# rows 2% slower; bench_serving.py on an H200, 2026-12-04)
+# rows up to which the skinny Triton product (holotron/kernels/skinny_mm_triton.py) replaces torch._scaled_mm
+# (0: never); HOLOTRON_FP8_GEMM_ROWS
 FP8_GEMM_ROWS = int(os.environ.get("HOLOTRON_FP8_GEMM_ROWS", "64"))
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32, FP8)
 _X_TRITON = (torch.bfloat16, torch.float16, torch.float32)
@@ -157,11 +156,11 @@ def scaled_matmul(xq: torch.Tensor, xs: torch.Tensor, q: torch.Tensor, scale: to
                   out_dtype: torch.dtype) -> torch.Tensor:
     """(xq * xs) @ (q * scale)^T on the FP8 tensor cores: xq (M, K) e4m3 with scales (M, 1), q (N, K) e4m3 with
     scales (N,); fp32 accumulation, -> (M, N) in ``out_dtype``. On CUDA up to ``FP8_GEMM_ROWS`` rows the skinny
-    Triton kernel (holotron/kernels/fp8_gemm_triton.py), else ``torch._scaled_mm``."""
+    Triton kernel (holotron/kernels/skinny_mm_triton.py), else ``torch._scaled_mm``."""
     if xq.is_cuda and xq.shape[0] <= FP8_GEMM_ROWS:
-        from .kernels.fp8_gemm_triton import fp8_gemm_triton
+        from .kernels.skinny_mm_triton import skinny_mm
 
-        return fp8_gemm_triton(xq, xs, q, scale, out_dtype)
+        return skinny_mm(xq, q, xs, scale, out_dtype=out_dtype)
     return torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=scale[None, :], out_dtype=out_dtype)
 
 

@@ -94,11 +94,12 @@ def rows(request, monkeypatch):
 
 @pytest.fixture
 def row_kernel_calls(monkeypatch):
-    """Counts launches of the row-norm and group-norm kernels."""
-    from holotron.kernels import group_norm_triton, rows_triton
+    """Counts launches of the row-norm, group-norm kernels and the skinny product."""
+    from holotron.kernels import group_norm_triton, rows_triton, skinny_mm_triton
 
     calls = []
-    for mod, name in ((rows_triton, "row_norm_quant"), (group_norm_triton, "group_rms_norm_triton")):
+    for mod, name in ((rows_triton, "row_norm_quant"), (group_norm_triton, "group_rms_norm_triton"),
+                      (skinny_mm_triton, "skinny_mm")):
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
     return calls
@@ -146,8 +147,10 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls,
             lg = norm_linear(x, norm, up, out_dtype=torch.float32)
         if rows[1] <= rows[0]:
             assert len(kernel_calls) == 3
-        else:  # past the GEMV's rows: the norms as row kernels (on CUDA with FP8 weights, quantising too)
+        else:  # past the GEMV's rows: the norms as row kernels (on CUDA with FP8 weights, quantising too), then
+            # the skinny product with relu^2 / the residual in its epilogue (FP8 on the CPU: the widened weights)
             assert not kernel_calls and {"group_rms_norm_triton", "row_norm_quant"} <= set(row_kernel_calls)
+            assert row_kernel_calls.count("skinny_mm") == (3 if wdtype == torch.bfloat16 or DEV == "cuda" else 0)
     assert h1.dtype == h0.dtype == torch.bfloat16 and y1.dtype == y0.dtype and lg.dtype == torch.float32
     # the fused path skips the bf16 rounding of the normalised x: a few bf16 ulps apart
     assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2

@@ -6,7 +6,7 @@
 import torch
 
 from holotron import quant
-from holotron.kernels.fp8_gemm_triton import fp8_gemm_triton, pick
+from holotron.kernels.skinny_mm_triton import pick, skinny_mm
 
 for n, k in ((22656, 5120), (5120, 10240), (5120, 20480), (1024, 5120)):
     for m in (8, 64, 128, 200):
@@ -17,8 +17,8 @@ for n, k in ((22656, 5120), (5120, 10240), (5120, 20480), (1024, 5120)):
         exact = (xq.double() * xs.double()) @ (q.double() * s.double()[:, None]).T
         smm = torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=s[None, :], out_dtype=torch.float32)
         errs = {"smm": ((smm.double() - exact).abs().max() / exact.abs().max()).item()}
-        for acc_k in (32, 128):  # at most BLOCK_K (128)
-            cfg = dict(pick(m, n, k, x.device), ACC_K=acc_k)
-            y = fp8_gemm_triton(xq, xs, q, s, torch.float32, cfg)
+        for acc_k in (32, 0):  # 0: a whole BLOCK_K
+            cfg = dict(pick(m, n, k, q.dtype, x.device), ACC_K=acc_k)
+            y = skinny_mm(xq, q, xs, s, out_dtype=torch.float32, config=cfg)
             errs[f"acc_k {acc_k}"] = ((y.double() - exact).abs().max() / exact.abs().max()).item()
         print(f"N {n:>6} K {k:>6} M {m:>4}: " + "  ".join(f"{a} {e:.2e}" for a, e in errs.items()), flush=True)

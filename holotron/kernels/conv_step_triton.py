@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_C, NUM_WARPS = 256, 4
+# launch settings (dev/probes/step_sweep.py sweeps them)
+CONV_CONFIG = dict(BLOCK_C=256, num_warps=4)
 
 
 @triton.jit
@@ -52,9 +53,9 @@ def conv_step_triton(conv: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     b, c, K = conv.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
     out = torch.empty(b, c, dtype=x.dtype, device=x.device)
-    _conv_step[(b, triton.cdiv(c, BLOCK_C))](
+    _conv_step[(b, triton.cdiv(c, CONV_CONFIG["BLOCK_C"]))](
         conv, x, weight, bias if bias is not None else weight, out, active if active is not None else out, c,
         conv.stride(0), conv.stride(1), conv.stride(2), x.stride(0), out.stride(0),
-        K=K, KP=triton.next_power_of_2(K), HAS_BIAS=bias is not None, HAS_ACTIVE=active is not None, BLOCK=BLOCK_C,
-        num_warps=NUM_WARPS)
+        K=K, KP=triton.next_power_of_2(K), HAS_BIAS=bias is not None, HAS_ACTIVE=active is not None,
+        BLOCK=CONV_CONFIG["BLOCK_C"], num_warps=CONV_CONFIG["num_warps"])
     return out

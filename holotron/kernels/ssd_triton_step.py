@@ -25,7 +25,7 @@ def _step(
     s_z_b, s_z_h, s_y_b, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
     SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    STATE_LOW: tl.constexpr, HAS_ACTIVE: tl.constexpr,
+    STATE_LOW: tl.constexpr, HAS_ACTIVE: tl.constexpr, STREAM: tl.constexpr,
 ):
     """S = exp(dt A) S + dt x B^T; y = S C + D x; y *= silu(z). In the state's dtype (fp32 or fp64); a bf16 /
     fp16 state (STATE_LOW) is computed in fp32 and rounded once when stored (y uses the unrounded S)."""
@@ -37,7 +37,10 @@ def _step(
     mn = ns < N
     g = h // HPG
     sptr = state_ptr + bi.to(tl.int64) * s_s_b + h * s_s_h + ps[:, None] * s_s_p + ns[None, :]
-    S = tl.load(sptr, mask=mp[:, None] & mn[None, :], other=0.0)
+    if STREAM:  # the state is read once and written once per step: keep it from displacing cached lines
+        S = tl.load(sptr, mask=mp[:, None] & mn[None, :], other=0.0, eviction_policy="evict_first")
+    else:
+        S = tl.load(sptr, mask=mp[:, None] & mn[None, :], other=0.0)
     if STATE_LOW:
         S = S.to(tl.float32)
     cd = S.dtype
@@ -55,7 +58,10 @@ def _step(
     ms = mp
     if HAS_ACTIVE:
         ms = mp & (tl.load(act_ptr + bi + ps * 0) != 0)  # the row's flag, broadcast over its state rows
-    tl.store(sptr, S.to(state_ptr.dtype.element_ty), mask=ms[:, None] & mn[None, :])
+    if STREAM:
+        tl.store(sptr, S.to(state_ptr.dtype.element_ty), mask=ms[:, None] & mn[None, :], cache_modifier=".cs")
+    else:
+        tl.store(sptr, S.to(state_ptr.dtype.element_ty), mask=ms[:, None] & mn[None, :])
     y = tl.sum(S * Cv[None, :], axis=1)
     if HAS_D:
         if D_PER_CHANNEL:
@@ -68,8 +74,9 @@ def _step(
     tl.store(y_ptr + bi * s_y_b + h * s_y_h + ps, y.to(y_ptr.dtype.element_ty), mask=mp)
 
 
-# launch settings of the step (the benchmark sweeps them); BLOCK_P None: chosen from the shapes
-STEP_CONFIG = dict(BLOCK_P=None, num_warps=4)
+# launch settings of the step (dev/probes/step_sweep.py sweeps them); BLOCK_P None: chosen from the shapes;
+# stream: the state's loads and stores marked as streaming (evict first)
+STEP_CONFIG = dict(BLOCK_P=None, num_warps=4, stream=False)
 
 
 def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -102,6 +109,6 @@ def ssd_step_triton(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_s
         HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
         BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, STATE_LOW=state.dtype in (torch.bfloat16, torch.float16),
-        HAS_ACTIVE=active is not None, num_warps=STEP_CONFIG["num_warps"],
+        HAS_ACTIVE=active is not None, STREAM=bool(STEP_CONFIG.get("stream")), num_warps=STEP_CONFIG["num_warps"],
     )
     return y
