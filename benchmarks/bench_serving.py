@@ -594,6 +594,8 @@ def main() -> int:
     ap.add_argument("--fused", choices=["on", "off", "both"], default="both",
                     help="with --decode-only: the fused decode ops (holotron/decode_ops.py) on, off, or both")
     ap.add_argument("--compile", action="store_true", help="with --decode-only: also the torch.compiled step")
+    ap.add_argument("--batches", default="1,8,64,128", help="with --decode-only: the batch sizes")
+    ap.add_argument("--states", default="fp32,bf16,fp16", help="with --decode-only: the Mamba state dtypes")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.small:
@@ -615,7 +617,8 @@ def main() -> int:
         "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else "")
                    + (" --decode-only" if args.decode_only else "")
                    + (" --serving-only" if args.serving_only else "")
-                   + (f" --fused {args.fused}" if args.decode_only else "") + (" --compile" if args.compile else ""),
+                   + (f" --fused {args.fused} --batches {args.batches} --states {args.states}" if args.decode_only
+                      else "") + (" --compile" if args.compile else ""),
     }
     try:
         import triton
@@ -677,7 +680,7 @@ def main() -> int:
     res["prompt_logits_finite"] = logits_ok
     # F821 noqa: ruff misreads a lambda over names `del`-ed after it has run (astral-sh/ruff#9858)
     if args.decode_only:
-        batches = [1, 2, 4, 8] if small else [1, 8, 64, 128]
+        batches = [1, 2, 4, 8] if small else [int(v) for v in args.batches.split(",")]
         # (fused, compiled, state): the plain step first (the figures before the fused ops), then the fused one
         configs = [("off", False, torch.float32), ("on", False, torch.float32), ("off", False, torch.bfloat16),
                    ("on", False, torch.bfloat16), ("on", False, torch.float16)]
@@ -685,6 +688,8 @@ def main() -> int:
             configs += [("on", True, torch.bfloat16), ("off", True, torch.bfloat16)]
         if args.fused != "both":
             configs = [c for c in configs if c[0] == args.fused]
+        named = dict(fp32=torch.float32, bf16=torch.bfloat16, fp16=torch.float16)
+        configs = [c for c in configs if c[2] in [named[v] for v in args.states.split(",")]]
         for fz, comp, sdt in configs:
             key = "decode_1k" + ("_compiled" if comp else "") + {torch.float32: "", torch.bfloat16: "_bf16",
                                                                   torch.float16: "_fp16"}[sdt] + f"_fused_{fz}"
