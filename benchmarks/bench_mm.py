@@ -72,8 +72,9 @@ def time_mm(ops, cfg, **kw) -> float:
     return gbench([lambda o=o: SM.skinny_mm(*o, config=cfg, **kw) for o in ops])
 
 
-def sweep(name, k, n, m, kind, weights, deadline):
-    """Best settings of the skinny product for one shape and weight kind within ``deadline``."""
+def sweep(name, k, n, m, kind, weights, deadline, listed=None):
+    """Best settings of the skinny product for one shape and weight kind within ``deadline``: the staged sweep,
+    or the ``listed`` overrides (each at the picked split and unsplit)."""
     ops = operands(name, k, n, m, kind, weights)
     dt = torch.bfloat16 if kind == "16bit" else FP8
     dev = torch.device("cuda")
@@ -100,6 +101,13 @@ def sweep(name, k, n, m, kind, weights, deadline):
             best = r
 
     run({})
+    for o in listed or []:
+        over = o.get(kind, o.get("all"))
+        for sp in ({}, dict(SPLIT=1)):
+            if over is not None and time.perf_counter() < deadline:
+                run({**over, **sp})
+    if listed:
+        return dict(picked=picked, picked_ms=tried[0].get("ms"), best=best, tried=tried)
     base, keep = {}, {"tile": ("BLOCK_N", "BLOCK_K"), "pipeline": ("STAGES", "num_warps"), "split": ()}
     for stage, overs in stages_of_sweep(kind):
         for o in overs:
@@ -124,6 +132,8 @@ def main():
     ap.add_argument("--sweep-rows", default="128", help="row counts swept ('' for none)")
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the sweep")
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--configs", default="", help='JSON list of {"16bit": {...}} / {"fp8": {...}} / {"all": {...}} '
+                    "overrides to sweep instead of the staged sweep")
     a = ap.parse_args()
     torch.manual_seed(0)
     cfg = TextConfig()
@@ -143,7 +153,8 @@ def main():
             for kind in ("16bit", "fp8")]
     for i, (m, name, kind) in enumerate(jobs):
         k, n = shp[name]
-        r = sweep(name, k, n, m, kind, weights, t0 + a.budget * (i + 1) / len(jobs))
+        r = sweep(name, k, n, m, kind, weights, t0 + a.budget * (i + 1) / len(jobs),
+                  json.loads(a.configs) if a.configs else None)
         swept[f"{name}/{kind}/{m}"] = r
         b = r["best"] or {}
         el = 2 if kind == "16bit" else 1

@@ -16,7 +16,8 @@ timing) and applies the epilogue. Launch settings by shape (``pick``, from a swe
 call time: capturable in a CUDA graph.
 
 FP8: Hopper's tensor cores keep fewer bits than fp32 in their FP8 accumulator; ``ACC_K`` products are
-summed there before each promotion to fp32 (0: a whole BLOCK_K, as ``torch._scaled_mm`` does).
+summed there before each promotion to fp32 (0: a whole BLOCK_K, as ``torch._scaled_mm`` does): 32 up to
+``ACC_K_ROWS`` rows, 0 above.
 """
 
 from __future__ import annotations
@@ -111,9 +112,12 @@ def _reduce(p_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, M, N, SPLIT, s_rm, s_ym, BLOCK_
 
 # launch settings by weight dtype (``pick``); the sweep of benchmarks/bench_gemv.py set them
 MM_CONFIG = {
-    "fp8": dict(BLOCK_N=128, BLOCK_K=128, STAGES=4, num_warps=4),
-    "16bit": dict(BLOCK_N=128, BLOCK_K=64, STAGES=4, num_warps=4),
+    "fp8": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
+    "16bit": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
 }
+# FP8: rows up to which the accumulator is promoted every 32 products (above, a whole BLOCK_K: at 128 rows the
+# promotion cost 1.1-3.6x in time; torch._scaled_mm, which the product replaces there, does not promote either)
+ACC_K_ROWS = 64
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "SPLIT", "ACC_K", "TMA")
 
 
@@ -126,7 +130,8 @@ def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, til
     if bad:
         raise ValueError(f"skinny_mm: unknown launch settings {sorted(bad)}; known: {list(_KEYS)}")
     sms = _sm_count(device) if device.type == "cuda" else 132
-    cfg = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=32 if w_dtype == FP8 else 0,
+    acc_k = 32 if w_dtype == FP8 and m <= ACC_K_ROWS else 0
+    cfg = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=acc_k,
                TMA=True, **MM_CONFIG["fp8" if w_dtype == FP8 else "16bit"])
     cfg.update(tile)
     if "SPLIT" not in tile:
