@@ -13,7 +13,7 @@ weights widened in registers; Mamba2's group norm a small kernel of its own befo
 (holotron/kernels/rows_triton.py, group_norm_triton.py; with FP8 weights the activations' per-row
 quantisation in the same pass) before the product, which is the skinny Triton product with the relu^2 and
 the residual add in its epilogue (holotron/kernels/skinny_mm_triton.py) up to ``MM_ROWS`` rows (16-bit
-weights) or where ``quant.skinny_fp8`` says so (FP8), the layer's own product elsewhere. The attention of
+weights) or ``quant.FP8_GEMM_ROWS`` (FP8), the layer's own product above. The attention of
 the new token reads its row's filled slots with a split-over-keys kernel (holotron/kernels/attn_decode_triton.py)
 at any batch. Elsewhere they are the plain composition of the modules, the same ops as the prefill path, so a CPU / fp32
 model decodes exactly as before (docs/architecture.md, "The decode step").
@@ -41,8 +41,9 @@ __all__ = ["norm_linear", "linear_residual", "decode_attention", "fused_decode",
 MODES = ("auto", "on", "off")
 FUSED_MAX_ROWS = 1  # the GEMV path's rows (see above)
 # rows up to which 16-bit weights multiply through the skinny Triton product (above FUSED_MAX_ROWS);
-# HOLOTRON_MM_ROWS (0: never)
-MM_ROWS = int(os.environ.get("HOLOTRON_MM_ROWS", "256"))
+# HOLOTRON_MM_ROWS. 0 (cuBLAS) by default: at 128 rows the 12B's bf16 decode step ran at 7,916 tokens/s with it,
+# 8,335 without (bench_serving.py, H200, 2026-12-04)
+MM_ROWS = int(os.environ.get("HOLOTRON_MM_ROWS", "0"))
 _mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
@@ -180,7 +181,7 @@ def _rows_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: s
     r2 = None if residual is None else residual.reshape(m, -1)
     if isinstance(lin, FP8Linear) and lin.bias is None and lin.w8a8(x):
         xq, xs = _row_norm_quant(x2, norm.weight, norm.eps) if norm is not None else quant.quantize_rows(x2)
-        if quant.skinny_fp8(m, lin.out_features):
+        if m <= quant.FP8_GEMM_ROWS:
             return _rows_mm(xq, lin.weight_fp8, xs, lin.weight_scale, r2, act or "", dtype).view(*x.shape[:-1], -1)
         y = quant.scaled_matmul(xq, xs, lin.weight_fp8, lin.weight_scale, x.dtype)
     else:

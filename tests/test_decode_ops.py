@@ -87,8 +87,10 @@ def test_every_fp8_code_is_widened_exactly():
 @pytest.fixture(params=[(1, 1), (16, 2), (1, 2)], ids=["one-row", "rows-through-tl.dot", "rows-norm-kernels"])
 def rows(request, monkeypatch):
     """(FUSED_MAX_ROWS, batch): the fused GEMV at one row (the default); forced up to 16 rows (the tl.dot
-    tile); and 2 rows past the limit, where the norms run as row kernels before the layers' own products."""
+    tile); and 2 rows past the limit, where the norms run as row kernels before the skinny product (16-bit
+    weights forced onto it: ``MM_ROWS``)."""
     monkeypatch.setattr(decode_ops, "FUSED_MAX_ROWS", request.param[0])
+    monkeypatch.setattr(decode_ops, "MM_ROWS", 256)
     return request.param
 
 
@@ -345,3 +347,25 @@ def test_gemv_refuses_bad_fused_arguments():
         gemv(x, w, norm=torch.ones(95, device=DEV))
     with pytest.raises(ValueError, match="act must be"):
         gemv(x, w, act="gelu")
+
+
+@pytest.mark.parametrize("mm_rows", [0, 4])
+def test_rows_take_the_skinny_product_up_to_mm_rows(mm_rows, monkeypatch, row_kernel_calls):
+    """Above one row, 16-bit weights multiply through the skinny product (relu^2 / residual in its epilogue) up to
+    ``MM_ROWS`` rows, else through the layer itself; either way within bf16 rounding of the plain composition."""
+    monkeypatch.setattr(decode_ops, "MM_ROWS", mm_rows)
+    torch.manual_seed(1)
+    norm = RMSNorm(64).to(DEV, torch.bfloat16)
+    up = nn.Linear(64, 96, bias=False).to(DEV, torch.bfloat16)
+    down = nn.Linear(96, 64, bias=False).to(DEV, torch.bfloat16)
+    x = torch.randn(3, 1, 64, device=DEV, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        with fused_decode("off"):
+            h0 = norm_linear(x, norm, up, act="relu2")
+            y0 = linear_residual(h0, down, x)
+        with fused_decode("on"):
+            h1 = norm_linear(x, norm, up, act="relu2")
+            y1 = linear_residual(h1, down, x)
+    assert row_kernel_calls.count("skinny_mm") == (2 if mm_rows >= 3 else 0)
+    assert h1.shape == h0.shape and y1.dtype == y0.dtype == torch.bfloat16
+    assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2

@@ -110,10 +110,15 @@ def _reduce(p_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, M, N, SPLIT, s_rm, s_ym, BLOCK_
     _finish(acc, rm, rn, M, N, xs_ptr, ws_ptr, r_ptr, y_ptr, s_rm, s_ym, X_SCALE, W_SCALE, RELU2, RESIDUAL)
 
 
-# launch settings by weight dtype (``pick``); the sweep of benchmarks/bench_gemv.py set them
+# launch settings (``pick``) from sweeps at 128 rows on an H200 (benchmarks/bench_mm.py, 2026-12-04): FP8 weights in
+# 64 x 128 tiles of one warpgroup ("fp8": out_proj 0.026 ms, down 0.040 in 3 K slices, against 0.030 / 0.053 for
+# torch._scaled_mm), above ACC_K_ROWS rows where one K slice serves 128 x 128 tiles of two warpgroups
+# ("fp8_wide": in_proj 0.040 ms, up 0.038, against 0.043 / 0.043); 16-bit weights never reached cuBLAS there
+# (its 0.063 / 0.059 ms on in_proj / up against our 0.068 / 0.068)
 MM_CONFIG = {
     "fp8": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
-    "16bit": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
+    "fp8_wide": dict(BLOCK_N=128, BLOCK_K=128, STAGES=3, num_warps=8),
+    "16bit": dict(BLOCK_N=64, BLOCK_K=64, STAGES=3, num_warps=4),
 }
 # FP8: rows up to which the accumulator is promoted every 32 products (above, a whole BLOCK_K: at 128 rows the
 # promotion cost 1.1-3.6x in time; torch._scaled_mm, which the product replaces there, does not promote either)
@@ -123,34 +128,39 @@ _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "SPLIT", "ACC_K
 
 def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, tile: dict | None = None) -> dict:
     """Launch settings for an (m, k) x (n, k)^T product. BLOCK_M covers the rows (16..128); BLOCK_N, BLOCK_K,
-    stages and warps from ``MM_CONFIG``; K split into SPLIT slices (each at least 4 BLOCK_K long) where that
-    shortens the estimated time (``_cost``). ``tile`` overrides any key (the benchmark's sweep)."""
+    stages and warps from ``MM_CONFIG``; K split into SPLIT slices where that shortens the estimated time
+    (``_split``). ``tile`` overrides any key (the benchmark's sweep)."""
     tile = dict(tile or {})
     bad = set(tile) - set(_KEYS)
     if bad:
         raise ValueError(f"skinny_mm: unknown launch settings {sorted(bad)}; known: {list(_KEYS)}")
     sms = _sm_count(device) if device.type == "cuda" else 132
     acc_k = 32 if w_dtype == FP8 and m <= ACC_K_ROWS else 0
-    cfg = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=acc_k,
-               TMA=True, **MM_CONFIG["fp8" if w_dtype == FP8 else "16bit"])
-    cfg.update(tile)
+    base = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=acc_k, TMA=True)
+    kind = "fp8" if w_dtype == FP8 else "16bit"
+    cfg = {**base, **MM_CONFIG[kind], **tile}
+    if kind == "fp8" and m > ACC_K_ROWS:  # the wide tile where one K slice fills the GPU
+        wide = {**base, **MM_CONFIG["fp8_wide"], **tile}
+        if "SPLIT" in tile or _split(m, n, k, 1, wide, sms) == 1:
+            cfg = wide
     if "SPLIT" not in tile:
-        steps = triton.cdiv(k, cfg["BLOCK_K"])
-        cands = [s for s in range(1, 17) if s == 1 or triton.cdiv(steps, s) >= 4]
-        cfg["SPLIT"] = min(cands, key=lambda s: _cost(m, n, k, w_dtype.itemsize, cfg, s, sms))
+        cfg["SPLIT"] = _split(m, n, k, w_dtype.itemsize, cfg, sms)
     return cfg
 
 
-def _cost(m: int, n: int, k: int, el: int, cfg: dict, split: int, sms: int) -> float:
-    """Bytes-equivalent time of a launch: the programs run in waves of one per multiprocessor, each wave as
-    long as its slice's weight tiles take at a 1/sms share of the bandwidth; a split adds its fp32 partials
-    (written, then read)."""
-    steps = triton.cdiv(k, cfg["BLOCK_K"])
-    per = triton.cdiv(steps, split)
-    progs = triton.cdiv(n, cfg["BLOCK_N"]) * triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(steps, per)
-    t = triton.cdiv(progs, sms) * per * cfg["BLOCK_N"] * cfg["BLOCK_K"] * el * sms
-    return t + (2 * split * m * n * 4 if split > 1 else 0)
-    return cfg
+def _split(m: int, n: int, k: int, el: int, cfg: dict, sms: int) -> int:
+    """The number of K slices: 1 when the output tiles alone give every multiprocessor a program; else as many
+    as one wave of programs holds (multiprocessors x programs resident on each, by shared memory and warps),
+    each slice at least 4 BLOCK_K long. (A second wave, or slices where the tiles already fill the GPU, cost
+    more in the sweep than their fp32 partials saved: at 128 rows 20480 x 5120 FP8 took 0.038 ms unsplit, 0.057
+    in 2 slices; 5120 x 10240 took 0.026 ms in 3 slices (240 programs, 2 per multiprocessor), 0.039 in 4.)"""
+    tiles = triton.cdiv(n, cfg["BLOCK_N"]) * triton.cdiv(m, cfg["BLOCK_M"])
+    if tiles >= sms:
+        return 1
+    smem = cfg["STAGES"] * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * el
+    resident = max(1, min(227 * 1024 // smem, 64 // cfg["num_warps"]))
+    most = triton.cdiv(k, cfg["BLOCK_K"]) // 4
+    return max(1, min(most, sms * resident // tiles))
 
 
 def skinny_mm(x: torch.Tensor, w: torch.Tensor, xs: torch.Tensor | None = None, ws: torch.Tensor | None = None,
