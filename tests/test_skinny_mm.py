@@ -79,6 +79,8 @@ def test_bad_arguments_name_the_culprit():
         skinny_mm(x, w, residual=torch.zeros(4, 9, device=DEV))
     with pytest.raises(ValueError, match="unknown launch settings"):
         skinny_mm(x, w, config=dict(BLOCK=4))
+    with pytest.raises(ValueError, match="ACC_K must be a positive"):
+        skinny_mm(x, w, config=dict(ACC_K=0))
 
 
 def test_pick_splits_k_only_when_the_strips_are_too_few():
@@ -88,6 +90,10 @@ def test_pick_splits_k_only_when_the_strips_are_too_few():
     down = pick(128, 5120, 20480, FP8, dev)
     assert down["SPLIT"] > 1 and (5120 // down["BLOCK_N"]) * down["SPLIT"] <= 2 * 132
     assert pick(3, 64, 64, torch.bfloat16, dev, dict(SPLIT=5))["SPLIT"] == 5
+    # FP8's accumulator: promoted every 32 products up to 64 rows, every K block above (never: not offered)
+    assert pick(64, 5120, 5120, FP8, dev)["ACC_K"] == 32
+    wide = pick(128, 5120, 5120, FP8, dev)
+    assert wide["ACC_K"] == wide["BLOCK_K"]
 
 
 @pytest.mark.gpu
