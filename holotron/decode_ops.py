@@ -13,7 +13,7 @@ weights widened in registers; Mamba2's group norm a small kernel of its own befo
 (holotron/kernels/rows_triton.py, group_norm_triton.py; with FP8 weights the activations' per-row
 quantisation in the same pass) before the product, which is the skinny Triton product with the relu^2 and
 the residual add in its epilogue (holotron/kernels/skinny_mm_triton.py) up to ``MM_ROWS`` rows (16-bit
-weights) or ``quant.FP8_GEMM_ROWS`` (FP8), the layer's own product above. The attention of
+weights) or where ``quant.skinny_fp8`` says so (FP8), the layer's own product elsewhere. The attention of
 the new token reads its row's filled slots with a split-over-keys kernel (holotron/kernels/attn_decode_triton.py)
 at any batch. Elsewhere they are the plain composition of the modules, the same ops as the prefill path, so a CPU / fp32
 model decodes exactly as before (docs/architecture.md, "The decode step").
@@ -181,7 +181,7 @@ def _rows_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: s
     r2 = None if residual is None else residual.reshape(m, -1)
     if isinstance(lin, FP8Linear) and lin.bias is None and lin.w8a8(x):
         xq, xs = _row_norm_quant(x2, norm.weight, norm.eps) if norm is not None else quant.quantize_rows(x2)
-        if m <= quant.FP8_GEMM_ROWS:
+        if quant.skinny_fp8(m, lin.out_features):
             return _rows_mm(xq, lin.weight_fp8, xs, lin.weight_scale, r2, act or "", dtype).view(*x.shape[:-1], -1)
         y = quant.scaled_matmul(xq, xs, lin.weight_fp8, lin.weight_scale, x.dtype)
     else:

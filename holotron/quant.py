@@ -37,10 +37,14 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0           # torch.finfo(torch.float8_e4m3fn).max
 GEMV_MAX_ROWS = 16        # above this, a matmul: FP8 x FP8 on CUDA (W8A8), else on the widened weight
 W8A8 = True               # above one row on CUDA, quantise x per row and multiply on the FP8 tensor cores
-# rows up to which the skinny Triton product (holotron/kernels/skinny_mm_triton.py) replaces torch._scaled_mm
-# (0: never); HOLOTRON_FP8_GEMM_ROWS. At 128 rows it read the 12B's in_proj / out_proj / up / down codes 1.1-1.3x
-# faster (bench_mm.py, H200, 2026-12-04); at 256 rows _scaled_mm was ahead.
-FP8_GEMM_ROWS = int(os.environ.get("HOLOTRON_FP8_GEMM_ROWS", "128"))
+# where the skinny Triton product (holotron/kernels/skinny_mm_triton.py) replaces torch._scaled_mm: up to
+# FP8_GEMM_ROWS rows for every layer, and up to FP8_NARROW_ROWS rows for layers of at most FP8_NARROW_N outputs
+# (few column strips, K split over programs: at 128 rows the 12B's out_proj / down took 0.028 / 0.045 ms there
+# against 0.029 / 0.053 for _scaled_mm, which stayed ahead on the wide layers; bench_mm.py, H200, 2026-12-04).
+# HOLOTRON_FP8_GEMM_ROWS / HOLOTRON_FP8_NARROW_ROWS (0: never)
+FP8_GEMM_ROWS = int(os.environ.get("HOLOTRON_FP8_GEMM_ROWS", "64"))
+FP8_NARROW_ROWS = int(os.environ.get("HOLOTRON_FP8_NARROW_ROWS", "128"))
+FP8_NARROW_N = 8192
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32, FP8)
 _X_TRITON = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -156,13 +160,18 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def scaled_matmul(xq: torch.Tensor, xs: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                   out_dtype: torch.dtype) -> torch.Tensor:
     """(xq * xs) @ (q * scale)^T on the FP8 tensor cores: xq (M, K) e4m3 with scales (M, 1), q (N, K) e4m3 with
-    scales (N,); fp32 accumulation, -> (M, N) in ``out_dtype``. On CUDA up to ``FP8_GEMM_ROWS`` rows the skinny
+    scales (N,); fp32 accumulation, -> (M, N) in ``out_dtype``. On CUDA where ``skinny_fp8`` says so the skinny
     Triton kernel (holotron/kernels/skinny_mm_triton.py), else ``torch._scaled_mm``."""
-    if xq.is_cuda and xq.shape[0] <= FP8_GEMM_ROWS:
+    if xq.is_cuda and skinny_fp8(xq.shape[0], q.shape[0]):
         from .kernels.skinny_mm_triton import skinny_mm
 
         return skinny_mm(xq, q, xs, scale, out_dtype=out_dtype)
     return torch._scaled_mm(xq, q.t(), scale_a=xs, scale_b=scale[None, :], out_dtype=out_dtype)
+
+
+def skinny_fp8(m: int, n: int) -> bool:
+    """Whether an (m rows) x (n outputs) FP8 product runs through the skinny Triton kernel (see FP8_GEMM_ROWS)."""
+    return m <= FP8_GEMM_ROWS or (m <= FP8_NARROW_ROWS and n <= FP8_NARROW_N)
 
 
 def fp8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

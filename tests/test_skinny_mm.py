@@ -102,12 +102,13 @@ def test_pick_splits_k_only_when_the_strips_are_too_few():
 @pytest.mark.parametrize("m", [8, 128, 200])
 def test_gpu_real_shapes(kind, n, k, m):
     """At the 12B's shapes: FP8 no further from float64 than torch._scaled_mm (Hopper's FP8 accumulator promoted
-    to fp32 often enough) and within 1e-3; 16-bit within cuBLAS's error, twice over."""
+    to fp32 often enough) and within 1e-3; 16-bit within 1e-4 (fp32 accumulation over up to 20,480 products; a
+    bf16 output alone would round by 4e-3)."""
     x, w, xs, ws, exact = _operands(m, n, k, kind, "cuda", 0)
     err = _rel_max(skinny_mm(x, w, xs, ws, out_dtype=torch.float32), exact)
     if kind == FP8:
         peer = torch._scaled_mm(x, w.t(), scale_a=xs, scale_b=ws[None, :], out_dtype=torch.float32)
+        err_peer = _rel_max(peer, exact)
+        assert err < 1e-3 and err <= 2 * err_peer + 1e-5, (err, err_peer)
     else:
-        peer = torch.nn.functional.linear(x.float(), w.float())  # fp32 product of the 16-bit operands
-    err_peer = _rel_max(peer, exact)
-    assert err < 1e-3 and err <= 2 * err_peer + 1e-5, (err, err_peer)
+        assert err < 1e-4, err

@@ -111,14 +111,13 @@ def _reduce(p_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, M, N, SPLIT, s_rm, s_ym, BLOCK_
     _finish(acc, rm, rn, M, N, xs_ptr, ws_ptr, r_ptr, y_ptr, s_rm, s_ym, X_SCALE, W_SCALE, RELU2, RESIDUAL)
 
 
-# launch settings (``pick``) from sweeps at 128 rows on an H200 (benchmarks/bench_mm.py, 2026-12-04): FP8 weights in
-# 64 x 128 tiles of one warpgroup ("fp8": out_proj 0.026 ms, down 0.040 in 3 K slices, against 0.030 / 0.053 for
-# torch._scaled_mm), above ACC_K_ROWS rows where one K slice serves 128 x 128 tiles of two warpgroups
-# ("fp8_wide": in_proj 0.040 ms, up 0.038, against 0.043 / 0.043); 16-bit weights never reached cuBLAS there
-# (its 0.063 / 0.059 ms on in_proj / up against our 0.068 / 0.068)
+# launch settings (``pick``) from sweeps at 128 rows on an H200 (benchmarks/bench_mm.py, 2026-12-04). FP8: 64 x 128
+# tiles of one warpgroup (out_proj 0.028 ms, down 0.045 in 3 K slices, against 0.029 / 0.053 for
+# torch._scaled_mm; 128 x 128 tiles of two warpgroups did not beat _scaled_mm on the wide layers once the
+# accumulator was promoted per K block: in_proj 0.050-0.068 against 0.042). 16-bit weights never reached cuBLAS
+# there (in_proj / up 0.067 / 0.064 ms against 0.065 / 0.057).
 MM_CONFIG = {
     "fp8": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
-    "fp8_wide": dict(BLOCK_N=128, BLOCK_K=128, STAGES=3, num_warps=8),
     "16bit": dict(BLOCK_N=64, BLOCK_K=64, STAGES=3, num_warps=4),
 }
 # FP8: rows up to which the accumulator is promoted every 32 products (above, every BLOCK_K: at 128 rows the
@@ -140,12 +139,7 @@ def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, til
         raise ValueError(f"skinny_mm: ACC_K must be a positive number of products, got {tile['ACC_K']!r}")
     base = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=32 if m <= ACC_K_ROWS else None,
                 TMA=True)
-    kind = "fp8" if w_dtype == FP8 else "16bit"
-    cfg = {**base, **MM_CONFIG[kind], **tile}
-    if kind == "fp8" and m > ACC_K_ROWS:  # the wide tile where one K slice fills the GPU
-        wide = {**base, **MM_CONFIG["fp8_wide"], **tile}
-        if "SPLIT" in tile or _split(m, n, k, 1, wide, sms) == 1:
-            cfg = wide
+    cfg = {**base, **MM_CONFIG["fp8" if w_dtype == FP8 else "16bit"], **tile}
     if "SPLIT" not in tile:
         cfg["SPLIT"] = _split(m, n, k, w_dtype.itemsize, cfg, sms)
     if cfg["ACC_K"] is None:
