@@ -23,6 +23,9 @@ float64 than ``torch._scaled_mm`` at 128 x 5120 x 22656 (5.3e-3 against 1.5e-4):
 
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -57,7 +60,7 @@ def _finish(acc, rm, rn, M, N, xs_ptr, ws_ptr, r_ptr, y_ptr, s_rm, s_ym, X_SCALE
 def _mm(x_ptr, w_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, p_ptr, M, N, K, K_SPLIT, s_xm, s_wn, s_rm, s_ym,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
         TMA: tl.constexpr, PARTIAL: tl.constexpr, X_SCALE: tl.constexpr, W_SCALE: tl.constexpr,
-        RELU2: tl.constexpr, RESIDUAL: tl.constexpr, F32: tl.constexpr, ACC_K: tl.constexpr):
+        RELU2: tl.constexpr, RESIDUAL: tl.constexpr, F32: tl.constexpr, ACC_K: tl.constexpr, WS: tl.constexpr):
     """One (BLOCK_M, BLOCK_N) output tile over K slice pid_k: the finished tile, or its fp32 partial."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -75,7 +78,7 @@ def _mm(x_ptr, w_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, p_ptr, M, N, K, K_SPLIT, s_x
         w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_end = tl.minimum(K, k0 + K_SPLIT)  # K_SPLIT is a multiple of BLOCK_K: no tile crosses into the next slice
-    for kk in tl.range(k0, k_end, BLOCK_K, num_stages=STAGES):
+    for kk in tl.range(k0, k_end, BLOCK_K, num_stages=STAGES, warp_specialize=WS):
         if TMA:  # past M, N or K the descriptor reads zeros
             a = xd.load([m0, kk])
             b = wd.load([n0, kk])
@@ -120,10 +123,13 @@ MM_CONFIG = {
     "fp8": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
     "16bit": dict(BLOCK_N=64, BLOCK_K=64, STAGES=3, num_warps=4),
 }
+# HOLOTRON_MM_CONFIG: a JSON object {"fp8": {...}, "16bit": {...}} merged into these (benchmarks' trials)
+for _kind, _over in json.loads(os.environ.get("HOLOTRON_MM_CONFIG", "{}")).items():
+    MM_CONFIG[_kind].update(_over)
 # FP8: rows up to which the accumulator is promoted every 32 products (above, every BLOCK_K: at 128 rows the
 # promotion every 32 cost 1.1-3.6x in time; torch._scaled_mm, which the product replaces there, promotes per block)
 ACC_K_ROWS = 64
-_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "SPLIT", "ACC_K", "TMA")
+_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "SPLIT", "ACC_K", "TMA", "WS")
 
 
 def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, tile: dict | None = None) -> dict:
@@ -138,7 +144,7 @@ def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, til
     if "ACC_K" in tile and not (isinstance(tile["ACC_K"], int) and tile["ACC_K"] >= 1):
         raise ValueError(f"skinny_mm: ACC_K must be a positive number of products, got {tile['ACC_K']!r}")
     base = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=32 if m <= ACC_K_ROWS else None,
-                TMA=True)
+                TMA=True, WS=False)
     cfg = {**base, **MM_CONFIG["fp8" if w_dtype == FP8 else "16bit"], **tile}
     if "SPLIT" not in tile:
         cfg["SPLIT"] = _split(m, n, k, w_dtype.itemsize, cfg, sms)
@@ -203,7 +209,7 @@ def skinny_mm(x: torch.Tensor, w: torch.Tensor, xs: torch.Tensor | None = None, 
     _mm[grid](x, w, xs, ws, r, y, p, m, n, k, k_split, x.stride(0), w.stride(0), r.stride(0), y.stride(0),
               BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, STAGES=cfg["STAGES"], TMA=tma,
               PARTIAL=split > 1, F32=_interpreting(), ACC_K=min(cfg["ACC_K"], bk) if fp8 else 0,
-              num_warps=cfg["num_warps"], **flags)
+              WS=bool(cfg["WS"]) and tma and not _interpreting(), num_warps=cfg["num_warps"], **flags)
     if split > 1:
         _reduce[(triton.cdiv(n, 128), triton.cdiv(m, 16))](p, xs, ws, r, y, m, n, split, r.stride(0), y.stride(0),
                                                            BLOCK_M=16, BLOCK_N=128, num_warps=4, **flags)
