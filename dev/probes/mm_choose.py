@@ -18,7 +18,7 @@ for kind in ("16bit", "fp8"):
     best = collections.defaultdict(dict)  # tile -> shape -> ms
     shapes = []
     for name, sw in d["sweep"].items():
-        shape, k, _ = name.split("/")
+        shape, k, _ = name.rsplit("/", 2)
         if k != kind:
             continue
         shapes.append(shape)
