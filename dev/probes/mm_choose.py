@@ -12,7 +12,7 @@ import sys
 d = json.load(open(sys.argv[1]))
 peers = {"16bit": "torch_bf16", "fp8": "torch_fp8"}
 rows = {r["shape"]: r for r in d["rows"] if r["M"] == 128}
-keys = ("BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "WS")
+keys = ("BLOCK_N", "BLOCK_K", "STAGES", "num_warps")
 chosen = {}
 for kind in ("16bit", "fp8"):
     best = collections.defaultdict(dict)  # tile -> shape -> ms

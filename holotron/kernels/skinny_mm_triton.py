@@ -60,7 +60,7 @@ def _finish(acc, rm, rn, M, N, xs_ptr, ws_ptr, r_ptr, y_ptr, s_rm, s_ym, X_SCALE
 def _mm(x_ptr, w_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, p_ptr, M, N, K, K_SPLIT, s_xm, s_wn, s_rm, s_ym,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
         TMA: tl.constexpr, PARTIAL: tl.constexpr, X_SCALE: tl.constexpr, W_SCALE: tl.constexpr,
-        RELU2: tl.constexpr, RESIDUAL: tl.constexpr, F32: tl.constexpr, ACC_K: tl.constexpr, WS: tl.constexpr):
+        RELU2: tl.constexpr, RESIDUAL: tl.constexpr, F32: tl.constexpr, ACC_K: tl.constexpr):
     """One (BLOCK_M, BLOCK_N) output tile over K slice pid_k: the finished tile, or its fp32 partial."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -78,7 +78,7 @@ def _mm(x_ptr, w_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, p_ptr, M, N, K, K_SPLIT, s_x
         w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_end = tl.minimum(K, k0 + K_SPLIT)  # K_SPLIT is a multiple of BLOCK_K: no tile crosses into the next slice
-    for kk in tl.range(k0, k_end, BLOCK_K, num_stages=STAGES, warp_specialize=WS):
+    for kk in tl.range(k0, k_end, BLOCK_K, num_stages=STAGES):
         if TMA:  # past M, N or K the descriptor reads zeros
             a = xd.load([m0, kk])
             b = wd.load([n0, kk])
@@ -118,7 +118,8 @@ def _reduce(p_ptr, xs_ptr, ws_ptr, r_ptr, y_ptr, M, N, SPLIT, s_rm, s_ym, BLOCK_
 # tiles of one warpgroup (out_proj 0.028 ms, down 0.045 in 3 K slices, against 0.029 / 0.053 for
 # torch._scaled_mm; 128 x 128 tiles of two warpgroups did not beat _scaled_mm on the wide layers once the
 # accumulator was promoted per K block: in_proj 0.050-0.068 against 0.042). 16-bit weights never reached cuBLAS
-# there (in_proj / up 0.067 / 0.064 ms against 0.065 / 0.057).
+# there (in_proj / up 0.067 / 0.064 ms against 0.065 / 0.057). Triton 3.6's warp-specialised loop
+# (``tl.range(..., warp_specialize=True)``) gave wrong products in 7 of 10 tiles tried and was slower in the rest.
 MM_CONFIG = {
     "fp8": dict(BLOCK_N=64, BLOCK_K=128, STAGES=4, num_warps=4),
     "16bit": dict(BLOCK_N=64, BLOCK_K=64, STAGES=3, num_warps=4),
@@ -129,7 +130,7 @@ for _kind, _over in json.loads(os.environ.get("HOLOTRON_MM_CONFIG", "{}")).items
 # FP8: rows up to which the accumulator is promoted every 32 products (above, every BLOCK_K: at 128 rows the
 # promotion every 32 cost 1.1-3.6x in time; torch._scaled_mm, which the product replaces there, promotes per block)
 ACC_K_ROWS = 64
-_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "SPLIT", "ACC_K", "TMA", "WS")
+_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "num_warps", "SPLIT", "ACC_K", "TMA")
 
 
 def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, tile: dict | None = None) -> dict:
@@ -144,7 +145,7 @@ def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, til
     if "ACC_K" in tile and not (isinstance(tile["ACC_K"], int) and tile["ACC_K"] >= 1):
         raise ValueError(f"skinny_mm: ACC_K must be a positive number of products, got {tile['ACC_K']!r}")
     base = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=32 if m <= ACC_K_ROWS else None,
-                TMA=True, WS=False)
+                TMA=True)
     cfg = {**base, **MM_CONFIG["fp8" if w_dtype == FP8 else "16bit"], **tile}
     if "SPLIT" not in tile:
         cfg["SPLIT"] = _split(m, n, k, w_dtype.itemsize, cfg, sms)
@@ -209,7 +210,7 @@ def skinny_mm(x: torch.Tensor, w: torch.Tensor, xs: torch.Tensor | None = None, 
     _mm[grid](x, w, xs, ws, r, y, p, m, n, k, k_split, x.stride(0), w.stride(0), r.stride(0), y.stride(0),
               BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, STAGES=cfg["STAGES"], TMA=tma,
               PARTIAL=split > 1, F32=_interpreting(), ACC_K=min(cfg["ACC_K"], bk) if fp8 else 0,
-              WS=bool(cfg["WS"]) and tma and not _interpreting(), num_warps=cfg["num_warps"], **flags)
+              num_warps=cfg["num_warps"], **flags)
     if split > 1:
         _reduce[(triton.cdiv(n, 128), triton.cdiv(m, 16))](p, xs, ws, r, y, m, n, split, r.stride(0), y.stride(0),
                                                            BLOCK_M=16, BLOCK_N=128, num_warps=4, **flags)
