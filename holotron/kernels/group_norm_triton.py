@@ -16,7 +16,7 @@ import triton.language as tl
 
 @triton.jit
 def _group_rms(v_ptr, w_ptr, o_ptr, GS, s_vm, s_om, eps, BLOCK: tl.constexpr):
-    m = tl.program_id(0)
+    m = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     cs = g * GS + tl.arange(0, BLOCK)
     mask = tl.arange(0, BLOCK) < GS
