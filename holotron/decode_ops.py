@@ -92,7 +92,7 @@ def _(v, weight, groups, eps):
     return torch.empty_like(v)
 
 
-def kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+def _kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
     """The switch and the device allow this module's kernels for x, and autograd records none of x and
     ``params`` (the kernels have no backward)."""
     if _mode == "off" or x.shape[-1] == 0:
@@ -117,7 +117,7 @@ def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tenso
     if lin.bias is not None or w.dtype not in _WEIGHT_DTYPES or x.dtype not in (torch.bfloat16, torch.float16,
                                                                                     torch.float32):
         return None
-    if not kernels_ok(x, w) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
+    if not _kernels_ok(x, w) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
         return None
     return w, s
 
@@ -164,7 +164,7 @@ def _rows_ok(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module) -> bool:
     the norm's weight and the layer's weight (autograd records none of them)."""
     w = lin.weight_fp8 if isinstance(lin, FP8Linear) else lin.weight
     return x.dtype in (torch.bfloat16, torch.float16) and lin.weight.dtype == x.dtype \
-        and kernels_ok(x, w, None if norm is None else norm.weight)
+        and _kernels_ok(x, w, None if norm is None else norm.weight)
 
 
 def _rows_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: str | None = None,
@@ -216,7 +216,7 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
                     ) -> torch.Tensor:
     """``residual + lin(v)``, or ``residual + lin(gnorm.normed(v))`` with Mamba2's ``GatedRMSNorm`` (v already
     gated); without ``residual``, ``lin(...)`` alone. v (..., K), residual (..., N)."""
-    kernels = kernels_ok(v, None if gnorm is None else gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16)
+    kernels = _kernels_ok(v, None if gnorm is None else gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16)
     if gnorm is not None:
         v = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps) if kernels else gnorm.normed(v.float(), v.dtype)
     ws = _weights(v, lin)
@@ -246,7 +246,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: 
     The split-over-keys kernel (holotron/kernels/attn_decode_triton.py, reading the filled slots only) where
     it runs (any batch; same switch as the linear ops), else ``F.scaled_dot_product_attention`` with the
     mask of those slots."""
-    ok = kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
+    ok = _kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
         and k.stride(-1) == 1 and v.stride(-1) == 1
     if not ok:
         mask = torch.arange(k.shape[2], device=k.device)[None, :] < n_keys[:, None]
