@@ -81,6 +81,9 @@ def test_bad_arguments_name_the_culprit():
         skinny_mm(x, w, config=dict(BLOCK=4))
     with pytest.raises(ValueError, match="ACC_K must be a positive"):
         skinny_mm(x, w, config=dict(ACC_K=0))
+    with pytest.raises(ValueError, match="no columns"):
+        skinny_mm(x[:, :0], w[:, :0])
+    assert skinny_mm(x[:0], w).shape == (0, 8) and skinny_mm(x, w[:0]).shape == (4, 0)
 
 
 def test_env_config_is_checked(monkeypatch):

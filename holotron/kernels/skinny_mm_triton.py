@@ -213,6 +213,10 @@ def skinny_mm(x: torch.Tensor, w: torch.Tensor, xs: torch.Tensor | None = None, 
         raise ValueError(f"skinny_mm: act must be None or 'relu2', got {act!r}")
     if residual is not None and tuple(residual.shape) != (m, n):
         raise ValueError(f"skinny_mm: residual must be ({m}, {n}), got {tuple(residual.shape)}")
+    if k == 0:
+        raise ValueError("skinny_mm: x and w have no columns (K = 0)")
+    if m == 0 or n == 0:
+        return torch.empty(m, n, device=x.device, dtype=out_dtype or (torch.bfloat16 if fp8 else x.dtype))
     x = x if x.stride(-1) == 1 else x.contiguous()
     w = w if w.stride(-1) == 1 else w.contiguous()
     if residual is not None and residual.stride(-1) != 1:
