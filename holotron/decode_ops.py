@@ -43,8 +43,13 @@ FUSED_MAX_ROWS = 1  # the GEMV path's rows (see above)
 # rows up to which 16-bit weights multiply through the skinny Triton product (above FUSED_MAX_ROWS);
 # HOLOTRON_MM_ROWS. 0 (cuBLAS) by default: at 128 rows the 12B's bf16 decode step ran at 7,916 tokens/s with it,
 # 8,335 without (bench_serving.py, H200, 2026-12-04)
-MM_ROWS = int(os.environ.get("HOLOTRON_MM_ROWS", "0"))
+MM_ROWS = quant.env_rows("HOLOTRON_MM_ROWS", 0)
 _mode = os.environ.get("HOLOTRON_FUSED_DECODE", "auto")
+if _mode not in MODES:
+    import warnings
+
+    warnings.warn(f"HOLOTRON_FUSED_DECODE={_mode!r} is not one of {MODES}; using 'auto'", stacklevel=1)
+    _mode = "auto"
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 

@@ -42,8 +42,21 @@ W8A8 = True               # above one row on CUDA, quantise x per row and multip
 # (few column strips, K split over programs: at 128 rows the 12B's out_proj / down took 0.028 / 0.045 ms there
 # against 0.029 / 0.053 for _scaled_mm, which stayed ahead on the wide layers; bench_mm.py, H200, 2026-12-04).
 # HOLOTRON_FP8_GEMM_ROWS / HOLOTRON_FP8_NARROW_ROWS (0: never)
-FP8_GEMM_ROWS = int(os.environ.get("HOLOTRON_FP8_GEMM_ROWS", "64"))
-FP8_NARROW_ROWS = int(os.environ.get("HOLOTRON_FP8_NARROW_ROWS", "128"))
+def env_rows(name: str, default: int) -> int:
+    """A row count from the environment variable ``name``: ``default`` when unset; a value that is not a
+    non-negative integer is reported in one line (a warning naming the variable) and ``default`` is used."""
+    raw = os.environ.get(name, "").strip()
+    if raw.isdigit():
+        return int(raw)
+    if raw:
+        import warnings
+
+        warnings.warn(f"{name}={raw!r} is not a non-negative integer number of rows; using {default}", stacklevel=2)
+    return default
+
+
+FP8_GEMM_ROWS = env_rows("HOLOTRON_FP8_GEMM_ROWS", 64)
+FP8_NARROW_ROWS = env_rows("HOLOTRON_FP8_NARROW_ROWS", 128)
 FP8_NARROW_N = 8192
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32, FP8)
 _X_TRITON = (torch.bfloat16, torch.float16, torch.float32)

@@ -243,3 +243,15 @@ def test_gpu_fp8_linear_above_16_rows_uses_the_tensor_cores(monkeypatch):
     assert calls and y.dtype == torch.bfloat16
     exact = x.double() @ f8.dequantize(torch.float64).T
     assert ((y.double() - exact).norm() / exact.norm()).item() < 0.06
+
+
+def test_env_rows_reads_and_reports(monkeypatch):
+    """The row limits' environment variables: a number is taken, a bad value is named in a warning and the
+    default kept."""
+    monkeypatch.setenv("HOLOTRON_TEST_ROWS", "96")
+    assert quant.env_rows("HOLOTRON_TEST_ROWS", 64) == 96
+    monkeypatch.delenv("HOLOTRON_TEST_ROWS")
+    assert quant.env_rows("HOLOTRON_TEST_ROWS", 64) == 64
+    monkeypatch.setenv("HOLOTRON_TEST_ROWS", "lots")
+    with pytest.warns(UserWarning, match="HOLOTRON_TEST_ROWS='lots' is not a non-negative integer"):
+        assert quant.env_rows("HOLOTRON_TEST_ROWS", 64) == 64
