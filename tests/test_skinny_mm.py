@@ -86,21 +86,6 @@ def test_bad_arguments_name_the_culprit():
     assert skinny_mm(x[:0], w).shape == (0, 8) and skinny_mm(x, w[:0]).shape == (4, 0)
 
 
-def test_env_config_is_checked(monkeypatch):
-    """HOLOTRON_MM_CONFIG (a benchmark's trial settings): merged into MM_CONFIG, or a clear error."""
-    from holotron.kernels import skinny_mm_triton as SM
-
-    monkeypatch.setattr(SM, "_ENV_READ", [])
-    monkeypatch.setattr(SM, "MM_CONFIG", {k: dict(v) for k, v in SM.MM_CONFIG.items()})
-    monkeypatch.setenv("HOLOTRON_MM_CONFIG", '{"16bit": {"STAGES": 2}}')
-    assert pick(8, 64, 64, torch.bfloat16, torch.device("cpu"))["STAGES"] == 2
-    for bad in ('{"16bit": {"STAGE": 2}}', "[1]", "{oops"):
-        monkeypatch.setattr(SM, "_ENV_READ", [])
-        monkeypatch.setenv("HOLOTRON_MM_CONFIG", bad)
-        with pytest.raises(ValueError, match="HOLOTRON_MM_CONFIG must be"):
-            pick(8, 64, 64, torch.bfloat16, torch.device("cpu"))
-
-
 def test_pick_splits_k_only_when_the_strips_are_too_few():
     """Many strips (the vocabulary): one slice; few strips with a long K (the 12B's down projection): split."""
     dev = torch.device("cpu")

@@ -23,9 +23,6 @@ float64 than ``torch._scaled_mm`` at 128 x 5120 x 22656 (5.3e-3 against 1.5e-4):
 
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -139,7 +136,6 @@ def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, til
     if bad:
         raise ValueError(f"skinny_mm: unknown launch settings {sorted(bad)}; known: {list(_KEYS)}")
     sms = _sm_count(device) if device.type == "cuda" else 132
-    _env_config()
     if "ACC_K" in tile and not (isinstance(tile["ACC_K"], int) and tile["ACC_K"] >= 1):
         raise ValueError(f"skinny_mm: ACC_K must be a positive number of products, got {tile['ACC_K']!r}")
     base = dict(BLOCK_M=min(128, max(16, triton.next_power_of_2(m))), SPLIT=1, ACC_K=32 if m <= ACC_K_ROWS else None,
@@ -150,32 +146,6 @@ def pick(m: int, n: int, k: int, w_dtype: torch.dtype, device: torch.device, til
     if cfg["ACC_K"] is None:
         cfg["ACC_K"] = cfg["BLOCK_K"]
     return cfg
-
-
-_ENV_READ = []
-
-
-def _env_config() -> None:
-    """HOLOTRON_MM_CONFIG, read once: a JSON object {"fp8": {...}, "16bit": {...}} merged into MM_CONFIG (a
-    benchmark's trial of a sweep's winner, dev/probes/mm_choose.py)."""
-    if _ENV_READ:
-        return
-    raw = os.environ.get("HOLOTRON_MM_CONFIG", "")
-    if not raw:
-        _ENV_READ.append(True)
-        return
-    try:
-        over = json.loads(raw)
-    except json.JSONDecodeError:
-        over = None
-    ok = isinstance(over, dict) and all(k in MM_CONFIG and isinstance(v, dict) and set(v) <= set(_KEYS)
-                                        for k, v in over.items())
-    if not ok:
-        raise ValueError(f"HOLOTRON_MM_CONFIG must be a JSON object with keys among {list(MM_CONFIG)} whose values "
-                         f"set launch settings among {list(_KEYS)}, got {raw!r}; unset it to use the defaults")
-    for kind, v in over.items():
-        MM_CONFIG[kind].update(v)
-    _ENV_READ.append(True)
 
 
 def _split(m: int, n: int, k: int, el: int, cfg: dict, sms: int) -> int:
