@@ -351,16 +351,18 @@ def test_dispatch(monkeypatch):
     assert_close(s1.detach(), s0, name="final train vs inference")
 
 
-@pytest.mark.parametrize("cfg", [dict(chunk_size=3), dict(BLOCK_P=16), dict(HEADS=1), dict(BLOCK_P=16, chunk_size=3)],
+@pytest.mark.parametrize("cfg", [dict(chunk_size=3), dict(BLOCK_P=16), dict(BLOCK_N=16), dict(BLOCK_P=16, chunk_size=3),
+                                 dict(warps_seq=2, warps_dbc=8, stages_seq=1, stages_dbc=3)],
                          ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_bwd_config(monkeypatch, cfg):
-    """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the state-gradient
-    pass, one head per chunk program (the group's dB, dC added from split partials): the same gradients."""
+    """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the reverse pass (their
+    shares of ddt and dA added), several dstate blocks in the dB / dC kernel, other warps and stages: the same
+    gradients."""
     from holotron.kernels import ssd_triton_backward
 
     for k, v in cfg.items():
         monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, k, v)
-    check_grads(make_inputs(1, 21, 4, 40, 2, 4, chunk_size=4, seed=9, **ALL), name=f"BWD_CONFIG {cfg}")
+    check_grads(make_inputs(1, 21, 4, 40, 2, 20, chunk_size=4, seed=9, **ALL), name=f"BWD_CONFIG {cfg}")
     packed = make_inputs(1, 21, 2, 24, 1, 5, chunk_size=4, seed=10, cu_seqlens=[0, 5, 6, 21], **dict(ALL, D="head"))
     check_grads(packed, name=f"BWD_CONFIG {cfg} packed")
 
@@ -450,6 +452,6 @@ def test_bwd_out_of_shared_memory_says_what_to_do(monkeypatch):
                 raise OutOfResources(300000, 232448, "shared memory")
             return launch
 
-    monkeypatch.setattr(ssd_triton_backward, "_bwd_chunk", TooBig())
+    monkeypatch.setattr(ssd_triton_backward, "_bwd_dbc", TooBig())
     with pytest.raises(ValueError, match=r"headdim 5, dstate 4.*backend='chunked'"):
         check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))

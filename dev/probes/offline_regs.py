@@ -2,8 +2,8 @@
 GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the GPU machine's.
 
     python dev/probes/offline_regs.py scan [KEY=VALUE ...]     # the forward scan at the 12B sizes
-    python dev/probes/offline_regs.py chunk [KEY=VALUE ...]    # the backward's chunk kernel (_bwd_chunk)
-    python dev/probes/offline_regs.py dstate [KEY=VALUE ...]   # the backward's state-gradient pass (_bwd_dstate)
+    python dev/probes/offline_regs.py seq [KEY=VALUE ...]      # the backward's reverse pass (_bwd_seq)
+    python dev/probes/offline_regs.py dbc [KEY=VALUE ...]      # the backward's dB / dC kernel (_bwd_dbc)
 """
 
 from __future__ import annotations
@@ -73,25 +73,25 @@ def scan_info(**over):
 
 # the backward's integer arguments at the 12B sizes (batch 2 x 1000 tokens, contiguous tensors): as at a launch,
 # those equal to 1 become constants and multiples of 16 are marked divisible by 16 (as are all pointers)
-BWD_INTS = dict(n_seq=2, n_tok=2000, H=128, P=80, N=128, HPG=16, HPS=1, Q=64, n_rows=32, s_x_t=10240, s_x_h=80,
+BWD_INTS = dict(n_seq=2, H=128, P=80, N=128, HPG=16, n_rows=32, s_x_t=10240, s_x_h=80,
                 s_dt_t=128, s_dt_h=1, s_b_t=1024, s_b_g=128, s_c_t=1024, s_c_g=128, s_dy_t=10240, s_dy_h=80,
-                s_dx_t=10240, s_dx_h=80, n_pb=2)
+                s_dx_t=10240, s_dx_h=80, n_pb=2, s_db_t=1024, s_db_g=128, s_dc_t=1024, s_dc_g=128)
 
 
-def bwd_info(kernel="chunk", **over):
-    """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64 (QP=64), the
-    launch of BWD_CONFIG (8 warps for the chunk kernel, 4 and BLOCK_P 64 for the state pass). Pointer dtypes
-    not named below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the
-    inputs) or, when named in BWD_INTS, integer arguments."""
+def bwd_info(kernel="seq", **over):
+    """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64, headdim blocks
+    of 64 (reverse pass), dstate blocks of 64 (dB / dC kernel), 4 warps, 2 stages. Pointer dtypes not named
+    below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the inputs)
+    or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
 
-    fn = bw._bwd_chunk if kernel == "chunk" else bw._bwd_dstate
-    bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr"}
+    fn = bw._bwd_dbc if kernel == "dbc" else bw._bwd_seq
+    bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr", "dB_ptr", "dC_ptr"}
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
-    const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, QP=64, PP=128, NP=128, BP=64,
-                 OPS="half", NS=int(bw.BWD_CONFIG["stages"]), TMA=True, NPB=2, PART="dx")
-    warps = over.pop("num_warps", int(bw.BWD_CONFIG["warps_chunk" if kernel == "chunk" else "warps_state"]))
+    const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, Q=64, QP=64, PP=128, NP=128,
+                 BP=64, NB=64, OPS="half", NS=2, TMA=False)
+    warps = over.pop("num_warps", 4)
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)
     half = "*" + over.pop("dtype", "bf16")  # the inputs' dtype (fp32: with OPS=ieee)
@@ -132,7 +132,7 @@ if __name__ == "__main__":
     over = {k: _val(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])}
     if what == "scan":
         print(scan_info(**over))
-    elif what in ("chunk", "dstate"):
+    elif what in ("seq", "dbc"):
         print(bwd_info(what, **over))
     else:
-        raise SystemExit(f"unknown kernel {what!r}: scan, chunk or dstate")
+        raise SystemExit(f"unknown kernel {what!r}: scan, seq or dbc")

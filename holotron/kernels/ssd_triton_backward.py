@@ -20,28 +20,30 @@ gradient with respect to the state leaving it):
               da = reverse cumsum of dcs;  dA += sum(dt da)
               dS^T_in = exp(cL) dS^T + C^T (dy * exp(cs))   (after chunk 0: the initial state's gradient)
 
-Only the last line runs from chunk to chunk; given dS^T of every chunk the rest is independent per chunk.
-So the backward is a state pass and a chunk kernel (launched twice, to keep fewer tiles live at once):
+Only the last line runs from chunk to chunk. Two launches:
 
-- ``_bwd_dstate``: one program per (headdim block, head, sequence) walks the sequence's chunks in reverse
-  with dS^T on chip (fp32) and stores the gradient leaving each chunk (beside the forward's states, in the
-  same layout and dtype), and the initial state's gradient at the end; on the way it adds dD over the
-  sequence and its block's share of sum(dS^T * S^T) per chunk (for dcL).
-- ``_bwd_chunk``: one program per (chunk, group x head split), for each of its heads, from the stored states
-  and state gradients: PART "dbc" dB and dC (the heads' added in registers) and the dcs term
-  exp(cs) rowsum(C * (dy S)); then PART "dx" (C B^T once) dx, ddt and a per (chunk, head) partial of dA.
-  The split partials of dB and dC, the chunk partials of dA and the sequence partials of dD are added by
-  PyTorch (a fixed order: deterministic, no atomics).
+- ``_bwd_seq``: one program per (headdim block, head, sequence) walks the sequence's chunks in reverse with
+  dS^T (dstate x its columns, fp32) on chip, as the forward walks them in order with the state, the loads
+  of the next chunk pipelined with this one's products. Per chunk it computes what a block of headdim
+  columns determines: dx of its columns (every term of dx is column by column), and its block's share of
+  ddt and of dA (every term of ddt is a sum over the headdim: dy x^T, x . R, dy S, sum(dS * S) are sums
+  over p, so the blocks' shares add up; PyTorch adds them), and dD; it stores the gradient of the state
+  leaving each chunk (beside the forward's states, same layout and dtype) and, at the end, the initial
+  state's.
+- ``_bwd_dbc`` (ssd_triton_bwd_chunk.py): one program per (chunk, group, dstate block), all chunks in
+  parallel, walks the group's heads adding the dG's and the state terms, then dB and dC of its block.
 
-Tiles are read and written through tensor descriptors (TMA on Hopper) where addresses allow
-(``BWD_CONFIG["tma"]``), else through masked pointers; decays are exp2 of log2-scaled cumulative sums.
+No atomics, every sum in a fixed order: deterministic. Tiles are read and written through tensor
+descriptors (TMA on Hopper) where addresses allow (``BWD_CONFIG["tma"]``), else through masked pointers;
+decays are exp2 of log2-scaled cumulative sums.
 
 The formulas are checked against torch autograd through the float64 chunked scan in
 ``tests/test_kernels_grad.py`` (a PyTorch transcription of them lives there too). Decays, the state
 gradient's recurrence and every accumulation are fp32; the matrix products take the forward's operand
 precision (``_mm``: IEEE fp32 for fp32 inputs, half operands for bf16 / fp16), and the stored states and
-state gradients are in the operand dtype (the forward rounds the state to it for C S^T as well). The
-chunk is padded to QP = the next power of two >= 16, headdim and dstate to powers of two >= 16, by masks.
+state gradients are in the operand dtype (the forward rounds the state to it for C S^T as well; the reverse
+pass rounds dS^T to it for its own products too, so both kernels see the same dS). The chunk is padded to
+QP = the next power of two >= 16, headdim and dstate to powers of two >= 16, by masks.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from .ssd_triton_bwd_chunk import _bwd_chunk
+from .ssd_triton_bwd_chunk import _bwd_dbc
 from .ssd_triton_common import (
     _DOT_MIN,
     _desc,
@@ -59,6 +61,7 @@ from .ssd_triton_common import (
     _ensure_allocator,
     _mm,
     _p2,
+    _put,
     _sdesc,
     _sload,
     _sm_count,
@@ -69,37 +72,35 @@ from .ssd_triton_common import (
     empty,
 )
 
-# Launch settings (the benchmark sweeps them). chunk_size: the longest chunk the training entry uses for
-# the forward and the backward (the caller's chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per
-# program of the state-gradient pass (a power of two >= 16; None: 64, or 32 when sequences x heads are few);
-# HEADS: heads per program of the chunk kernel (a divisor of the heads per group; None: all of them when
-# chunks x groups give every SM two programs, else fewer); warps of each kernel; stages of the state pass.
-# Measured on an H200 (docs/benchmarks.md): one head per program (HEADS 1) was the fastest, 16 and 4 were
-# slower (more spills), 128-token chunks ran out of shared memory. tma: tiles through tensor descriptors (TMA on
-# Hopper) where addresses and strides are 16-byte multiples (True; None / False: masked pointers, which measured
-# faster on an H200: 3.19 vs 4.04 ms forward + backward at 1 x 4096). A persistent chunk kernel (programs
-# walking every L-th chunk, the next chunk's tiles loaded while one computes) measured slower there (3.98-4.13 vs
-# 2.89 ms at 1 x 4096; docs/benchmarks.md) and was taken out.
-BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, HEADS=1, warps_state=4, warps_chunk=8, stages=2, tma=None)
+# Launch settings (the benchmark sweeps them; None: the automatic choice of ``bwd_launch``). chunk_size: the
+# longest chunk the training entry uses for the forward's stored states and the backward (the caller's
+# chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per program of the reverse pass (a
+# power of two >= 16); BLOCK_N: dstate columns per program of the dB / dC kernel (a power of two >= 16);
+# warps and pipeline stages of each kernel ("seq": the reverse pass, "dbc": the dB / dC kernel); tma: tiles
+# through tensor descriptors (TMA on Hopper) where addresses and strides are 16-byte multiples and the chunk
+# is a power of two (True; None / False: masked pointers).
+BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, warps_seq=None, warps_dbc=None, stages_seq=None,
+                  stages_dbc=None, tma=None)
 
-# The compiled kernels of the last launch ("dstate", "chunk"), for the benchmark's register counts.
+# The compiled kernels of the last launch ("seq", "dbc"), for the benchmark's register counts.
 LAST_KERNEL = {}
 
 
 @triton.jit
-def _bwd_dstate(
-    x_ptr, dt_ptr, A_ptr, C_ptr, dy_ptr, dfin_ptr, st_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr, dsp_ptr,
-    dD_ptr, H, P, N, HPG, Q, n_rows, n_pb,
-    s_x_t, s_x_h, s_dt_t, s_dt_h, s_c_t, s_c_g, s_dy_t, s_dy_h,
-    HAS_D: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
-    NP: tl.constexpr,
-    OPS: tl.constexpr, NS: tl.constexpr, TMA: tl.constexpr,
+def _bwd_seq(
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dy_ptr, dfin_ptr, st_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr,
+    dx_ptr, ddtp_ptr, dAp_ptr, dD_ptr,
+    H, P, N, HPG, n_rows, n_pb,
+    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
+    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr,
+    Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
+    TMA: tl.constexpr,
 ):
-    """One program per (headdim block, head, sequence): dS^T through the chunks in reverse. Stores, at row
-    choff[s] + c of dst (chunks, H, P, N), the gradient with respect to the state leaving chunk c, and at
-    dsp[choff[s] + c, h, pb] this block's share of sum(dS * S) (S: the state entering chunk c, from st; both
-    rounded to st's dtype) for the chunk kernel's dcL; with HAS_D, at dD[s, h, p] sum_t dy * x over the
-    sequence."""
+    """One program per (headdim block, head, sequence), chunks in reverse, dS^T (n, its columns) on chip.
+    Per chunk c: dx of its columns; at ddtp[token, h, pb] its share of ddt; at row choff[s] + c of dst
+    (chunks, H, P, N) the gradient with respect to the state leaving chunk c. At the end: dAp[s, h, pb] its
+    share of dA, dD[s, h, its columns] sum_t dy * x (with HAS_D), dinit[s, h, its columns] (with
+    HAS_INIT)."""
     LOG2E: tl.constexpr = 1.4426950408889634
     pb = tl.program_id(0)
     h = tl.program_id(1)
@@ -111,69 +112,95 @@ def _bwd_dstate(
     n_tok = te - ts
     cbase = tl.load(choff_ptr + s)
     nch = (n_tok + Q - 1) // Q
-    A = tl.load(A_ptr + h).to(tl.float32) * LOG2E  # decays in the log2 domain (exp2)
+    A = tl.load(A_ptr + h).to(tl.float32)
+    A2 = A * LOG2E  # decays in the log2 domain (exp2)
     q = tl.arange(0, QP)
     p0 = pb * BP
     ps = p0 + tl.arange(0, BP)
     ns = tl.arange(0, NP)
     mp = ps < P
-    mn = ns < N
-    mnp = mn[:, None] & mp[None, :]
+    mnp = (ns < N)[:, None] & mp[None, :]
     causal = q[:, None] >= q[None, :]
     last = q == QP - 1
-    # the sequence's rows of C (its group) and dy (this head, from this program's first column)
-    ts64 = ts.to(tl.int64)
-    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_tok, N, s_c_t, QP, NP, TMA)
-    dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_tok, P - p0, s_dy_t, QP, BP, TMA)
     if HAS_D:
-        xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_tok, P - p0, s_x_t, QP, BP, TMA)
+        if D_PER_CHANNEL:
+            Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
+        else:
+            Dv = tl.load(D_ptr + h).to(tl.float32)
         dD = tl.zeros((BP,), dtype=tl.float32)
-    sd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
-    std = _sdesc(st_ptr, n_rows * H, P, N, BP, NP, TMA)
+    # the sequence's rows of x, dy, dx (this head, from this program's first column), B and C (its group);
+    # descriptors only when chunks are powers of two (then no chunk's tile reaches into the next one)
+    ts64 = ts.to(tl.int64)
+    xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_tok, P - p0, s_x_t, QP, BP, TMA)
+    dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_tok, P - p0, s_dy_t, QP, BP, TMA)
+    dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_tok, P - p0, s_dx_t, QP, BP, TMA)
+    bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_tok, N, s_b_t, QP, NP, TMA)
+    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_tok, N, s_c_t, QP, NP, TMA)
+    sd = _sdesc(st_ptr, n_rows * H, P, N, BP, NP, TMA)
+    dsd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
     if HAS_DFINAL:
         dS = tl.load(dfin_ptr + (sh * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0).to(tl.float32)
     else:
         dS = tl.zeros((NP, BP), dtype=tl.float32)
+    dAv = tl.zeros((QP,), dtype=tl.float32)
     for i in tl.range(0, nch, num_stages=NS):
         ci = nch - 1 - i
         r0 = ci * Q
-        mq = (q < Q) & (r0 + q < n_tok)
+        n_end = tl.minimum(n_tok, r0 + Q)  # rows of the tiles past the chunk (Q < QP) read as 0
+        mq = r0 + q < n_end
         dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
-        # cumulative sums as masked row sums of a (Q, Q) tile (no tl.cumsum: see _bwd_chunk)
-        cs = tl.sum(tl.where(causal, (dt * A)[None, :], 0.0), axis=1)
+        # cumulative sums as masked row sums of a (Q, Q) tile (no tl.cumsum: see ssd_triton_bwd_chunk.py)
+        cs = tl.sum(tl.where(causal, (dt * A2)[None, :], 0.0), axis=1)
         cL = tl.sum(tl.where(last, cs, 0.0), axis=0)  # flat past the chunk's end (dt = 0 there)
-        mat = (cbase + ci) * H + h
-        dSo = tl.trans(dS).to(dst_ptr.dtype.element_ty)  # (p, n) as stored
-        _sstore(sd, mat, p0, P, N, dSo, BP, NP, TMA)
-        S = _sload(std, mat, p0, P, N, BP, NP, TMA)
-        tl.store(dsp_ptr + mat.to(tl.int64) * n_pb + pb, tl.sum(tl.sum(dSo.to(tl.float32) * S.to(tl.float32), axis=1),
-                                                               axis=0))
-        # rows of the tiles past the chunk (the next chunk's when Q < QP) get a zero weight
-        Cm = _tile(cd, r0, n_tok, N, s_c_t, QP, NP, TMA, True)  # (Q, n)
-        dy = _tile(dyd, r0, n_tok, P - p0, s_dy_t, QP, BP, TMA, True)
         ecs = tl.where(mq, tl.exp2(cs), 0.0)
+        dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
+        w = tl.where(mq, dt * dec, 0.0)
+        Lm = tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
+        x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
+        dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
+        Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
+        Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
+        mat = (cbase + ci) * H + h
+        S = _sload(sd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the state entering the chunk
+        dSr = dS.to(dst_ptr.dtype.element_ty)  # (n, its columns), as stored and as the products take it
+        _sstore(dsd, mat, p0, 0, P, N, tl.trans(dSr), BP, NP, TMA)
+        M = _mm(Cm, tl.trans(Bm), Bm, OPS) * Lm  # (C B^T) * L
+        dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)  # this block's share
+        dxv = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
+        R = _mm(Bm, dSr, x, OPS)  # B dS^T, (Q, its columns)
+        dw = tl.sum(x.to(tl.float32) * R, axis=1)  # x_s . R_s, this block's share
+        dxv += w[:, None] * R
         if HAS_D:
-            xv = _tile(xd, r0, n_tok, P - p0, s_x_t, QP, BP, TMA, True)
-            dD += tl.sum(tl.where(mq[:, None], dy.to(tl.float32) * xv.to(tl.float32), 0.0), axis=0)
+            dxv += Dv * dy.to(tl.float32)
+            dD += tl.sum(dy.to(tl.float32) * x.to(tl.float32), axis=0)
+        _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
+        dyS = _mm(dy, S, x, OPS)  # (Q, n) this block's share of dy S
+        E = dWm * dt[None, :] * M
+        dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1) - dw * w
+        dSS = tl.sum(tl.sum(tl.trans(dSr).to(tl.float32) * S.to(tl.float32), axis=1), axis=0)
+        dcs += tl.where(last, tl.exp2(cL) * dSS + tl.sum(dw * w, axis=0), 0.0)  # cL = the padded last row's cs
+        da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
+        ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
+        tl.store(ddtp_ptr + ((ts64 + r0 + q) * H + h) * n_pb + pb, ddt, mask=mq)
+        dAv += dt * da
         dS = tl.exp2(cL) * dS + _mm(tl.trans(Cm), dy.to(tl.float32) * ecs[:, None], dy, OPS)
+    tl.store(dAp_ptr + sh * n_pb + pb, tl.sum(dAv, axis=0))
     if HAS_D:
         tl.store(dD_ptr + sh * P + ps, dD, mask=mp)
     if HAS_INIT:
         tl.store(dinit_ptr + (sh * P + ps[None, :]) * N + ns[:, None], dS, mask=mnp)
 
 
-def bwd_launch(n_seq: int, n_chunks: int, h: int, g: int, p: int, dev: torch.device) -> dict:
-    """BWD_CONFIG with its automatic choices made (see BWD_CONFIG)."""
+def bwd_launch(n_seq: int, h: int, p: int, n: int, Q: int, dev: torch.device) -> dict:
+    """BWD_CONFIG with its automatic choices made (see BWD_CONFIG): measured on an H200 (docs/benchmarks.md)."""
     cfg = dict(BWD_CONFIG)
     sms = _sm_count(dev)
-    if cfg["BLOCK_P"] is None:
+    if cfg["BLOCK_P"] is None:  # twice the programs while sequences x heads are few
         cfg["BLOCK_P"] = 64 if n_seq * h * triton.cdiv(p, 64) >= 2 * sms else 32
-    hpg = h // g
-    if cfg["HEADS"] is None:
-        hs = hpg
-        while hs > 1 and hs % 2 == 0 and n_chunks * g * (hpg // hs) < 2 * sms:
-            hs //= 2
-        cfg["HEADS"] = hs
+    if cfg["BLOCK_N"] is None:
+        cfg["BLOCK_N"] = min(_p2(n), 64)
+    for k, v in dict(warps_seq=4, warps_dbc=4, stages_seq=2, stages_dbc=2).items():
+        cfg[k] = v if cfg[k] is None else cfg[k]
     return cfg
 
 
@@ -213,13 +240,11 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     # the sequence of every chunk row (n_seq for rows past the last sequence's chunks): no host sync
     cseq = torch.searchsorted(choff[1:].contiguous(), torch.arange(n_rows, device=dev, dtype=torch.int32),
                               right=True).to(torch.int32)
-    cfg = bwd_launch(n_seq, n_rows, h, g, p, dev)
-    bp, hps = int(cfg["BLOCK_P"]), int(cfg["HEADS"])
-    if bp < _DOT_MIN or bp & (bp - 1):
-        raise ValueError(f"BWD_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
-    if hps < 1 or (h // g) % hps:
-        raise ValueError(f"BWD_CONFIG['HEADS'] must divide the heads per group ({h // g}), got {hps}")
-    n_split = (h // g) // hps
+    cfg = bwd_launch(n_seq, h, p, n, Q, dev)
+    bp, bn = int(cfg["BLOCK_P"]), int(cfg["BLOCK_N"])
+    for key, v in (("BLOCK_P", bp), ("BLOCK_N", bn)):
+        if v < _DOT_MIN or v & (v - 1):
+            raise ValueError(f"BWD_CONFIG[{key!r}] must be a power of two >= {_DOT_MIN}, got {v}")
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
@@ -231,58 +256,50 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dst = empty(*st.shape, dtype=st.dtype, device=dev)
     n_tok = b * l
     dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
-    dBp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
-    dCp = empty(n_split, n_tok, g, n, dtype=torch.float32, device=dev)
-    tma = cfg.get("tma")
-    if tma is None:  # not for fp32 inputs: with IEEE fp32 products ptxas spilled heavily (32 registers), offline
-        tma = False  # measured slower than pointers on an H200 (docs/benchmarks.md): only when asked
+    dB = empty(n_tok, g, n, dtype=B.dtype, device=dev)
+    dC = empty(n_tok, g, n, dtype=C.dtype, device=dev)
+    tma = bool(cfg.get("tma")) and Q == QP  # a power-of-two chunk: no tile reaches into the next chunk
     if tma:  # only where the addresses allow
         es = x.element_size()
-        tma = (_tma_ok(es, [xt, dyt, dx, Bt, Ct], [xt.stride(1), dyt.stride(1), dx.stride(1), Bt.stride(1),
-                                                    Ct.stride(1), bp])
-               and _tma_ok(st.element_size(), [st, dst], [n, p * n])
-               and _tma_ok(4, [dBp, dCp], [n]))
+        tma = (_tma_ok(es, [xt, dyt, dx, Bt, Ct, dB, dC],
+                       [xt.stride(1), dyt.stride(1), dx.stride(1), Bt.stride(1), Ct.stride(1), dB.stride(1),
+                        dC.stride(1), bp, bn])
+               and _tma_ok(st.element_size(), [st, dst], [n, p * n, bn]))
     if tma:
         _ensure_allocator()
     LAST_KERNEL["tma"] = bool(tma)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
     n_pb = triton.cdiv(p, bp)
-    dsp = empty(n_rows, h, n_pb, dtype=torch.float32, device=dev)  # shares of sum(dS * S) (rows of chunks)
+    ddtp = empty(n_tok, h, n_pb, dtype=torch.float32, device=dev)  # the headdim blocks' shares of ddt
+    dAp = empty(n_seq, h, n_pb, dtype=torch.float32, device=dev)
     dDs = empty(n_seq, h, p, dtype=torch.float32, device=dev) if D is not None else None  # dD per sequence
     try:
-        LAST_KERNEL["dstate"] = _bwd_dstate[(n_pb, h, n_seq)](
-            xt, dtt, A32, Ct, dyt, dfin if dfin is not None else A32, st, dst,
-            dinit if dinit is not None else A32, cu, choff, dsp, dDs if dDs is not None else A32,
-            h, p, n, h // g, Q, n_rows, n_pb,
-            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0),
-            dyt.stride(1), HAS_D=D is not None, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init), QP=QP,
-            BP=bp, NP=NP, OPS=ops,
-            NS=int(cfg["stages"]), TMA=bool(tma), num_warps=int(cfg["warps_state"]),
+        LAST_KERNEL["seq"] = _bwd_seq[(n_pb, h, n_seq)](
+            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dyt, dfin if dfin is not None else A32, st, dst,
+            dinit if dinit is not None else A32, cu, choff, dx, ddtp, dAp, dDs if dDs is not None else A32,
+            h, p, n, h // g, n_rows, n_pb,
+            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
+            Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
+            HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_DFINAL=dfin is not None,
+            HAS_INIT=bool(has_init), Q=Q, QP=QP, BP=bp, NP=NP, OPS=ops, NS=int(cfg["stages_seq"]), TMA=bool(tma),
+            num_warps=int(cfg["warps_seq"]),
         )
-
-        ddt = empty(n_tok, h, dtype=torch.float32, device=dev)
-        # partial sums: rows of chunks past the last sequence stay zero
-        dAp = torch.zeros(n_rows, h, dtype=torch.float32, device=dev)
-        args = (xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, st, dst, dsp, dyt, cu, choff, cseq,
-                dx, ddt, dAp, dBp, dCp,
-                n_seq, n_tok, h, p, n, h // g, hps, Q, n_rows, n_pb,
-                xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
-                Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1))
-        consts = dict(HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, QP=QP, PP=PP, NP=NP,
-                      OPS=ops, TMA=bool(tma), NPB=triton.next_power_of_2(n_pb),
-                      num_warps=int(cfg["warps_chunk"]))
-        grid = (n_rows, g * n_split)
-        LAST_KERNEL["dbc"] = _bwd_chunk[grid](*args, PART="dbc", **consts)
-        LAST_KERNEL["chunk"] = _bwd_chunk[grid](*args, PART="dx", **consts)
+        LAST_KERNEL["dbc"] = _bwd_dbc[(n_rows, g, triton.cdiv(n, bn))](
+            xt, dtt, A32, Bt, Ct, st, dst, dyt, cu, choff, cseq, dB, dC,
+            n_seq, h, p, n, h // g, n_rows,
+            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
+            Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dB.stride(0), dB.stride(1), dC.stride(0),
+            dC.stride(1), Q=Q, QP=QP, PP=PP, NB=bn, OPS=ops, TMA=bool(tma), NS=int(cfg["stages_dbc"]),
+            num_warps=int(cfg["warps_dbc"]),
+        )
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
                          f"this GPU ({e}); use bf16 / fp16 inputs or backend='chunked'") from None
-    dA = dAp.sum(0)
+    ddt = ddtp[..., 0] if n_pb == 1 else ddtp.sum(-1)
+    dA = dAp.sum((0, 2))
     dD = None
     if D is not None:
         dDh = dDs.sum(0)
         dD = dDh if D.dim() == 2 else dDh.sum(1)
-    dB = dBp[0] if n_split == 1 else dBp.sum(0)
-    dC = dCp[0] if n_split == 1 else dCp.sum(0)
     return (dx.view(b, l, h, p).to(in_dtype), ddt.view(b, l, h), dA, dB.view(b, l, g, n).to(b_dtype),
             dC.view(b, l, g, n).to(b_dtype), dD, dinit)

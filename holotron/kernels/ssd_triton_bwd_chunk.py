@@ -1,6 +1,17 @@
-"""The chunk kernel of the SSD scan's backward (see ssd_triton_backward.py, which launches it twice and
-derives the formulas): one program per (chunk, group x head split) computes the gradients of its chunk from
-the states the forward stored and the state gradients the reverse pass stored."""
+"""The chunk kernel of the SSD scan's backward (see ssd_triton_backward.py, which derives the formulas and
+launches it after the reverse pass): dB and dC of one chunk, for one group and one block of dstate columns,
+from the states the forward stored and the state gradients the reverse pass stored.
+
+With dG_h = (dy_h x_h^T, t >= s) * dt_h[None, :] * L_h the gradient of head h's C B^T (a Q x Q matrix per
+head), the group's
+
+    dC = (sum_h dG_h) B + sum_h exp(cs_h) (dy_h S_h)          dB = (sum_h dG_h)^T C + sum_h w_h (x_h dS_h)
+
+The program walks the group's heads (the loop's loads pipelined like a matrix product's K loop) adding
+sum_h dG_h (Q x Q) and the two state terms (Q x BLOCK_N) in fp32 registers, then multiplies the summed
+dG by B and C once: the heads' sum is taken before the two (Q, Q) x (Q, n) products, and dB, dC are
+written once, in B's dtype, without partial sums.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +22,17 @@ from .ssd_triton_common import _desc, _mm, _put, _sdesc, _sload, _tile
 
 
 @triton.jit
-def _chunk_grads(
-    k, s, g, sp, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr, cu_ptr, choff_ptr,
-    dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr,
-    n_seq, n_tok, H, P, N, HPG, HPS, Q, n_rows, n_pb,
-    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr,
+def _dbc_chunk(
+    k, s, g, nb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, dB_ptr, dC_ptr,
+    H, P, N, HPG, n_rows,
+    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g,
+    Q: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
+    NS: tl.constexpr,
 ):
-    """The gradients of chunk k (of sequence s < n_seq) for the HPS heads of split sp of group g (see _bwd_chunk)."""
+    """dB and dC of chunk k (of sequence s) for group g, dstate columns nb * NB .. (see _bwd_dbc)."""
     LOG2E: tl.constexpr = 1.4426950408889634
-    G_N = (H // HPG) * N
-    sd = _sdesc(st_ptr, n_rows * H, P, N, PP, NP, TMA)
-    dsd = _sdesc(dst_ptr, n_rows * H, P, N, PP, NP, TMA)
+    n0 = nb * NB
     q = tl.arange(0, QP)
-    ps = tl.arange(0, PP)
-    mp = ps < P
     causal = q[:, None] >= q[None, :]
     last = q == QP - 1
     ts = tl.load(cu_ptr + s)
@@ -35,26 +41,25 @@ def _chunk_grads(
     n_end = tl.minimum(te - ts, r0 + Q)  # rows of the sequence up to the chunk's end
     ts64 = ts.to(tl.int64)
     mq = r0 + q < n_end
-    bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_end, N, s_b_t, QP, NP, TMA)
-    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_end, N, s_c_t, QP, NP, TMA)
-    Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
-    Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
-    if PART == "dx":
-        G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # (Q, Q) C_t . B_s, shared by the group's heads
-    else:
-        dB = tl.zeros((QP, NP), dtype=tl.float32)
-        dC = tl.zeros((QP, NP), dtype=tl.float32)
-    for j in tl.range(0, HPS, num_stages=1):
-        h = g * HPG + sp * HPS + j
-        A = tl.load(A_ptr + h).to(tl.float32)
+    bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g + n0, n_end, N - n0, s_b_t, QP, NB, TMA)
+    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g + n0, n_end, N - n0, s_c_t, QP, NB, TMA)
+    Bm = _tile(bd, r0, n_end, N - n0, s_b_t, QP, NB, TMA, True)
+    Cm = _tile(cd, r0, n_end, N - n0, s_c_t, QP, NB, TMA, True)
+    sd = _sdesc(st_ptr, n_rows * H, P, N, PP, NB, TMA)
+    dsd = _sdesc(dst_ptr, n_rows * H, P, N, PP, NB, TMA)
+    dGs = tl.zeros((QP, QP), dtype=tl.float32)
+    accB = tl.zeros((QP, NB), dtype=tl.float32)
+    accC = tl.zeros((QP, NB), dtype=tl.float32)
+    for j in tl.range(0, HPG, num_stages=NS):
+        h = g * HPG + j
+        A = tl.load(A_ptr + h).to(tl.float32) * LOG2E
         dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
-        # cumulative sums (log2 domain) as masked row / column sums of (Q, Q) tiles, not tl.cumsum: with a
-        # scan in a backward kernel triton 3.6 addressed shared memory out of range on an H200
-        cs = tl.sum(tl.where(causal, (dt * (A * LOG2E))[None, :], 0.0), axis=1)
+        # cumulative sums (log2 domain) as masked row sums of a (Q, Q) tile, not tl.cumsum: with a scan in a
+        # backward kernel triton 3.6 addressed shared memory out of range on an H200
+        cs = tl.sum(tl.where(causal, (dt * A)[None, :], 0.0), axis=1)
         cL = tl.sum(tl.where(last, cs, 0.0), axis=0)
-        ecs = tl.exp2(cs)
-        dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
-        w = tl.where(mq, dt * dec, 0.0)
+        ecs = tl.where(mq, tl.exp2(cs), 0.0)
+        w = tl.where(mq, dt * tl.exp2(cL - cs), 0.0)
         # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
         Lm = tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
         xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h, n_end, P, s_x_t, QP, PP, TMA)
@@ -62,81 +67,36 @@ def _chunk_grads(
         x = _tile(xd, r0, n_end, P, s_x_t, QP, PP, TMA, True)
         dy = _tile(dyd, r0, n_end, P, s_dy_t, QP, PP, TMA, True)
         mat = k * H + h
-        dS = _sload(dsd, mat, 0, P, N, PP, NP, TMA)  # (p, n)
-        if PART == "dbc":
-            S = _sload(sd, mat, 0, P, N, PP, NP, TMA)
+        S = _sload(sd, mat, 0, n0, P, N, PP, NB, TMA)  # (p, n block): the state entering the chunk
+        dS = _sload(dsd, mat, 0, n0, P, N, PP, NB, TMA)  # the gradient of the state leaving it
         dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)
-        dM = dWm * dt[None, :]
-        ddt_h = ddt_ptr + (ts64 + r0 + q) * H + h
-        if PART == "dx":
-            M = G * Lm
-            E = dM * M
-            ddt = tl.sum(dWm * M, axis=0)
-            dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0)
-            dx = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
-            R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T
-            dw = tl.sum(x.to(tl.float32) * R, axis=1)  # x_s . R_s
-            dx += w[:, None] * R
-            if HAS_D:
-                if D_PER_CHANNEL:
-                    Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
-                else:
-                    Dv = tl.load(D_ptr + h).to(tl.float32)
-                dx += Dv * dy.to(tl.float32)
-            dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h, n_end, P, s_dx_t, QP, PP, TMA)
-            _put(dxd, r0, n_end, P, s_dx_t, dx.to(dx_ptr.dtype.element_ty), QP, PP, TMA, True)
-            # exp(cs) rowsum(C * (dy S)), from the "dbc" launch (in ddt)
-            dcs += tl.load(ddt_h, mask=mq, other=0.0) - dw * w
-            # sum(dS * S), in the state pass's shares
-            pbs = tl.arange(0, NPB)
-            dSS = tl.sum(tl.load(dsp_ptr + mat.to(tl.int64) * n_pb + pbs, mask=pbs < n_pb, other=0.0), axis=0)
-            dcL = tl.exp2(cL) * dSS + tl.sum(dw * w, axis=0)
-            dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
-            da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
-            ddt += dec * dw + A * da
-            tl.store(ddt_h, ddt, mask=mq)
-            tl.store(dAp_ptr + mat.to(tl.int64), tl.sum(dt * da, axis=0))  # mat = k H + h
-        else:
-            dG = dM * Lm
-            dyS = _mm(dy, S, x, OPS)  # (Q, n) dy S
-            dC += _mm(dG, Bm, x, OPS) + ecs[:, None] * dyS
-            # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S)), a term of dcs for the "dx" launch
-            tl.store(ddt_h, ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1), mask=mq)
-            xdS = _mm(x, dS, x, OPS)  # (Q, n) x dS
-            dB += _mm(tl.trans(dG), Cm, x, OPS) + w[:, None] * xdS
-    if PART == "dbc":
-        part = (sp.to(tl.int64) * n_tok + ts64) * G_N + g * N
-        bpd = _desc(dBp_ptr + part, n_end, N, G_N, QP, NP, TMA)
-        cpd = _desc(dCp_ptr + part, n_end, N, G_N, QP, NP, TMA)
-        _put(bpd, r0, n_end, N, G_N, dB, QP, NP, TMA, True)
-        _put(cpd, r0, n_end, N, G_N, dC, QP, NP, TMA, True)
+        dGs += dWm * dt[None, :] * Lm
+        accC += ecs[:, None] * _mm(dy, S, x, OPS)
+        accB += w[:, None] * _mm(x, dS, x, OPS)
+    dC = accC + _mm(dGs, Bm, Bm, OPS)
+    dB = accB + _mm(tl.trans(dGs), Cm, Bm, OPS)
+    dbd = _desc(dB_ptr + ts64 * s_db_t + g * s_db_g + n0, n_end, N - n0, s_db_t, QP, NB, TMA)
+    dcd = _desc(dC_ptr + ts64 * s_dc_t + g * s_dc_g + n0, n_end, N - n0, s_dc_t, QP, NB, TMA)
+    _put(dbd, r0, n_end, N - n0, s_db_t, dB.to(dB_ptr.dtype.element_ty), QP, NB, TMA, True)
+    _put(dcd, r0, n_end, N - n0, s_dc_t, dC.to(dC_ptr.dtype.element_ty), QP, NB, TMA, True)
 
 
 @triton.jit
-def _bwd_chunk(
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr,
-    dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr,
-    n_seq, n_tok, H, P, N, HPG, HPS, Q, n_rows, n_pb,
-    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NP: tl.constexpr,
-    OPS: tl.constexpr, TMA: tl.constexpr, NPB: tl.constexpr, PART: tl.constexpr,
+def _bwd_dbc(
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr, dB_ptr, dC_ptr,
+    n_seq, H, P, N, HPG, n_rows,
+    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g,
+    Q: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
+    NS: tl.constexpr,
 ):
-    """One program per (chunk row, group x head split); rows past the last sequence's chunks do nothing. The
-    gradients of the chunk for HPS heads of a group, in two launches (fewer tiles live in each): PART "dbc"
-    (first) writes its split's share of dB, dC into dBp, dCp (splits, tokens, G, N) and, in ddt, the term
-    exp(cs) rowsum(C * (dy S)) of dcs; PART "dx" then dx and ddt of its tokens and heads and dAp[k, h] (a
-    partial sum over the chunk).
-
-    Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none, past the last).
+    """One program per (chunk row, group, block of NB dstate columns); rows past the last sequence's chunks
+    do nothing. Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none).
     Tiles are read through descriptors of the sequence's rows up to the chunk's end (zeros past it)."""
     k = tl.program_id(0)
-    gs = tl.program_id(1)
-    n_split = HPG // HPS
-    g = gs // n_split
-    sp = gs % n_split
+    g = tl.program_id(1)
+    nb = tl.program_id(2)
     s = tl.load(cseq_ptr + k)
     if s < n_seq:
-        _chunk_grads(k, s, g, sp, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, st_ptr, dst_ptr, dsp_ptr, dy_ptr,
-                     cu_ptr, choff_ptr, dx_ptr, ddt_ptr, dAp_ptr, dBp_ptr, dCp_ptr, n_seq, n_tok, H, P, N, HPG, HPS,
-                     Q, n_rows, n_pb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h,
-                     s_dx_t, s_dx_h, HAS_D, D_PER_CHANNEL, QP, PP, NP, OPS, TMA, NPB, PART)
+        _dbc_chunk(k, s, g, nb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr,
+                   dB_ptr, dC_ptr, H, P, N, HPG, n_rows, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g,
+                   s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g, Q, QP, PP, NB, OPS, TMA, NS)

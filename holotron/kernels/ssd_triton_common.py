@@ -105,7 +105,7 @@ def _put(desc, row, rows, cols, stride, val, BR: tl.constexpr, BC: tl.constexpr,
 @triton.jit
 def _sdesc(base, n_mat, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
     """A tensor descriptor of n_mat (P, N) row-major matrices at ``base`` (states, state gradients): tiles of
-    (BP, NP) rows of one matrix, nothing read or written past its P rows or N columns. Without TMA,
+    (BP, NP) blocks of one matrix, nothing read or written past its P rows or N columns. Without TMA,
     ``base``."""
     if TMA:
         return tl.make_tensor_descriptor(base, shape=[n_mat, P, N], strides=[P * N, N, 1], block_shape=[1, BP, NP])
@@ -114,30 +114,32 @@ def _sdesc(base, n_mat, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.conste
 
 
 @triton.jit
-def _smat_ptrs(base, mat, p0, P, N, BP: tl.constexpr, NP: tl.constexpr):
-    """The addresses and mask of rows p0 .. p0 + BP - 1 of the (P, N) matrix ``mat`` at ``base``."""
+def _smat_ptrs(base, mat, p0, n0, P, N, BP: tl.constexpr, NP: tl.constexpr):
+    """The addresses and mask of the (BP, NP) block at row p0, column n0 of the (P, N) matrix ``mat`` at
+    ``base``."""
     r = p0 + tl.arange(0, BP)
-    c = tl.arange(0, NP)
+    c = n0 + tl.arange(0, NP)
     return base + mat.to(tl.int64) * P * N + r[:, None] * N + c[None, :], (r < P)[:, None] & (c < N)[None, :]
 
 
 @triton.jit
-def _sload(desc, mat, p0, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
-    """Rows p0 .. p0 + BP - 1 of matrix ``mat`` of ``_sdesc``'s (0 past its edges)."""
+def _sload(desc, mat, p0, n0, P, N, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """The (BP, NP) block at row p0, column n0 of matrix ``mat`` of ``_sdesc``'s (0 past its edges)."""
     if TMA:
-        return tl.reshape(desc.load([mat, p0, 0]), (BP, NP))
+        return tl.reshape(desc.load([mat, p0, n0]), (BP, NP))
     else:
-        ptrs, m = _smat_ptrs(desc, mat, p0, P, N, BP, NP)
+        ptrs, m = _smat_ptrs(desc, mat, p0, n0, P, N, BP, NP)
         return tl.load(ptrs, mask=m, other=0.0)
 
 
 @triton.jit
-def _sstore(desc, mat, p0, P, N, val, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
-    """Writes the (BP, NP) tile ``val`` at rows p0.. of matrix ``mat`` of ``_sdesc``'s (nothing past its edges)."""
+def _sstore(desc, mat, p0, n0, P, N, val, BP: tl.constexpr, NP: tl.constexpr, TMA: tl.constexpr):
+    """Writes the (BP, NP) tile ``val`` at row p0, column n0 of matrix ``mat`` of ``_sdesc``'s (nothing past
+    its edges)."""
     if TMA:
-        desc.store([mat, p0, 0], tl.reshape(val, (1, BP, NP)))
+        desc.store([mat, p0, n0], tl.reshape(val, (1, BP, NP)))
     else:
-        ptrs, m = _smat_ptrs(desc, mat, p0, P, N, BP, NP)
+        ptrs, m = _smat_ptrs(desc, mat, p0, n0, P, N, BP, NP)
         tl.store(ptrs, val, mask=m)
 
 
