@@ -352,7 +352,7 @@ def test_dispatch(monkeypatch):
 
 
 @pytest.mark.parametrize("cfg", [dict(chunk_size=3), dict(BLOCK_P=16), dict(BLOCK_N=16), dict(BLOCK_P=16, chunk_size=3),
-                                 dict(warps_seq=2, warps_dbc=8, stages_seq=1, stages_dbc=3)],
+                                 dict(warps_dx=2, warps_dbc=2, stages_state=1, stages_dbc=1)],
                          ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_bwd_config(monkeypatch, cfg):
     """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the reverse pass (their

@@ -2,8 +2,10 @@
 GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the GPU machine's.
 
     python dev/probes/offline_regs.py scan [KEY=VALUE ...]     # the forward scan at the 12B sizes
-    python dev/probes/offline_regs.py seq [KEY=VALUE ...]      # the backward's reverse pass (_bwd_seq)
+    python dev/probes/offline_regs.py dx [KEY=VALUE ...]       # the backward's dx / ddt kernel (_bwd_dx)
     python dev/probes/offline_regs.py dbc [KEY=VALUE ...]      # the backward's dB / dC kernel (_bwd_dbc)
+    python dev/probes/offline_regs.py dstates [KEY=VALUE ...]  # the chunks' own state-gradient terms
+    python dev/probes/offline_regs.py state [KEY=VALUE ...]    # the state-gradient pass (_bwd_spass)
 """
 
 from __future__ import annotations
@@ -75,22 +77,22 @@ def scan_info(**over):
 # those equal to 1 become constants and multiples of 16 are marked divisible by 16 (as are all pointers)
 BWD_INTS = dict(n_seq=2, H=128, P=80, N=128, HPG=16, n_rows=32, s_x_t=10240, s_x_h=80,
                 s_dt_t=128, s_dt_h=1, s_b_t=1024, s_b_g=128, s_c_t=1024, s_c_g=128, s_dy_t=10240, s_dy_h=80,
-                s_dx_t=10240, s_dx_h=80, n_pb=2, s_db_t=1024, s_db_g=128, s_dc_t=1024, s_dc_g=128)
+                s_dx_t=10240, s_dx_h=80, n_pb=2, s_db_t=1024, s_db_g=128, s_dc_t=1024, s_dc_g=128, n_nb=2, n_blk=10, PN=10240)
 
 
 def bwd_info(kernel="seq", **over):
     """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64, headdim blocks
-    of 64 (reverse pass), dstate blocks of 64 (dB / dC kernel), 4 warps, 2 stages. Pointer dtypes not named
+    of 32, dstate blocks of 64 (dB / dC kernel), 4 warps, 2 stages. Pointer dtypes not named
     below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the inputs)
     or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
 
-    fn = bw._bwd_dbc if kernel == "dbc" else bw._bwd_seq
-    bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr", "dB_ptr", "dC_ptr"}
+    fn = dict(dbc=bw._bwd_dbc, dx=bw._bwd_dx, dstates=bw._bwd_dstates, state=bw._bwd_spass)[kernel]
+    bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr", "dB_ptr", "dC_ptr", "u_ptr"}
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, Q=64, QP=64, PP=128, NP=128,
-                 BP=64, NB=64, OPS="half", NS=2, TMA=False)
+                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024)
     warps = over.pop("num_warps", 4)
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)
@@ -132,7 +134,7 @@ if __name__ == "__main__":
     over = {k: _val(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])}
     if what == "scan":
         print(scan_info(**over))
-    elif what in ("seq", "dbc"):
+    elif what in ("dx", "dbc", "dstates", "state"):
         print(bwd_info(what, **over))
     else:
-        raise SystemExit(f"unknown kernel {what!r}: scan, seq or dbc")
+        raise SystemExit(f"unknown kernel {what!r}: scan, dx, dbc, dstates or state")

@@ -53,18 +53,13 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from .ssd_triton_bwd_chunk import _bwd_dbc
+from .ssd_triton_bwd_chunk import _bwd_dbc, _bwd_dx
 from .ssd_triton_common import (
     _DOT_MIN,
-    _desc,
     _dot_ops,
     _ensure_allocator,
     _mm,
     _p2,
-    _put,
-    _sdesc,
-    _sload,
-    _sm_count,
     _sstore,
     _tile,
     _tma_ok,
@@ -74,138 +69,112 @@ from .ssd_triton_common import (
 
 # Launch settings (the benchmark sweeps them; None: the automatic choice of ``bwd_launch``). chunk_size: the
 # longest chunk the training entry uses for the forward's stored states and the backward (the caller's
-# chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per program of the reverse pass (a
-# power of two >= 16); BLOCK_N: dstate columns per program of the dB / dC kernel (a power of two >= 16);
-# warps and pipeline stages of each kernel ("seq": the reverse pass, "dbc": the dB / dC kernel); tma: tiles
-# through tensor descriptors (TMA on Hopper) where addresses and strides are 16-byte multiples and the chunk
-# is a power of two (True; None / False: masked pointers).
-BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, warps_seq=None, warps_dbc=None, stages_seq=None,
-                  stages_dbc=None, tma=None)
+# chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per program of the dx kernel (a power of
+# two >= 16); BLOCK_N: dstate columns per program of the dB / dC kernel (a power of two >= 16); warps of the
+# dx and dB / dC kernels, pipeline stages of the dB / dC kernel's loop over heads and of the state pass; tma:
+# tiles of the dx and dB / dC kernels through tensor descriptors (TMA on Hopper) where addresses and strides
+# are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers).
+BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, warps_dx=None, warps_dbc=None, stages_dbc=None,
+                  stages_state=None, tma=None)
 
 # The compiled kernels of the last launch ("seq", "dbc"), for the benchmark's register counts.
 LAST_KERNEL = {}
 
 
 @triton.jit
-def _bwd_seq(
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dy_ptr, dfin_ptr, st_ptr, dst_ptr, dinit_ptr, cu_ptr, choff_ptr,
-    dx_ptr, ddtp_ptr, dAp_ptr, dD_ptr,
-    H, P, N, HPG, n_rows, n_pb,
-    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr,
-    Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
-    TMA: tl.constexpr,
+def _bwd_dstates(
+    dt_ptr, A_ptr, C_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr, u_ptr, ecl_ptr,
+    n_seq, H, P, N, HPG, s_dt_t, s_dt_h, s_c_t, s_c_g, s_dy_t, s_dy_h,
+    Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr, OPS: tl.constexpr,
 ):
-    """One program per (headdim block, head, sequence), chunks in reverse, dS^T (n, its columns) on chip.
-    Per chunk c: dx of its columns; at ddtp[token, h, pb] its share of ddt; at row choff[s] + c of dst
-    (chunks, H, P, N) the gradient with respect to the state leaving chunk c. At the end: dAp[s, h, pb] its
-    share of dA, dD[s, h, its columns] sum_t dy * x (with HAS_D), dinit[s, h, its columns] (with
-    HAS_INIT)."""
+    """One program per (chunk row, head, headdim block): the chunk's own term of the state gradient's
+    recurrence, u = C^T (dy * exp(cs)), stored (p, n) at row k * H + h of u (chunks, H, P, N), and exp(cL) at
+    ecl[k, h]. Rows past the last sequence's chunks do nothing."""
     LOG2E: tl.constexpr = 1.4426950408889634
-    pb = tl.program_id(0)
+    k = tl.program_id(0)
     h = tl.program_id(1)
-    s = tl.program_id(2)
-    g = h // HPG
-    sh = s.to(tl.int64) * H + h
-    ts = tl.load(cu_ptr + s)
-    te = tl.load(cu_ptr + s + 1)
-    n_tok = te - ts
-    cbase = tl.load(choff_ptr + s)
-    nch = (n_tok + Q - 1) // Q
-    A = tl.load(A_ptr + h).to(tl.float32)
-    A2 = A * LOG2E  # decays in the log2 domain (exp2)
-    q = tl.arange(0, QP)
-    p0 = pb * BP
-    ps = p0 + tl.arange(0, BP)
-    ns = tl.arange(0, NP)
-    mp = ps < P
-    mnp = (ns < N)[:, None] & mp[None, :]
-    causal = q[:, None] >= q[None, :]
-    last = q == QP - 1
-    if HAS_D:
-        if D_PER_CHANNEL:
-            Dv = tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :]
-        else:
-            Dv = tl.load(D_ptr + h).to(tl.float32)
-        dD = tl.zeros((BP,), dtype=tl.float32)
-    # the sequence's rows of x, dy, dx (this head, from this program's first column), B and C (its group);
-    # descriptors only when chunks are powers of two (then no chunk's tile reaches into the next one)
-    ts64 = ts.to(tl.int64)
-    xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_tok, P - p0, s_x_t, QP, BP, TMA)
-    dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_tok, P - p0, s_dy_t, QP, BP, TMA)
-    dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_tok, P - p0, s_dx_t, QP, BP, TMA)
-    bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_tok, N, s_b_t, QP, NP, TMA)
-    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_tok, N, s_c_t, QP, NP, TMA)
-    sd = _sdesc(st_ptr, n_rows * H, P, N, BP, NP, TMA)
-    dsd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
-    if HAS_DFINAL:
-        dS = tl.load(dfin_ptr + (sh * P + ps[None, :]) * N + ns[:, None], mask=mnp, other=0.0).to(tl.float32)
-    else:
-        dS = tl.zeros((NP, BP), dtype=tl.float32)
-    dAv = tl.zeros((QP,), dtype=tl.float32)
-    for i in tl.range(0, nch, num_stages=NS):
-        ci = nch - 1 - i
-        r0 = ci * Q
-        n_end = tl.minimum(n_tok, r0 + Q)  # rows of the tiles past the chunk (Q < QP) read as 0
+    pb = tl.program_id(2)
+    s = tl.load(cseq_ptr + k)
+    if s < n_seq:
+        g = h // HPG
+        ts = tl.load(cu_ptr + s)
+        te = tl.load(cu_ptr + s + 1)
+        r0 = (k - tl.load(choff_ptr + s)) * Q
+        n_end = tl.minimum(te - ts, r0 + Q)
+        ts64 = ts.to(tl.int64)
+        q = tl.arange(0, QP)
         mq = r0 + q < n_end
+        causal = q[:, None] >= q[None, :]
+        p0 = pb * BP
+        A2 = tl.load(A_ptr + h).to(tl.float32) * LOG2E
         dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
         # cumulative sums as masked row sums of a (Q, Q) tile (no tl.cumsum: see ssd_triton_bwd_chunk.py)
         cs = tl.sum(tl.where(causal, (dt * A2)[None, :], 0.0), axis=1)
-        cL = tl.sum(tl.where(last, cs, 0.0), axis=0)  # flat past the chunk's end (dt = 0 there)
         ecs = tl.where(mq, tl.exp2(cs), 0.0)
-        dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
-        w = tl.where(mq, dt * dec, 0.0)
-        Lm = tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
-        x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
-        dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
-        Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
-        Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
-        mat = (cbase + ci) * H + h
-        S = _sload(sd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the state entering the chunk
-        dSr = dS.to(dst_ptr.dtype.element_ty)  # (n, its columns), as stored and as the products take it
-        _sstore(dsd, mat, p0, 0, P, N, tl.trans(dSr), BP, NP, TMA)
-        M = _mm(Cm, tl.trans(Bm), Bm, OPS) * Lm  # (C B^T) * L
-        dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)  # this block's share
-        dxv = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
-        R = _mm(Bm, dSr, x, OPS)  # B dS^T, (Q, its columns)
-        dw = tl.sum(x.to(tl.float32) * R, axis=1)  # x_s . R_s, this block's share
-        dxv += w[:, None] * R
-        if HAS_D:
-            dxv += Dv * dy.to(tl.float32)
-            dD += tl.sum(dy.to(tl.float32) * x.to(tl.float32), axis=0)
-        _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
-        dyS = _mm(dy, S, x, OPS)  # (Q, n) this block's share of dy S
-        E = dWm * dt[None, :] * M
-        dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) + ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1) - dw * w
-        dSS = tl.sum(tl.sum(tl.trans(dSr).to(tl.float32) * S.to(tl.float32), axis=1), axis=0)
-        dcs += tl.where(last, tl.exp2(cL) * dSS + tl.sum(dw * w, axis=0), 0.0)  # cL = the padded last row's cs
-        da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
-        ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
-        tl.store(ddtp_ptr + ((ts64 + r0 + q) * H + h) * n_pb + pb, ddt, mask=mq)
-        dAv += dt * da
-        dS = tl.exp2(cL) * dS + _mm(tl.trans(Cm), dy.to(tl.float32) * ecs[:, None], dy, OPS)
-    tl.store(dAp_ptr + sh * n_pb + pb, tl.sum(dAv, axis=0))
-    if HAS_D:
-        tl.store(dD_ptr + sh * P + ps, dD, mask=mp)
+        Cm = _tile(C_ptr + ts64 * s_c_t + g * s_c_g, r0, n_end, N, s_c_t, QP, NP, False, True)
+        dy = _tile(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, r0, n_end, P - p0, s_dy_t, QP, BP, False, True)
+        u = _mm(tl.trans(Cm), dy.to(tl.float32) * ecs[:, None], dy, OPS)  # (n, its columns)
+        mat = k * H + h
+        _sstore(u_ptr, mat, p0, 0, P, N, tl.trans(u).to(u_ptr.dtype.element_ty), BP, NP, False)
+        if pb == 0:
+            tl.store(ecl_ptr + mat, tl.exp2(tl.sum(dt * A2, axis=0)))
+
+
+@triton.jit
+def _bwd_spass(
+    dfin_ptr, st_ptr, dst_ptr, ecl_ptr, dssp_ptr, dinit_ptr, cu_ptr, choff_ptr, H, PN, n_blk,
+    Q: tl.constexpr, BLK: tl.constexpr, HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, NS: tl.constexpr,
+):
+    """One program per (block of BLK state entries, head, sequence): the state gradient through the
+    sequence's chunks in reverse, entry by entry (no products): dst holds each chunk's own term u (from
+    _bwd_dstates) and is overwritten, row by row, with the gradient of the state leaving the chunk (rounded
+    to dst's dtype); dssp[row, blk] gets this block's share of sum(dS * S) with S the state entering the chunk;
+    dS_in = exp(cL) dS + u. At the end the initial state's gradient (with HAS_INIT)."""
+    blk = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    e = blk * BLK + tl.arange(0, BLK)
+    me = e < PN
+    sh = s.to(tl.int64) * H + h
+    n_tok = tl.load(cu_ptr + s + 1) - tl.load(cu_ptr + s)
+    cbase = tl.load(choff_ptr + s)
+    nch = (n_tok + Q - 1) // Q
+    if HAS_DFINAL:
+        dS = tl.load(dfin_ptr + sh * PN + e, mask=me, other=0.0).to(tl.float32)
+    else:
+        dS = tl.zeros((BLK,), dtype=tl.float32)
+    for i in tl.range(0, nch, num_stages=NS):
+        mat = ((cbase + nch - 1 - i) * H + h).to(tl.int64)
+        u = tl.load(dst_ptr + mat * PN + e, mask=me, other=0.0).to(tl.float32)
+        S = tl.load(st_ptr + mat * PN + e, mask=me, other=0.0).to(tl.float32)
+        el = tl.load(ecl_ptr + mat)
+        dSr = dS.to(dst_ptr.dtype.element_ty)
+        tl.store(dst_ptr + mat * PN + e, dSr, mask=me)
+        tl.store(dssp_ptr + mat * n_blk + blk, tl.sum(dSr.to(tl.float32) * S, axis=0))
+        dS = el * dS + u
     if HAS_INIT:
-        tl.store(dinit_ptr + (sh * P + ps[None, :]) * N + ns[:, None], dS, mask=mnp)
+        tl.store(dinit_ptr + sh * PN + e, dS, mask=me)
 
 
 def bwd_launch(n_seq: int, h: int, p: int, n: int, Q: int, dev: torch.device) -> dict:
     """BWD_CONFIG with its automatic choices made (see BWD_CONFIG): measured on an H200 (docs/benchmarks.md)."""
     cfg = dict(BWD_CONFIG)
-    sms = _sm_count(dev)
-    if cfg["BLOCK_P"] is None:  # twice the programs while sequences x heads are few
-        cfg["BLOCK_P"] = 64 if n_seq * h * triton.cdiv(p, 64) >= 2 * sms else 32
+    if cfg["BLOCK_P"] is None:
+        cfg["BLOCK_P"] = min(_p2(p), 32)
     if cfg["BLOCK_N"] is None:
         cfg["BLOCK_N"] = min(_p2(n), 64)
-    for k, v in dict(warps_seq=4, warps_dbc=4, stages_seq=2, stages_dbc=2).items():
+    for k, v in dict(warps_dx=4, warps_dbc=8, stages_dbc=3, stages_state=2).items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     return cfg
 
 
+# the state pass's block of state entries per program, and the dstates kernel's headdim block
+STATE_BLOCK = 1024
+DSTATES_BP = 32
+
+
 def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu_seqlens=None, has_init=False):
-    """Gradients of the SSD scan (without z, whose gate autograd handles) from two Triton launches.
+    """Gradients of the SSD scan (without z, whose gate autograd handles) from four Triton launches.
 
     x (b, l, h, p); dt (b, l, h) processed fp32; A (h,); B, C (b, l, g, n); D None, (h,) or (h, p); states
     (chunks, h, p, n), the state entering each chunk (the forward's ``store_states``; fp32, or x's dtype
@@ -253,8 +222,9 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dfin = None if dfinal is None else dfinal.float().contiguous()
     QP, PP, NP = _p2(Q), _p2(p), _p2(n)
 
-    dst = empty(*st.shape, dtype=st.dtype, device=dev)
     n_tok = b * l
+    dst = empty(*st.shape, dtype=st.dtype, device=dev)  # each chunk's own term, then the state gradients
+    ecl = empty(n_rows, h, dtype=torch.float32, device=dev)
     dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
     dB = empty(n_tok, g, n, dtype=B.dtype, device=dev)
     dC = empty(n_tok, g, n, dtype=C.dtype, device=dev)
@@ -269,28 +239,42 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
         _ensure_allocator()
     LAST_KERNEL["tma"] = bool(tma)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
-    n_pb = triton.cdiv(p, bp)
+    n_pb, n_nb = triton.cdiv(p, bp), triton.cdiv(n, bn)
+    n_blk = triton.cdiv(p * n, STATE_BLOCK)
+    dssp = empty(n_rows, h, n_blk, dtype=torch.float32, device=dev)  # the blocks' shares of sum(dS * S)
+    vp = empty(n_tok, h, n_nb, dtype=torch.float32, device=dev)  # the dstate blocks' shares of a ddt term
     ddtp = empty(n_tok, h, n_pb, dtype=torch.float32, device=dev)  # the headdim blocks' shares of ddt
-    dAp = empty(n_seq, h, n_pb, dtype=torch.float32, device=dev)
-    dDs = empty(n_seq, h, p, dtype=torch.float32, device=dev) if D is not None else None  # dD per sequence
+    # per chunk row: rows past the last sequence's chunks stay zero
+    dAp = torch.zeros(n_rows, h, n_pb, dtype=torch.float32, device=dev)
+    dDp = torch.zeros(n_rows, h, p, dtype=torch.float32, device=dev) if D is not None else None
+    dbp = min(_p2(p), DSTATES_BP)
     try:
-        LAST_KERNEL["seq"] = _bwd_seq[(n_pb, h, n_seq)](
-            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dyt, dfin if dfin is not None else A32, st, dst,
-            dinit if dinit is not None else A32, cu, choff, dx, ddtp, dAp, dDs if dDs is not None else A32,
-            h, p, n, h // g, n_rows, n_pb,
-            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
-            Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
-            HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_DFINAL=dfin is not None,
-            HAS_INIT=bool(has_init), Q=Q, QP=QP, BP=bp, NP=NP, OPS=ops, NS=int(cfg["stages_seq"]), TMA=bool(tma),
-            num_warps=int(cfg["warps_seq"]),
+        LAST_KERNEL["dstates"] = _bwd_dstates[(n_rows, h, triton.cdiv(p, dbp))](
+            dtt, A32, Ct, dyt, cu, choff, cseq, dst, ecl, n_seq, h, p, n, h // g,
+            dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
+            Q=Q, QP=QP, BP=dbp, NP=NP, OPS=ops, num_warps=4,
         )
-        LAST_KERNEL["dbc"] = _bwd_dbc[(n_rows, g, triton.cdiv(n, bn))](
-            xt, dtt, A32, Bt, Ct, st, dst, dyt, cu, choff, cseq, dB, dC,
-            n_seq, h, p, n, h // g, n_rows,
+        LAST_KERNEL["state"] = _bwd_spass[(n_blk, h, n_seq)](
+            dfin if dfin is not None else A32, st, dst, ecl, dssp, dinit if dinit is not None else A32, cu, choff,
+            h, p * n, n_blk, Q=Q, BLK=STATE_BLOCK, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init),
+            NS=int(cfg["stages_state"]), num_warps=4,
+        )
+        LAST_KERNEL["dbc"] = _bwd_dbc[(n_rows, g, n_nb)](
+            xt, dtt, A32, Bt, Ct, st, dst, dyt, cu, choff, cseq, dB, dC, vp,
+            n_seq, h, p, n, h // g, n_rows, n_nb,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dB.stride(0), dB.stride(1), dC.stride(0),
             dC.stride(1), Q=Q, QP=QP, PP=PP, NB=bn, OPS=ops, TMA=bool(tma), NS=int(cfg["stages_dbc"]),
             num_warps=int(cfg["warps_dbc"]),
+        )
+        LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h, n_pb)](
+            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,
+            dx, ddtp, dAp, dDp if dDp is not None else A32, n_seq, h, p, n, h // g, n_rows, n_pb, n_nb, n_blk,
+            xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
+            Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
+            HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, Q=Q, QP=QP, BP=bp, NP=NP,
+            NNB=triton.next_power_of_2(n_nb), NBLK=triton.next_power_of_2(n_blk), OPS=ops, TMA=bool(tma),
+            num_warps=int(cfg["warps_dx"]),
         )
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
@@ -299,7 +283,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dA = dAp.sum((0, 2))
     dD = None
     if D is not None:
-        dDh = dDs.sum(0)
+        dDh = dDp.sum(0)
         dD = dDh if D.dim() == 2 else dDh.sum(1)
     return (dx.view(b, l, h, p).to(in_dtype), ddt.view(b, l, h), dA, dB.view(b, l, g, n).to(b_dtype),
             dC.view(b, l, g, n).to(b_dtype), dD, dinit)
