@@ -70,12 +70,13 @@ from .ssd_triton_common import (
 # Launch settings (the benchmark sweeps them; None: the automatic choice of ``bwd_launch``). chunk_size: the
 # longest chunk the training entry uses for the forward's stored states and the backward (the caller's
 # chunk_size when shorter; None: the caller's); BLOCK_P: headdim columns per program of the dx kernel (a power of
-# two >= 16); BLOCK_N: dstate columns per program of the dB / dC kernel (a power of two >= 16); warps of the
-# dx and dB / dC kernels, pipeline stages of the dB / dC kernel's loop over heads and of the state pass; tma:
+# two >= 16); BLOCK_N: dstate columns per program of the dB / dC kernel (a power of two >= 16); HEADS: heads of
+# a group per program of the dx kernel (a divisor of the heads per group; they share C B^T); warps of the dx
+# and dB / dC kernels, pipeline stages of their loops over heads and of the state pass; tma:
 # tiles of the dx and dB / dC kernels through tensor descriptors (TMA on Hopper) where addresses and strides
 # are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers).
-BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, warps_dx=None, warps_dbc=None, stages_dbc=None,
-                  stages_state=None, tma=None)
+BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
+                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None)
 
 # The compiled kernels of the last launch ("seq", "dbc"), for the benchmark's register counts.
 LAST_KERNEL = {}
@@ -163,7 +164,9 @@ def bwd_launch(n_seq: int, h: int, p: int, n: int, Q: int, dev: torch.device) ->
         cfg["BLOCK_P"] = min(_p2(p), 32)
     if cfg["BLOCK_N"] is None:
         cfg["BLOCK_N"] = min(_p2(n), 64)
-    for k, v in dict(warps_dx=4, warps_dbc=8, stages_dbc=3, stages_state=2).items():
+    if cfg["HEADS"] is None:
+        cfg["HEADS"] = 1
+    for k, v in dict(warps_dx=4, warps_dbc=8, stages_dx=2, stages_dbc=3, stages_state=2).items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     return cfg
 
@@ -210,10 +213,12 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     cseq = torch.searchsorted(choff[1:].contiguous(), torch.arange(n_rows, device=dev, dtype=torch.int32),
                               right=True).to(torch.int32)
     cfg = bwd_launch(n_seq, h, p, n, Q, dev)
-    bp, bn = int(cfg["BLOCK_P"]), int(cfg["BLOCK_N"])
+    bp, bn, hpp = int(cfg["BLOCK_P"]), int(cfg["BLOCK_N"]), int(cfg["HEADS"])
     for key, v in (("BLOCK_P", bp), ("BLOCK_N", bn)):
         if v < _DOT_MIN or v & (v - 1):
             raise ValueError(f"BWD_CONFIG[{key!r}] must be a power of two >= {_DOT_MIN}, got {v}")
+    if hpp < 1 or (h // g) % hpp:
+        hpp = 1  # the setting is for the 12B's 16 heads per group: one head per program elsewhere
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
@@ -267,14 +272,14 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             dC.stride(1), Q=Q, QP=QP, PP=PP, NB=bn, OPS=ops, TMA=bool(tma), NS=int(cfg["stages_dbc"]),
             num_warps=int(cfg["warps_dbc"]),
         )
-        LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h, n_pb)](
+        LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_pb)](
             xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,
             dx, ddtp, dAp, dDp if dDp is not None else A32, n_seq, h, p, n, h // g, n_rows, n_pb, n_nb, n_blk,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
             HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, Q=Q, QP=QP, BP=bp, NP=NP,
-            NNB=triton.next_power_of_2(n_nb), NBLK=triton.next_power_of_2(n_blk), OPS=ops, TMA=bool(tma),
-            num_warps=int(cfg["warps_dx"]),
+            NNB=triton.next_power_of_2(n_nb), NBLK=triton.next_power_of_2(n_blk), OPS=ops, TMA=bool(tma), HPP=hpp,
+            NS=int(cfg["stages_dx"]), num_warps=int(cfg["warps_dx"]),
         )
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "

@@ -109,16 +109,16 @@ def _bwd_dbc(
 
 @triton.jit
 def _dx_chunk(
-    k, s, h, pb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, vp_ptr, dssp_ptr,
-    dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, HPG, n_rows, n_pb, n_nb, n_blk,
+    k, s, g, hs, pb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, vp_ptr,
+    dssp_ptr, dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, HPG, n_rows, n_pb, n_nb, n_blk,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
     NP: tl.constexpr, NNB: tl.constexpr, NBLK: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
+    HPP: tl.constexpr, NS: tl.constexpr,
 ):
-    """dx of chunk k (of sequence s), head h, headdim columns pb * BP ..; this block's shares of ddt and dA
-    (and of dD); see _bwd_dx."""
+    """dx of chunk k (of sequence s) for heads hs * HPP .. of group g, headdim columns pb * BP ..; this block's
+    shares of ddt and dA (and of dD); see _bwd_dx."""
     LOG2E: tl.constexpr = 1.4426950408889634
-    g = h // HPG
     p0 = pb * BP
     q = tl.arange(0, QP)
     ps = p0 + tl.arange(0, BP)
@@ -131,56 +131,57 @@ def _dx_chunk(
     n_end = tl.minimum(te - ts, r0 + Q)
     ts64 = ts.to(tl.int64)
     mq = r0 + q < n_end
-    A = tl.load(A_ptr + h).to(tl.float32)
-    dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
-    cs = tl.sum(tl.where(causal, (dt * (A * LOG2E))[None, :], 0.0), axis=1)
-    cL = tl.sum(tl.where(last, cs, 0.0), axis=0)  # flat past the chunk's end (dt = 0 there)
-    dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
-    w = tl.where(mq, dt * dec, 0.0)
-    Lm = tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
-    xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, BP, TMA)
-    dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_end, P - p0, s_dy_t, QP, BP, TMA)
     bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_end, N, s_b_t, QP, NP, TMA)
     cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_end, N, s_c_t, QP, NP, TMA)
-    x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
-    dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
     Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
     Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
-    mat = k * H + h
+    G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # C B^T, the group's
     dsd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
-    dS = _sload(dsd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the gradient of the state leaving
-    M = _mm(Cm, tl.trans(Bm), Bm, OPS) * Lm  # (C B^T) * L
-    dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)  # this block's share
-    dxv = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
-    R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T, (Q, its columns)
-    xf = x.to(tl.float32)
-    dw = tl.sum(xf * R, axis=1)  # x_s . R_s, this block's share
-    dxv += w[:, None] * R
-    if HAS_D:
-        dyf = dy.to(tl.float32)
-        if D_PER_CHANNEL:
-            dxv += tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :] * dyf
-        else:
-            dxv += tl.load(D_ptr + h).to(tl.float32) * dyf
-        tl.store(dDp_ptr + mat.to(tl.int64) * P + ps, tl.sum(dyf * xf, axis=0), mask=mp)
-    dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_end, P - p0, s_dx_t, QP, BP, TMA)
-    _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
-    E = dWm * dt[None, :] * M
-    dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) - dw * w
-    dcL = tl.sum(dw * w, axis=0)
-    # the terms summed over the whole headdim (not over this block's columns): added by block 0 only
-    first = (pb == 0).to(tl.float32)
+    first = (pb == 0).to(tl.float32)  # the terms summed over the whole headdim are added by block 0 only
     nbs = tl.arange(0, NNB)
-    vptr = vp_ptr + ((ts64 + r0 + q) * H + h)[:, None] * n_nb + nbs[None, :]
-    dcs += first * tl.sum(tl.load(vptr, mask=mq[:, None] & (nbs < n_nb)[None, :], other=0.0), axis=1)
     bls = tl.arange(0, NBLK)
-    dSS = tl.sum(tl.load(dssp_ptr + mat.to(tl.int64) * n_blk + bls, mask=bls < n_blk, other=0.0), axis=0)
-    dcL += first * tl.exp2(cL) * dSS
-    dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
-    da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
-    ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
-    tl.store(ddtp_ptr + ((ts64 + r0 + q) * H + h) * n_pb + pb, ddt, mask=mq)
-    tl.store(dAp_ptr + mat.to(tl.int64) * n_pb + pb, tl.sum(dt * da, axis=0))
+    for j in tl.range(0, HPP, num_stages=NS):
+        h = g * HPG + hs * HPP + j
+        A = tl.load(A_ptr + h).to(tl.float32)
+        dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
+        cs = tl.sum(tl.where(causal, (dt * (A * LOG2E))[None, :], 0.0), axis=1)
+        cL = tl.sum(tl.where(last, cs, 0.0), axis=0)  # flat past the chunk's end (dt = 0 there)
+        dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
+        w = tl.where(mq, dt * dec, 0.0)
+        M = G * tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))  # (C B^T) * L
+        xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, BP, TMA)
+        dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_end, P - p0, s_dy_t, QP, BP, TMA)
+        x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
+        dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
+        mat = k * H + h
+        dS = _sload(dsd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the gradient of the state leaving
+        dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)  # this block's share
+        dxv = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
+        R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T, (Q, its columns)
+        xf = x.to(tl.float32)
+        dw = tl.sum(xf * R, axis=1)  # x_s . R_s, this block's share
+        dxv += w[:, None] * R
+        if HAS_D:
+            dyf = dy.to(tl.float32)
+            if D_PER_CHANNEL:
+                dxv += tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :] * dyf
+            else:
+                dxv += tl.load(D_ptr + h).to(tl.float32) * dyf
+            tl.store(dDp_ptr + mat.to(tl.int64) * P + ps, tl.sum(dyf * xf, axis=0), mask=mp)
+        dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_end, P - p0, s_dx_t, QP, BP, TMA)
+        _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
+        E = dWm * dt[None, :] * M
+        dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) - dw * w
+        dcL = tl.sum(dw * w, axis=0)
+        vptr = vp_ptr + ((ts64 + r0 + q) * H + h)[:, None] * n_nb + nbs[None, :]
+        dcs += first * tl.sum(tl.load(vptr, mask=mq[:, None] & (nbs < n_nb)[None, :], other=0.0), axis=1)
+        dSS = tl.sum(tl.load(dssp_ptr + mat.to(tl.int64) * n_blk + bls, mask=bls < n_blk, other=0.0), axis=0)
+        dcL += first * tl.exp2(cL) * dSS
+        dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
+        da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
+        ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
+        tl.store(ddtp_ptr + ((ts64 + r0 + q) * H + h) * n_pb + pb, ddt, mask=mq)
+        tl.store(dAp_ptr + mat.to(tl.int64) * n_pb + pb, tl.sum(dt * da, axis=0))
 
 
 @triton.jit
@@ -190,18 +191,22 @@ def _bwd_dx(
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
     NP: tl.constexpr, NNB: tl.constexpr, NBLK: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
+    HPP: tl.constexpr, NS: tl.constexpr,
 ):
-    """One program per (chunk row, head, headdim block), all chunks in parallel: dx of its columns (every term
-    of dx is column by column) and its block's shares of ddt (at ddtp[token, h, pb]), of dA (dAp[k, h, pb]) and
-    of dD (dDp[k, h, its columns]): every term of ddt is a sum over the headdim (dy x^T, x . R) or, for the
-    two that _bwd_dbc (vp) and _bwd_spass (dssp) computed whole, added by block 0, so the shares add up.
-    Needs the state gradients of _bwd_spass. Rows past the last sequence's chunks do nothing."""
+    """One program per (chunk row, HPP heads of a group, headdim block), all chunks in parallel: dx of its
+    columns (every term of dx is column by column) and its block's shares of ddt (at ddtp[token, h, pb]), of
+    dA (dAp[k, h, pb]) and of dD (dDp[k, h, its columns]): every term of ddt is a sum over the headdim (dy x^T,
+    x . R) or, for the two that _bwd_dbc (vp) and _bwd_spass (dssp) computed whole, added by block 0, so the
+    shares add up. Needs the state gradients of _bwd_spass. The heads share C B^T (computed once); their
+    loop's loads are pipelined over NS stages. Rows past the last sequence's chunks do nothing."""
     k = tl.program_id(0)
-    h = tl.program_id(1)
+    gh = tl.program_id(1)
     pb = tl.program_id(2)
+    g = gh // (HPG // HPP)
+    hs = gh % (HPG // HPP)
     s = tl.load(cseq_ptr + k)
     if s < n_seq:
-        _dx_chunk(k, s, h, pb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, vp_ptr,
-                  dssp_ptr, dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, HPG, n_rows, n_pb, n_nb, n_blk,
+        _dx_chunk(k, s, g, hs, pb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr,
+                  vp_ptr, dssp_ptr, dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, HPG, n_rows, n_pb, n_nb, n_blk,
                   s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-                  HAS_D, D_PER_CHANNEL, Q, QP, BP, NP, NNB, NBLK, OPS, TMA)
+                  HAS_D, D_PER_CHANNEL, Q, QP, BP, NP, NNB, NBLK, OPS, TMA, HPP, NS)
