@@ -84,14 +84,13 @@ LAST_KERNEL = {}
 
 @triton.jit
 def _bwd_dstates(
-    dt_ptr, A_ptr, B_ptr, C_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr, u_ptr, ecl_ptr, G_ptr,
-    n_seq, H, P, N, HPG, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h,
+    dt_ptr, A_ptr, C_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr, u_ptr, ecl_ptr,
+    n_seq, H, P, N, HPG, s_dt_t, s_dt_h, s_c_t, s_c_g, s_dy_t, s_dy_h,
     Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr, OPS: tl.constexpr,
 ):
     """One program per (chunk row, head, headdim block): the chunk's own term of the state gradient's
     recurrence, u = C^T (dy * exp(cs)), stored (p, n) at row k * H + h of u (chunks, H, P, N), and exp(cL) at
-    ecl[k, h]; the program of a group's first head and block 0 also stores the group's C B^T (fp32, (QP, QP))
-    at G[k, g] for _bwd_dx. Rows past the last sequence's chunks do nothing."""
+    ecl[k, h]. Rows past the last sequence's chunks do nothing."""
     LOG2E: tl.constexpr = 1.4426950408889634
     k = tl.program_id(0)
     h = tl.program_id(1)
@@ -120,10 +119,6 @@ def _bwd_dstates(
         _sstore(u_ptr, mat, p0, 0, P, N, tl.trans(u).to(u_ptr.dtype.element_ty), BP, NP, False)
         if pb == 0:
             tl.store(ecl_ptr + mat, tl.exp2(tl.sum(dt * A2, axis=0)))
-            if h % HPG == 0:
-                Bm = _tile(B_ptr + ts64 * s_b_t + g * s_b_g, r0, n_end, N, s_b_t, QP, NP, False, True)
-                Gm = _mm(Cm, tl.trans(Bm), Bm, OPS)
-                tl.store(G_ptr + (k.to(tl.int64) * (H // HPG) + g) * QP * QP + q[:, None] * QP + q[None, :], Gm)
 
 
 @triton.jit
@@ -235,7 +230,6 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     n_tok = b * l
     dst = empty(*st.shape, dtype=st.dtype, device=dev)  # each chunk's own term, then the state gradients
     ecl = empty(n_rows, h, dtype=torch.float32, device=dev)
-    Gb = empty(n_rows, g, QP, QP, dtype=torch.float32, device=dev)  # C B^T per chunk and group
     dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
     dB = empty(n_tok, g, n, dtype=B.dtype, device=dev)
     dC = empty(n_tok, g, n, dtype=C.dtype, device=dev)
@@ -261,9 +255,8 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dbp = min(_p2(p), DSTATES_BP)
     try:
         LAST_KERNEL["dstates"] = _bwd_dstates[(n_rows, h, triton.cdiv(p, dbp))](
-            dtt, A32, Bt, Ct, dyt, cu, choff, cseq, dst, ecl, Gb, n_seq, h, p, n, h // g,
-            dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0),
-            dyt.stride(1),
+            dtt, A32, Ct, dyt, cu, choff, cseq, dst, ecl, n_seq, h, p, n, h // g,
+            dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
             Q=Q, QP=QP, BP=dbp, NP=NP, OPS=ops, num_warps=4,
         )
         LAST_KERNEL["state"] = _bwd_spass[(n_blk, h, n_seq)](
@@ -280,7 +273,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             num_warps=int(cfg["warps_dbc"]),
         )
         LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_pb)](
-            xt, dtt, A32, Bt, Gb, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,
+            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,
             dx, ddtp, dAp, dDp if dDp is not None else A32, n_seq, h, p, n, h // g, n_rows, n_pb, n_nb, n_blk,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),

@@ -132,9 +132,10 @@ def _dx_chunk(
     ts64 = ts.to(tl.int64)
     mq = r0 + q < n_end
     bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_end, N, s_b_t, QP, NP, TMA)
+    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_end, N, s_c_t, QP, NP, TMA)
     Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
-    # C B^T, the group's, as _bwd_dstates stored it (C_ptr: that buffer, (chunks, G, QP, QP))
-    G = tl.load(C_ptr + (k.to(tl.int64) * (H // HPG) + g) * QP * QP + q[:, None] * QP + q[None, :])
+    Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
+    G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # C B^T, the group's
     dsd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
     first = (pb == 0).to(tl.float32)  # the terms summed over the whole headdim are added by block 0 only
     nbs = tl.arange(0, NNB)
@@ -196,9 +197,8 @@ def _bwd_dx(
     columns (every term of dx is column by column) and its block's shares of ddt (at ddtp[token, h, pb]), of
     dA (dAp[k, h, pb]) and of dD (dDp[k, h, its columns]): every term of ddt is a sum over the headdim (dy x^T,
     x . R) or, for the two that _bwd_dbc (vp) and _bwd_spass (dssp) computed whole, added by block 0, so the
-    shares add up. Needs the state gradients of _bwd_spass and C B^T of _bwd_dstates (C_ptr here: its (chunks,
-    G, QP, QP) buffer). The heads share C B^T; their loop's loads are pipelined over NS stages. Rows past the
-    last sequence's chunks do nothing."""
+    shares add up. Needs the state gradients of _bwd_spass. The heads share C B^T (computed once); their
+    loop's loads are pipelined over NS stages. Rows past the last sequence's chunks do nothing."""
     k = tl.program_id(0)
     gh = tl.program_id(1)
     pb = tl.program_id(2)
