@@ -71,8 +71,8 @@ H, P, N, G, Q = 128, 80, 128, 8, 128
 SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]  # the four benchmark shapes (batch, seqlen)
 SWEEP = dict(Q=[32, 16, 64], BLOCK_P=[64, 128], num_warps=[4, 8], num_stages=[3, 2])  # around the measured best
 # the backward sweep: each dict over ssd_triton_backward.BWD_CONFIG's defaults ({}: the defaults as they are)
-BWD_SWEEP = [{}, {"HEADS": 2}, {"HEADS": 4}, {"warps_chunk": 4}, {"tma": True}, {"BLOCK_P": 64},
-             {"BLOCK_P": 32, "warps_state": 8}, {"chunk_size": 128}]
+BWD_SWEEP = [{}, {"BLOCK_N": 128, "stages_dbc": 1}, {"warps_dx": 8, "BLOCK_P": 64}, {"BLOCK_P": 16},
+             {"chunk_size": 32, "BLOCK_P": 64}, {"HEADS": 16, "warps_dx": 8, "BLOCK_P": 64}, {"stages_dbc": 2}]
 BWD_TOL = 5e-2  # the backward sweep's check: the largest relative RMS error of a gradient vs float64
 GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias")
 TOL = 1e-2  # the sweep's check: relative RMS error of y and of the final state vs float64 (bf16 gives ~2e-3)
@@ -81,7 +81,7 @@ MAMBA_SSM_STEP_US = {1: 5.2, 8: 25.5, 64: 190.0, 128: 412.0}  # quoted: selectiv
 DEVICE = "cuda"
 DRY = dict(H=4, P=24, N=16, G=2, SHAPES=[(1, 160), (2, 96)], STEP_B=[1, 2])
 DRY_CONFIGS = [{}, dict(Q=64, BLOCK_P=16, num_warps=4, num_stages=1)]
-DRY_BWD_CONFIGS = [{}, dict(HEADS=1, BLOCK_P=16)]
+DRY_BWD_CONFIGS = [{}, dict(HEADS=2, BLOCK_P=16)]
 KERNEL_KEYS = ("n_regs", "n_spills", "shared")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
