@@ -6,7 +6,7 @@ peers measured in the same run; prints a short table per section last, writes JS
                                    also step, and bwdsweep: the backward sweep alone, without fwdbwd)
     python benchmarks/bench_ssd.py --configs '{"Q": [128], "BLOCK_P": [64, 128]}'    narrow the sweep
                                    (a dict of lists: their product; a list of dicts; '[]': no sweep)
-    python benchmarks/bench_ssd.py --bwd-configs '[{"HEADS": 2}, {"chunk_size": 64, "BLOCK_P": 32}]'
+    python benchmarks/bench_ssd.py --bwd-configs '[{"BLOCK_N": 128}, {"chunk_size": 32, "BLOCK_P": 64}]'
                                    the backward sweep (same forms, over BWD_CONFIG; default BWD_SWEEP; '[]': none)
     python benchmarks/bench_ssd.py --sweep-s 120 --bwd-sweep-s 90    caps (s) of the two sweeps
     python benchmarks/bench_ssd.py --step-only                 copy bandwidth and the decode step (~1 min)
@@ -36,8 +36,8 @@ recorded and the next section runs):
   the error of every gradient against float64 autograd through the chunked scan at the first shape (FLA's
   through a differentiable expansion, against the reference without D). Then, in worker(s) of their own
   (the sweep's Triton cache, at most --bwd-sweep-s), the backward sweep: ours over ssd_triton_backward's
-  BWD_CONFIG settings (BWD_SWEEP, each merged over the module's defaults; chunk_size, BLOCK_P, HEADS,
-  warps_state, warps_chunk, stages), each first checked at the first shape (every gradient within BWD_TOL
+  BWD_CONFIG settings (BWD_SWEEP, each merged over the module's defaults; chunk_size, BLOCK_P, BLOCK_N,
+  HEADS, warps and stages of its kernels), each first checked at the first shape (every gradient within BWD_TOL
   of the float64 reference, finite) and then forward + backward timed at every shape with the sweep's short
   do_bench, with the backward kernels' registers and spills (ssd_triton_backward.LAST_KERNEL); a config
   that crashes its process is recorded and the rest go on in a new one. The fastest right config is
