@@ -6,7 +6,7 @@
        the softplus / clamp through it;
     2. ``SSDScanFn``: forward = the Triton scan (``ssd_scan_triton_fwd`` of ssd_triton_scan.py with
        ``store_states=True``: the state entering every chunk) on processed dt, without z; backward = the
-       two Triton kernels of ssd_triton_backward.py (dx, ddt, dA, dB, dC, dD, d initial_state);
+       four Triton launches of ssd_triton_backward.py (dx, ddt, dA, dB, dC, dD, d initial_state);
     3. the gate y * silu(z) in PyTorch (``GateFn``, fp32 math, saves y and z as they are).
 
 ``SSDScanFn`` saves x, dt, A, B, C, D and the chunk states (one (h, p, n) per chunk, fp32, or bf16 / fp16

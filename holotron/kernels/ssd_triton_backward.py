@@ -20,18 +20,25 @@ gradient with respect to the state leaving it):
               da = reverse cumsum of dcs;  dA += sum(dt da)
               dS^T_in = exp(cL) dS^T + C^T (dy * exp(cs))   (after chunk 0: the initial state's gradient)
 
-Only the last line runs from chunk to chunk. Two launches:
+Only the last line runs from chunk to chunk, and once each chunk's own term C^T (dy * exp(cs)) is known it
+needs no product. Four launches, all chunk-parallel but one elementwise pass:
 
-- ``_bwd_seq``: one program per (headdim block, head, sequence) walks the sequence's chunks in reverse with
-  dS^T (dstate x its columns, fp32) on chip, as the forward walks them in order with the state, the loads
-  of the next chunk pipelined with this one's products. Per chunk it computes what a block of headdim
-  columns determines: dx of its columns (every term of dx is column by column), and its block's share of
-  ddt and of dA (every term of ddt is a sum over the headdim: dy x^T, x . R, dy S, sum(dS * S) are sums
-  over p, so the blocks' shares add up; PyTorch adds them), and dD; it stores the gradient of the state
-  leaving each chunk (beside the forward's states, same layout and dtype) and, at the end, the initial
-  state's.
-- ``_bwd_dbc`` (ssd_triton_bwd_chunk.py): one program per (chunk, group, dstate block), all chunks in
-  parallel, walks the group's heads adding the dG's and the state terms, then dB and dC of its block.
+- ``_bwd_dstates``: one program per (chunk, head, headdim block): the chunk's own term u = C^T (dy exp(cs)),
+  stored where the state gradients go, and exp(cL).
+- ``_bwd_spass``: one program per (block of state entries, head, sequence) walks the chunks in reverse,
+  dS_in = exp(cL) dS + u entry by entry, overwriting each u with the gradient of the state leaving its chunk
+  (in the forward's states' layout and dtype); its block's share of sum(dS * S) per chunk; the initial
+  state's gradient at the end.
+- ``_bwd_dbc`` (ssd_triton_bwd_chunk.py): one program per (chunk, group, dstate block) walks the group's
+  heads adding the dG's and the state terms, then dB and dC of its block; also, per head, its block's share
+  of the ddt term rowsum(dy * exp(cs) (C S^T)).
+- ``_bwd_dx`` (ssd_triton_bwd_chunk.py): one program per (chunk, head, headdim block): dx of its columns
+  (every term of dx is column by column) and its block's shares of ddt and dA (every term of ddt is a sum
+  over the headdim: dy x^T, x . R are, and the two whole terms above are added by block 0) and of dD;
+  PyTorch adds the shares.
+
+A reverse walk that does every product of a chunk with dS^T on chip (the forward's shape) measured slower on
+an H200 (docs/benchmarks.md): the chunks' independent products then run one after another.
 
 No atomics, every sum in a fixed order: deterministic. Tiles are read and written through tensor
 descriptors (TMA on Hopper) where addresses allow (``BWD_CONFIG["tma"]``), else through masked pointers;

@@ -1,16 +1,16 @@
-"""The chunk kernel of the SSD scan's backward (see ssd_triton_backward.py, which derives the formulas and
-launches it after the reverse pass): dB and dC of one chunk, for one group and one block of dstate columns,
-from the states the forward stored and the state gradients the reverse pass stored.
+"""The chunk kernels of the SSD scan's backward (see ssd_triton_backward.py, which derives the formulas and
+launches them after the state-gradient pass), both all chunks in parallel, from the states the forward stored
+and the state gradients the pass stored:
 
-With dG_h = (dy_h x_h^T, t >= s) * dt_h[None, :] * L_h the gradient of head h's C B^T (a Q x Q matrix per
-head), the group's
+- ``_bwd_dbc``: dB and dC of one chunk, for one group and one block of dstate columns. With
+  dG_h = (dy_h x_h^T, t >= s) * dt_h[None, :] * L_h the gradient of head h's C B^T (Q x Q), the group's
 
-    dC = (sum_h dG_h) B + sum_h exp(cs_h) (dy_h S_h)          dB = (sum_h dG_h)^T C + sum_h w_h (x_h dS_h)
+      dC = (sum_h dG_h) B + sum_h exp(cs_h) (dy_h S_h)          dB = (sum_h dG_h)^T C + sum_h w_h (x_h dS_h)
 
-The program walks the group's heads (the loop's loads pipelined like a matrix product's K loop) adding
-sum_h dG_h (Q x Q) and the two state terms (Q x BLOCK_N) in fp32 registers, then multiplies the summed
-dG by B and C once: the heads' sum is taken before the two (Q, Q) x (Q, n) products, and dB, dC are
-written once, in B's dtype, without partial sums.
+  The program walks the group's heads (the loop's loads pipelined like a matrix product's K loop) adding
+  sum_h dG_h and the two state terms in fp32 registers, then multiplies the summed dG by B and C once; dB,
+  dC are written once, in B's dtype, without partial sums.
+- ``_bwd_dx``: dx, and the shares of ddt and dA, of one chunk, head and block of headdim columns.
 """
 
 from __future__ import annotations
