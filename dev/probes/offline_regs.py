@@ -77,7 +77,8 @@ def scan_info(**over):
 # those equal to 1 become constants and multiples of 16 are marked divisible by 16 (as are all pointers)
 BWD_INTS = dict(n_seq=2, H=128, P=80, N=128, HPG=16, n_rows=32, s_x_t=10240, s_x_h=80,
                 s_dt_t=128, s_dt_h=1, s_b_t=1024, s_b_g=128, s_c_t=1024, s_c_g=128, s_dy_t=10240, s_dy_h=80,
-                s_dx_t=10240, s_dx_h=80, n_pb=2, s_db_t=1024, s_db_g=128, s_dc_t=1024, s_dc_g=128, n_nb=2, n_blk=10, PN=10240)
+                s_dx_t=10240, s_dx_h=80, n_pb=2, s_db_t=1024, s_db_g=128, s_dc_t=1024, s_dc_g=128, n_nb=2,
+                n_blk=10, PN=10240)
 
 
 def bwd_info(kernel="seq", **over):
