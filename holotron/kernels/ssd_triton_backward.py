@@ -1,4 +1,4 @@
-"""The SSD scan's backward in two Triton kernels: the gradients of ``ssd_scan(..., backend="triton")``.
+"""The SSD scan's backward in four Triton launches: the gradients of ``ssd_scan(..., backend="triton")``.
 
 Called by ``ssd_triton_autograd.py`` (the ``torch.autograd.Function``); arguments are those of the
 forward after dt processing (``dt`` is the processed fp32 step, +bias / softplus / clamp done in PyTorch)
