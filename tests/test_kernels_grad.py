@@ -402,6 +402,15 @@ def test_bwd_config_bad_block(monkeypatch):
         check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
 
 
+def test_bwd_config_bad_heads(monkeypatch):
+    """HEADS must divide the heads per group (here 2): a clear error naming the setting."""
+    from holotron.kernels import ssd_triton_backward
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "HEADS", 3)
+    with pytest.raises(ValueError, match=r"HEADS.*heads per group \(2\), got 3"):
+        check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
+
+
 # ----------------------------------------------------------------------------- GPU: the 12B layer's sizes
 
 REAL = dict(b=2, l=1000, h=128, p=80, g=8, n=128)

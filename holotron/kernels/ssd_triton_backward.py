@@ -85,7 +85,7 @@ from .ssd_triton_common import (
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
                   stages_dx=None, stages_dbc=None, stages_state=None, tma=None)
 
-# The compiled kernels of the last launch ("seq", "dbc"), for the benchmark's register counts.
+# The compiled kernels of the last launch ("dstates", "state", "dbc", "dx"), for the benchmark's register counts.
 LAST_KERNEL = {}
 
 
@@ -164,7 +164,7 @@ def _bwd_spass(
         tl.store(dinit_ptr + sh * PN + e, dS, mask=me)
 
 
-def bwd_launch(n_seq: int, h: int, p: int, n: int, Q: int, dev: torch.device) -> dict:
+def bwd_launch(p: int, n: int) -> dict:
     """BWD_CONFIG with its automatic choices made (see BWD_CONFIG): measured on an H200 (docs/benchmarks.md)."""
     cfg = dict(BWD_CONFIG)
     if cfg["BLOCK_P"] is None:
@@ -219,13 +219,13 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     # the sequence of every chunk row (n_seq for rows past the last sequence's chunks): no host sync
     cseq = torch.searchsorted(choff[1:].contiguous(), torch.arange(n_rows, device=dev, dtype=torch.int32),
                               right=True).to(torch.int32)
-    cfg = bwd_launch(n_seq, h, p, n, Q, dev)
+    cfg = bwd_launch(p, n)
     bp, bn, hpp = int(cfg["BLOCK_P"]), int(cfg["BLOCK_N"]), int(cfg["HEADS"])
     for key, v in (("BLOCK_P", bp), ("BLOCK_N", bn)):
         if v < _DOT_MIN or v & (v - 1):
             raise ValueError(f"BWD_CONFIG[{key!r}] must be a power of two >= {_DOT_MIN}, got {v}")
     if hpp < 1 or (h // g) % hpp:
-        hpp = 1  # the setting is for the 12B's 16 heads per group: one head per program elsewhere
+        raise ValueError(f"BWD_CONFIG['HEADS'] must divide the heads per group ({h // g}), got {hpp}")
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
