@@ -99,11 +99,15 @@ class Attention(nn.Module):
         """u (b, T, D), right-padded; row i's first ``counts[i]`` tokens are new tokens of cache row
         ``rows[i]``, going to slots ``starts[i]`` on. One SDPA per row over its filled slots (GQA in the
         kernel); pad positions return zeros."""
-        b, t, _ = u.shape
+        return self.o_proj(self._attend_rows(self.q_proj(u), self.k_proj(u), self.v_proj(u), cache, where))
+
+    def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, where: Positions
+                     ) -> torch.Tensor:
+        """``_forward_rows`` between the projections: q (b, T, Hq*hd), k, v (b, T, Hkv*hd) -> (b, T, Hq*hd)."""
         hd = self.head_dim
-        q = rearrange(self.q_proj(u), "b t (h d) -> b h t d", d=hd)
-        k = rearrange(self.k_proj(u), "b t (h d) -> b h t d", d=hd)
-        v = rearrange(self.v_proj(u), "b t (h d) -> b h t d", d=hd)
+        q = rearrange(q, "b t (h d) -> b h t d", d=hd)
+        k = rearrange(k, "b t (h d) -> b h t d", d=hd)
+        v = rearrange(v, "b t (h d) -> b h t d", d=hd)
         y = q.new_zeros(q.shape)
         gqa = self.n_heads != self.n_kv_heads
         for i, (r, s0, n) in enumerate(zip(where.rows, where.starts, where.counts)):
@@ -118,7 +122,33 @@ class Attention(nn.Module):
             else:
                 out = _lower_right(qr, kr, vr, gqa)
             y[i, :, :n] = out[0]
-        return self.o_proj(rearrange(y, "b h t d -> b t (h d)"))
+        return rearrange(y, "b h t d -> b t (h d)")
+
+    def _attend_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, where: Positions
+                     ) -> torch.Tensor:
+        """``step`` between the projections: one token per row, q (b, Hq*hd), k, v (b, Hkv*hd) -> (b, Hq*hd);
+        the cache's first b rows are the step's rows."""
+        b = q.shape[0]
+        hkv, hd = self.n_kv_heads, self.head_dim
+        slot = where.lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
+        ck, cv = cache.k[:b], cache.v[:b]
+        ck.scatter_(2, slot, k.reshape(b, hkv, 1, hd))
+        cv.scatter_(2, slot, v.reshape(b, hkv, 1, hd))
+        y = decode_attention(q.reshape(b, hkv, self.n_heads // hkv, hd), ck, cv, where.n_keys)  # (b, Hkv, r, hd)
+        return y.reshape(b, self.n_heads * hd)
+
+    def mixed(self, u: torch.Tensor, cache: KVCache, where: Positions, n: int) -> torch.Tensor:
+        """``HybridLM.mixed``: u (n + b*T, D) normed, one decode token of each of rows [0, n) then a right-padded
+        chunk (b, T) of rows ``where.rows``; the projections once over all of it, attention per part."""
+        q, k, v = self.q_proj(u), self.k_proj(u), self.v_proj(u)
+        parts = []
+        if n:
+            parts.append(self._attend_step(q[:n], k[:n], v[:n], cache, where))
+        if where.rows:
+            b = len(where.rows)
+            parts.append(self._attend_rows(q[n:].view(b, -1, q.shape[-1]), k[n:].view(b, -1, k.shape[-1]),
+                                           v[n:].view(b, -1, v.shape[-1]), cache, where).reshape(-1, q.shape[-1]))
+        return self.o_proj(torch.cat(parts) if len(parts) > 1 else parts[0])
 
     def step(self, u: torch.Tensor, cache: KVCache, where: Positions, norm: nn.Module | None = None) -> torch.Tensor:
         """One token per row, every shape static (CUDA-graph safe, no host sync).
@@ -132,14 +162,9 @@ class Attention(nn.Module):
         stream and ``u + attention(norm(u))`` is returned (norm and residual fused into the projections,
         holotron/decode_ops.py).
         """
-        lengths = where.lengths
         b = u.shape[0]
-        hkv, hd = self.n_kv_heads, self.head_dim
-        q = norm_linear(u, norm, self.q_proj).view(b, hkv, self.n_heads // hkv, hd)  # heads j*r .. j*r+r-1
-        k = norm_linear(u, norm, self.k_proj).view(b, hkv, 1, hd)
-        v = norm_linear(u, norm, self.v_proj).view(b, hkv, 1, hd)
-        slot = lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
-        cache.k.scatter_(2, slot, k)
-        cache.v.scatter_(2, slot, v)
-        y = decode_attention(q, cache.k, cache.v, where.n_keys)  # (B, Hkv, r, hd)
-        return linear_residual(y.reshape(b, 1, self.n_heads * hd), self.o_proj, None if norm is None else u)
+        q = norm_linear(u, norm, self.q_proj)
+        k = norm_linear(u, norm, self.k_proj)
+        v = norm_linear(u, norm, self.v_proj)
+        y = self._attend_step(q.view(b, -1), k.view(b, -1), v.view(b, -1), cache, where)
+        return linear_residual(y.view(b, 1, -1), self.o_proj, None if norm is None else u)

@@ -96,7 +96,7 @@ class Engine(Admission, Sessions, CapturedStep):
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
                  step_prompt_max: int = 32, overlap: bool = False, prefill_min_tokens: int = 0,
-                 prefill_max_wait: int = 8):
+                 prefill_max_wait: int = 8, mixed: bool | None = None):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -131,6 +131,10 @@ class Engine(Admission, Sessions, CapturedStep):
             sizes.append(max_batch)
         self.batch_sizes = sizes
         self.overlap = bool(overlap)
+        if mixed and self.overlap:
+            raise ValueError("Engine: mixed=True and overlap=True exclude each other (a mixed pass runs the chunk "
+                             "and the decode rows together; overlap runs the chunk on its own stream)")
+        self.mixed = (not self.overlap) if mixed is None else bool(mixed)
         self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
 
@@ -257,6 +261,8 @@ class Engine(Admission, Sessions, CapturedStep):
     def step(self) -> list[tuple[Request, int]]:
         """Decode one token for every decoding row, admit queued turns into rows, prefill one chunk (a turn
         whose prompt completes yields its first token). Returns the (request, token) pairs produced."""
+        if self.mixed:
+            return self._step_mixed()
         with torch.inference_mode():
             t0 = time.perf_counter()
             out = self._decode()
@@ -274,10 +280,45 @@ class Engine(Admission, Sessions, CapturedStep):
         self.steps += 1
         return out
 
+    def _step_mixed(self) -> list[tuple[Request, int]]:
+        """``step`` of a mixed engine: admissions, then one pass for the decoding rows and the next chunk
+        together (``HybridLM.mixed``), or the captured decode step alone when no chunk is due, or the chunk
+        alone when no row decodes; then admissions again, into the rows this step's turns gave up (as in a
+        separate step: a turn that waits for a row gets one before the sessions that just finished a turn
+        send their next one)."""
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = self._admit()
+            self._sync()
+            t1 = time.perf_counter()
+            n = self._compact()
+            chunk = self._pick_chunk() if n else None
+            if chunk is not None:
+                out += self._mixed_pass(n, chunk)
+                self.stats["mixed_steps"] += 1
+            else:
+                out += self._decode()
+            self._sync()
+            t2 = time.perf_counter()
+            if chunk is None:
+                out += self._prefill_step()
+                self._sync()
+            t3 = time.perf_counter()
+            if self.queue:
+                out += self._admit()
+                self._sync()
+            t4 = time.perf_counter()
+        st = self.stats
+        st["admit_s"] += t1 - t0 + t4 - t3
+        st["mixed_s" if chunk is not None else "decode_s"] += t2 - t1
+        st["prefill_s"] += t3 - t2
+        self.steps += 1
+        return out
+
     def reset_stats(self) -> None:
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
-        self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "decode_s": 0.0, "prefill_s": 0.0,
-                      "admit_s": 0.0}
+        self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "decode_s": 0.0,
+                      "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0}
         self.prefill_tokens_done = 0
 
     def _sync(self) -> None:
@@ -307,6 +348,10 @@ class Engine(Admission, Sessions, CapturedStep):
             self.graphs[b].replay()
         else:
             self._step(b)
+        return pre + self._after_decode(n)
+
+    def _after_decode(self, n: int) -> list[tuple[Request, int]]:
+        """Host bookkeeping of a decode token of rows [0, n): lengths, prompts read by the steps, emitted tokens."""
         toks = self.tokens[:n].tolist()  # the one host sync per step
         self.stats["decode_steps"] += 1
         self.stats["decode_tokens"] += n
@@ -324,7 +369,7 @@ class Engine(Admission, Sessions, CapturedStep):
         if feed:
             rows, ids = zip(*feed)
             self.tokens[torch.tensor(rows, device=self.device)] = torch.tensor(ids, device=self.device)
-        return pre + out
+        return out
 
     def _emit(self, req: Request, tok: int) -> None:
         if req.t_first is None:

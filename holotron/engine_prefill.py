@@ -32,7 +32,7 @@ __all__ = ["Admission"]
 
 
 class Admission:
-    """``Engine._admit``, ``_prefill_step``, ``_start_decode`` and ``_prefill``."""
+    """``Engine._admit``, ``_prefill_step``, ``_mixed_pass``, ``_start_decode`` and ``_prefill``."""
 
     # ------------------------------------------------------------------ a shared prefix
     def _prefill(self, x: torch.Tensor, mask: torch.Tensor, prefix: Prefix | None):
@@ -175,7 +175,7 @@ class Admission:
         """Short text-only turns, while other rows decode, read their prompt through the decode steps:
         their row joins the decoding ones with the first prompt token as input, and ``_decode`` feeds the
         rest one per step (the output after the last one is the first new token). Returns the others."""
-        if self.step_prompt_max < 1 or not any(self._decoding(i) for i in range(self.max_batch)):
+        if self.step_prompt_max < 1 or self.mixed or not any(self._decoding(i) for i in range(self.max_batch)):
             return reqs
         rest, rows, first = [], [], []
         for req in reqs:
@@ -220,20 +220,10 @@ class Admission:
             if not ev.query() and any(self._decoding(i) for i in range(self.max_batch)):
                 return out  # the rows decoding go on meanwhile
             out += self._finish_chunk()
-        if not self.prefilling or self._gathering():
+        chunk = self._pick_chunk()
+        if chunk is None:
             return out
-        budget = self.prefill_tokens
-        take, T = [], 0
-        for req in self.prefilling:
-            piece = min(req.x.shape[0] - req.pos, budget)
-            t = max(T, piece)
-            if take and t * (len(take) + 1) > budget:
-                break
-            take.append(req)
-            T = t
-        counts = [min(r.x.shape[0] - r.pos, T) for r in take]
-        rows = [r.session.row for r in take]
-        starts = [r.session.length for r in take]
+        take, counts, T, rows, starts = chunk
         if not self.overlap:
             self.inflight = (take, counts, self._chunk(take, counts, T, rows, starts, True), None)
             return out + self._finish_chunk()
@@ -249,6 +239,23 @@ class Admission:
         self.inflight = (take, counts, logits, ev)
         return out
 
+    def _pick_chunk(self):
+        """The next chunk: (requests, counts, T, rows, starts), at most ``prefill_tokens`` tokens (pads included)
+        from the prefilling requests in arrival order; None when none is due (``_gathering``)."""
+        if not self.prefilling or self._gathering():
+            return None
+        budget = self.prefill_tokens
+        take, T = [], 0
+        for req in self.prefilling:
+            piece = min(req.x.shape[0] - req.pos, budget)
+            t = max(T, piece)
+            if take and t * (len(take) + 1) > budget:
+                break
+            take.append(req)
+            T = t
+        counts = [min(r.x.shape[0] - r.pos, T) for r in take]
+        return take, counts, T, [r.session.row for r in take], [r.session.length for r in take]
+
     def _gathering(self) -> bool:
         """Wait for a fuller chunk (``prefill_min_tokens``) while rows decode, at most ``prefill_max_wait`` steps."""
         if self.prefill_min_tokens < 1 or not any(self._decoding(i) for i in range(self.max_batch)):
@@ -257,11 +264,27 @@ class Admission:
         oldest = min(r.admitted_step for r in self.prefilling)
         return waiting < self.prefill_min_tokens and self.steps - oldest < self.prefill_max_wait
 
-    def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
+    @staticmethod
+    def _chunk_input(take, counts, T) -> torch.Tensor:
+        """The chunk's embeddings (b, T, D), right-padded."""
         x = take[0].x.new_zeros(len(take), T, take[0].x.shape[-1])
         for i, (r, n) in enumerate(zip(take, counts)):
             x[i, :n] = r.x[r.pos:r.pos + n]
-        return self.lm.extend(x, self.state, rows, starts, counts, advance=advance)
+        return x
+
+    def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
+        return self.lm.extend(self._chunk_input(take, counts, T), self.state, rows, starts, counts, advance=advance)
+
+    def _mixed_pass(self, n: int, chunk) -> list[tuple[Request, int]]:
+        """One ``HybridLM.mixed`` pass: the next token of decoding rows [0, n) and the chunk, one read of the
+        weights (``Engine(mixed=True)``); then the bookkeeping of both, as ``_decode`` and ``_finish_chunk``."""
+        take, counts, T, rows, starts = chunk
+        dec, pre = self.lm.mixed(self.tokens[:n], self.state, self._chunk_input(take, counts, T), rows, starts,
+                                 counts, active=self.active[:n])
+        self._choose(dec, n)
+        out = self._after_decode(n)
+        self.inflight = (take, counts, pre, None)
+        return out + self._finish_chunk()
 
     def _order_after_chunk(self, rows) -> None:
         """Work queued on the current stream from now on that touches ``rows`` waits for the chunk in flight."""

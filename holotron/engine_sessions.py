@@ -193,8 +193,10 @@ class Sessions:
         return n
 
     def _check_progress(self) -> None:
-        """Turns are queued, nothing runs, and no row can be had: stepping would wait forever."""
-        if self.queue and self.live == 0 and not self.prefilling and self.inflight is None:
+        """Turns are queued, nothing runs, and no row can be had: stepping would wait forever. (A row freed
+        by this step's decoding is taken by the next step's admissions.)"""
+        if (self.queue and self.live == 0 and not self.prefilling and self.inflight is None
+                and not self._free_rows() and not self.offload):
             held = sum(q is not None for q in self.rows)
             raise RuntimeError(f"Engine: {len(self.queue)} turn(s) wait for a row but idle sessions hold all "
                                f"{held} rows and offload is off: close or save sessions (Engine.close / "

@@ -43,6 +43,10 @@ class CapturedStep:
             self.note = f"torch.compile of the step failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); eager"
             log.warning("holotron.engine: %s", self.note)
             logits = self._model_step(self.tokens[:b], self._rows[b], self.active[:b])
+        self._choose(logits, b)
+
+    def _choose(self, logits: torch.Tensor, b: int) -> None:
+        """The next input token of rows [0, b) from their logits (b, V): argmax, or sampled."""
         if self.logits is not None:
             self.logits[:b].copy_(logits)
         if self.sampling:

@@ -66,6 +66,9 @@ class MLP(nn.Module):
     def forward(self, x, state=None, pos=None) -> torch.Tensor:  # (B, T, D)
         return self.down_proj(F.relu(self.up_proj(x)).square())
 
+    def mixed(self, u, state=None, where=None, n: int = 0) -> torch.Tensor:  # (N, D): ``HybridLM.mixed``'s tokens
+        return self.forward(u)
+
     def step(self, u, state=None, where=None, norm: nn.Module | None = None) -> torch.Tensor:
         """One token per row, (B, 1, D). Without ``norm`` the MLP's output; with the block's ``norm``, u is the
         residual stream and ``u + mlp(norm(u))`` is returned (norm, relu^2 and residual fused into the two

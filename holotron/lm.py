@@ -52,6 +52,10 @@ class Block(nn.Module):
         # the residual keeps x's dtype (fp32 when residual_in_fp32)
         return x + self.mixer(self.norm(x.to(self.norm.weight.dtype)), layer_state, where)
 
+    def mixed(self, x, layer_state, where: Positions, n: int):
+        # x (N, D) flat: n decode tokens, then a chunk (HybridLM.mixed)
+        return x + self.mixer.mixed(self.norm(x.to(self.norm.weight.dtype)), layer_state, where, n)
+
     def step(self, x, layer_state, where: Positions):
         # x + mixer(norm(x)): the mixer's one-token step takes the norm and the residual into its projections
         return self.mixer.step(x, layer_state, where, self.norm)
@@ -118,6 +122,45 @@ class HybridLM(nn.Module):
         after the tokens let the Mamba conv run on the rows as they are (no reordering). The rows' Mamba
         states, KV slots and lengths advance (``advance=False``: not ``state.lengths``, which the caller
         then sets); returns fp32 logits (b, V) at each row's last new token."""
+        where, cnt = self._chunk_positions(inputs_embeds, state, rows, starts, counts)
+        x = inputs_embeds.float() if self.config.residual_in_fp32 else inputs_embeds
+        for blk, st in zip(self.backbone.layers, state.layers):
+            x = blk(x, st, where)
+        if advance:
+            self._advance(state, rows, counts)
+        b = x.shape[0]
+        last = x[torch.arange(b, device=x.device), cnt - 1]  # (b, D): each row's last new token
+        return self._logits(last)
+
+    def mixed(self, tokens: torch.Tensor, state: DecodeState, inputs_embeds: torch.Tensor, rows: list[int],
+              starts: list[int], counts: list[int], active: torch.Tensor | None = None,
+              advance: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode token for each of the first n = len(tokens) rows of ``state`` (``step``) and a chunk of
+        new tokens for other rows (``extend``'s arguments), in one pass: every linear layer reads its weights
+        once for both (a chunk's matmuls are already compute-bound, so the decode tokens ride along), the
+        token mixers run each part as ``step`` / ``extend`` do. ``rows`` must not be among the first n.
+        Returns fp32 logits (n, V) of the decode tokens and (b, V) at each chunk row's last new token."""
+        n = tokens.shape[0]
+        if n and min(rows) < n:
+            raise ValueError(f"mixed: chunk rows {rows} overlap the decode rows [0, {n})")
+        where, cnt = self._chunk_positions(inputs_embeds, state, rows, starts, counts)
+        b, t, d = inputs_embeds.shape
+        lengths = state.lengths[:n].clamp(max=state.max_len - 1)
+        where.lengths = lengths if active is None else torch.where(active != 0, lengths, state.max_len)
+        where.n_keys, where.active = lengths + 1, active
+        dt = torch.float32 if self.config.residual_in_fp32 else inputs_embeds.dtype
+        x = torch.cat([self.backbone.embeddings(tokens).to(dt), inputs_embeds.reshape(b * t, d).to(dt)])
+        for blk, st in zip(self.backbone.layers, state.layers):
+            x = blk.mixed(x, st, where, n)
+        state.lengths[:n].add_(1 if active is None else active)
+        if advance:
+            self._advance(state, rows, counts)
+        ends = n + torch.arange(b, device=x.device) * t + cnt - 1  # each chunk row's last new token
+        logits = self._logits(torch.cat([x[:n], x[ends]]))
+        return logits[:n], logits[n:]
+
+    def _chunk_positions(self, inputs_embeds: torch.Tensor, state: DecodeState, rows: list[int],
+                         starts: list[int], counts: list[int]) -> tuple[Positions, torch.Tensor]:
         b, t, d = inputs_embeds.shape
         if not (len(rows) == len(starts) == len(counts) == b):
             raise ValueError(f"extend: rows, starts and counts need one entry per batch row ({b})")
@@ -131,15 +174,16 @@ class HybridLM(nn.Module):
         mask = None
         if min(counts) < t:
             mask = torch.arange(t, device=dev)[None, :] < cnt[:, None]
-        where = Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts), pads_after=True)
-        x = inputs_embeds.float() if self.config.residual_in_fp32 else inputs_embeds
-        for blk, st in zip(self.backbone.layers, state.layers):
-            x = blk(x, st, where)
-        if advance:
-            idx = torch.tensor(rows, device=state.lengths.device)
-            state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
-        last = x[torch.arange(b, device=dev), cnt - 1]  # (b, D): each row's last new token
-        h = self.backbone.norm_f(last.to(self.backbone.norm_f.weight.dtype))
+        return Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts), pads_after=True), cnt
+
+    @staticmethod
+    def _advance(state: DecodeState, rows: list[int], counts: list[int]) -> None:
+        idx = torch.tensor(rows, device=state.lengths.device)
+        state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of final hidden states h (m, D) (the residual stream before norm_f)."""
+        h = self.backbone.norm_f(h.to(self.backbone.norm_f.weight.dtype))
         return self.lm_head(h.to(self.lm_head.weight.dtype)).float()
 
     # ------------------------------------------------------------------ forward

@@ -164,11 +164,19 @@ class Mamba2Mixer(nn.Module):
         b, t, _ = u.shape
         if state is not None and t == 1 and mask is None:
             return self.step(u, state)
+        y = self._chunk(self.in_proj(u), state, mask, where is not None and where.pads_after)
+        return self.out_proj(y)
+
+    def _chunk(self, zxbcdt: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None,
+               pads_after: bool) -> torch.Tensor:
+        """Everything between in_proj and out_proj for a chunk of tokens: zxbcdt (B, T, in_proj features)
+        -> the gated norm's output (B, T, d_inner); ``state`` (B rows) read and updated in place."""
+        b, t, _ = zxbcdt.shape
         H, P, N, G = self.n_heads, self.head_dim, self.d_state, self.n_groups
-        z, xBC, dt = self.in_proj(u).split([self.d_inner, self.conv_dim, H], dim=-1)
+        z, xBC, dt = zxbcdt.split([self.d_inner, self.conv_dim, H], dim=-1)
         if mask is not None:
             xBC = xBC * mask[..., None].to(xBC.dtype)
-        xBC = self._conv(xBC, state, mask, where is not None and where.pads_after)
+        xBC = self._conv(xBC, state, mask, pads_after)
         x, B, C = xBC.split([self.d_inner, G * N, G * N], dim=-1)
 
         dt = F.softplus(dt.float() + self.dt_bias.float())                 # (B, T, H) fp32
@@ -185,5 +193,26 @@ class Mamba2Mixer(nn.Module):
                                     chunk_size=self.chunk_size)
         if state is not None:
             state.ssm.copy_(final)
-        y = self.norm(y.reshape(b, t, self.d_inner), z)
-        return self.out_proj(y)
+        return self.norm(y.reshape(b, t, self.d_inner), z)
+
+    def mixed(self, u: torch.Tensor, state: MambaState, where: Positions, n: int) -> torch.Tensor:
+        """``HybridLM.mixed``: u (n + b*T, D), the mixer's input (the block's norm applied) for one decode
+        token of each of rows [0, n) of ``state`` and then a right-padded chunk (b, T) of new tokens of
+        rows ``where.rows``. in_proj and out_proj run once over all of it (one read of their weights); the
+        decode tokens go through the decode step's conv window and SSD step, the chunk through the
+        conv and the scan. Returns (n + b*T, D)."""
+        zxbcdt = self.in_proj(u)
+        parts = []
+        if n:
+            z, xBC, dt = zxbcdt[:n].split([self.d_inner, self.conv_dim, self.n_heads], dim=-1)
+            y = mamba_step(xBC, dt, z, state.conv[:n], state.ssm[:n], self.conv1d.weight, self.conv1d.bias,
+                           self.A_log, self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]),
+                           self.n_groups, where.active)
+            parts.append(self.norm.normed(y))
+        if where.rows:
+            b = len(where.rows)
+            part = state.take(where.rows)
+            y = self._chunk(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), part, where.mask, True)
+            state.put(where.rows, part)
+            parts.append(y.reshape(-1, self.d_inner))
+        return self.out_proj(torch.cat(parts) if len(parts) > 1 else parts[0])

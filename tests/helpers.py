@@ -34,3 +34,28 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype=None, rtol=
         f"{name}: RMS error {err:.3e} vs reference RMS {ref:.3e} (relative {err / (ref + 1e-30):.3e}, "
         f"allowed relative {rtol:.1e} or absolute {atol:.1e}); max abs error {float((a - e).abs().max()):.3e}"
     )
+
+
+class spy_chunks:
+    """``with spy_chunks(eng) as chunks:`` records each prefill chunk the engine runs, through
+    ``HybridLM.extend`` or a mixed pass (``HybridLM.mixed``), as ((b, T), real tokens, decode rows)."""
+
+    def __init__(self, eng):
+        self.lm, self.chunks = eng.lm, []
+
+    def __enter__(self):
+        ext, mix = self.lm.extend, self.lm.mixed
+
+        def extend(x, st, rows, starts, counts, **kw):
+            self.chunks.append((tuple(x.shape[:2]), sum(counts), 0))
+            return ext(x, st, rows, starts, counts, **kw)
+
+        def mixed(tokens, st, x, rows, starts, counts, **kw):
+            self.chunks.append((tuple(x.shape[:2]), sum(counts), tokens.shape[0]))
+            return mix(tokens, st, x, rows, starts, counts, **kw)
+
+        self.lm.extend, self.lm.mixed = extend, mixed
+        return self.chunks
+
+    def __exit__(self, *exc):
+        del self.lm.extend, self.lm.mixed

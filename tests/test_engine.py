@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import spy_chunks
 from tiny_lm import random_ids as _ids
 from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
@@ -115,16 +116,10 @@ def test_chunked_prefill_equals_one_call(model):
     ids, mask = _left_pad(prompts)
     plain = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=False)
     eng = Engine(model, max_batch=2, max_len=64, prefill_tokens=16)  # at most 16 positions per engine step
-    chunks = []
-    orig = eng.lm.extend
-    eng.lm.extend = lambda x, st, rows, starts, counts, **kw: (chunks.append((x.shape[:2], sum(counts))),
-                                                               orig(x, st, rows, starts, counts, **kw))[1]
-    try:
+    with spy_chunks(eng) as chunks:
         fast = generate(model, ids, 8, attention_mask=mask, eos_token_id=[], engine=eng)
-    finally:
-        del eng.lm.extend
-    assert len(chunks) >= 4 and all(b * t <= 16 for (b, t), _ in chunks)
-    assert sum(n for _, n in chunks) == 37 + 21
+    assert len(chunks) >= 4 and all(b * t <= 16 for (b, t), _, _ in chunks)
+    assert sum(n for _, n, _ in chunks) == 37 + 21
     assert torch.equal(fast, plain)
 
 

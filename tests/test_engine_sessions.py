@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import spy_chunks
 from tiny_lm import random_ids as _ids
 from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
@@ -88,6 +89,41 @@ def test_extend_into_scattered_rows_equals_one_forward(model):
     assert st.lengths.tolist() == [0, 7, 20, 0, 13]
 
 
+@pytest.mark.parametrize("pattern", ["M*-M*", "M-M"])
+def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
+    """``HybridLM.mixed``: decode tokens of rows [0, n) and a chunk of other rows in one pass give the
+    logits, states and lengths of a ``step`` of those rows followed by an ``extend`` of the chunk."""
+    model = tiny_lm(tiny_config(hybrid_override_pattern=pattern), seed=7)
+    with torch.no_grad():
+        def prepared():
+            st = DecodeState.allocate(model, 6, 64)
+            x = torch.stack([model.backbone.embeddings(_ids(9, seed=r)) for r in range(6)])
+            model.extend(x, st, list(range(6)), [0] * 6, [9] * 6)
+            return st
+
+        chunk = torch.zeros(2, 11, model.config.hidden_size)
+        chunk[0, :11] = model.backbone.embeddings(_ids(11, seed=20))
+        chunk[1, :4] = model.backbone.embeddings(_ids(4, seed=21))
+        rows, starts, counts = [5, 3], [9, 9], [11, 4]
+        toks, active = torch.tensor([4, 9, 30]), torch.tensor([1, 0, 1])
+        ref_st = prepared()
+        ref_dec = model.step(toks, ref_st.rows(3), active)
+        ref_pre = model.extend(chunk, ref_st, rows, starts, counts)
+        st = prepared()
+        dec, pre = model.mixed(toks, st, chunk, rows, starts, counts, active=active)
+        with pytest.raises(ValueError, match="overlap the decode rows"):
+            model.mixed(toks, st, chunk, [1, 4], starts, counts)
+    torch.testing.assert_close(dec, ref_dec, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pre, ref_pre, atol=1e-5, rtol=1e-5)
+    assert st.lengths.tolist() == ref_st.lengths.tolist() == [10, 9, 10, 13, 9, 20]
+    for a, b in zip(st.layers, ref_st.layers):
+        if isinstance(a, MambaState):
+            torch.testing.assert_close(a.conv, b.conv, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a.ssm, b.ssm, atol=1e-5, rtol=1e-5)
+        elif a is not None:
+            torch.testing.assert_close(a.k[:, :, :st.max_len], b.k[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
+
+
 def test_a_decode_step_leaves_rows_that_are_not_decoding_unchanged(model):
     with torch.no_grad():
         st = DecodeState.allocate(model, 4, 64)
@@ -146,39 +182,42 @@ def test_conv_step_keeps_the_window_of_inactive_rows(backend):
 
 def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_history(model):
     eng = Engine(model, max_batch=2, max_len=128)
-    seen = []
-    orig = eng.lm.extend
-    eng.lm.extend = lambda x, st, rows, starts, counts, **kw: (seen.append(sum(counts)),
-                                                                 orig(x, st, rows, starts, counts, **kw))[1]
-    try:
-        turns = [(_ids(12, seed=1), 5), (_ids(7, seed=2), 6), (_ids(3, seed=3), 4)]
+    turns = [(_ids(12, seed=1), 5), (_ids(7, seed=2), 6), (_ids(3, seed=3), 4)]
+    with spy_chunks(eng) as chunks:
         got, (s,) = _drive(eng, [turns])
-    finally:
-        del eng.lm.extend
     assert got[0] == _reference(model, turns)
-    assert seen == [12, 1 + 7, 1 + 3]  # each later turn: the last answer's final token, then its own prompt
+    # each later turn: the last answer's final token, then its own prompt
+    assert [n for _, n, _ in chunks] == [12, 1 + 7, 1 + 3]
     assert s.length == 12 + 5 + 7 + 6 + 3 + 4 - 1 and s.pending == got[0][-1][-1]
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model, overlap):
-    """With overlap (off CUDA: a chunk is finished one engine step after it ran), rows' lengths are set
-    late and rows of a chunk are not moved before it is finished."""
+@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap"])
+def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model, mode):
+    """mixed: chunks and decode tokens in one pass (``HybridLM.mixed``); separate: a decode step, then the
+    chunk, with short prompts read by decode steps; overlap (off CUDA: a chunk is finished one engine step
+    after it ran): rows' lengths are set late and rows of a chunk are not moved before it is finished."""
     agents = [[(_ids(5 + 3 * a + t, seed=10 * a + t), 3 + (a + t) % 4) for t in range(3)] for a in range(5)]
-    eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12, overlap=overlap)  # chunks span steps
-    got, _ = _drive(eng, agents)
+    eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12, overlap=mode == "overlap",
+                 mixed=mode == "mixed")  # chunks span steps
+    with spy_chunks(eng) as chunks:
+        got, _ = _drive(eng, agents)
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
     fed = eng.prefill_tokens_done + eng.stats["forced_tokens"]  # chunks + prompts read by decode steps
     assert fed == sum(len(p) for turns in agents for p, _ in turns) + sum(len(turns) - 1 for turns in agents)
-    assert eng.prefill_tokens_done > 0 and eng.stats["forced_tokens"] > 0 and eng.stats["decode_steps"] > 0
+    assert eng.prefill_tokens_done > 0 and eng.stats["decode_steps"] > 0
+    with_decode = sum(d > 0 for *_, d in chunks)
+    if mode == "mixed":   # every prompt goes through chunks, most of them with decode tokens in the same pass
+        assert eng.stats["forced_tokens"] == 0 and with_decode == eng.stats["mixed_steps"] >= len(chunks) // 2
+    else:
+        assert eng.stats["forced_tokens"] > 0 and with_decode == eng.stats["mixed_steps"] == 0
 
 
 def test_short_prompts_read_through_decode_steps_equal_a_prefill(model):
     agents = [[(_ids(4 + a, seed=60 + a), 3 + 4 * a), (_ids(3, seed=70 + a), 5)] for a in range(3)]
     runs = {}
     for limit in (0, 32):
-        eng = Engine(model, max_batch=3, max_len=128, step_prompt_max=limit)
+        eng = Engine(model, max_batch=3, max_len=128, step_prompt_max=limit, mixed=False)
         runs[limit] = (_drive(eng, agents)[0], dict(eng.stats))
     assert runs[0][1]["forced_tokens"] == 0 and runs[32][1]["forced_tokens"] > 0
     assert runs[0][0] == runs[32][0] == [_reference(model, turns) for turns in agents]
@@ -190,21 +229,20 @@ def test_waiting_for_fuller_chunks_runs_fewer_and_gives_the_same_tokens(model):
     for least in (0, 24):
         eng = Engine(model, max_batch=4, max_len=128, step_prompt_max=0, prefill_min_tokens=least,
                      prefill_max_wait=3)
-        chunks = []
-        orig = eng.lm.extend
-        eng.lm.extend = lambda *a, **k: (chunks.append(1), orig(*a, **k))[1]
-        runs[least] = (_drive(eng, agents)[0], len(chunks))
-        del eng.lm.extend
+        with spy_chunks(eng) as chunks:
+            runs[least] = (_drive(eng, agents)[0], len(chunks))
     assert runs[0][0] == runs[24][0] == [_reference(model, turns) for turns in agents]
     assert runs[24][1] < runs[0][1]
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_a_row_being_prefilled_below_the_decoding_ones_is_moved_only_after_its_chunk(model, overlap):
+@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap"])
+def test_a_row_being_prefilled_below_the_decoding_ones_is_moved_only_after_its_chunk(model, mode):
     """Agent 0 ends its first turn early and sends a long second one (several chunks) from a low row
-    while agents 1 and 2 decode: compaction must not move that row while a chunk writes it."""
+    while agents 1 and 2 decode: compaction must not move that row while a chunk writes it (mixed: the
+    chunk's rows are moved above the decoding ones before the pass)."""
     agents = [[(_ids(6, seed=90), 2), (_ids(40, seed=91), 4)], [(_ids(5, seed=92), 30)], [(_ids(7, seed=93), 30)]]
-    eng = Engine(model, max_batch=3, max_len=128, prefill_tokens=8, overlap=overlap, step_prompt_max=0)
+    eng = Engine(model, max_batch=3, max_len=128, prefill_tokens=8, overlap=mode == "overlap",
+                 mixed=mode == "mixed", step_prompt_max=0)
     got, _ = _drive(eng, agents)
     assert got == [_reference(model, turns) for turns in agents]
 
@@ -342,16 +380,19 @@ def test_memory_accounting_matches_the_allocated_rows(model):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("overlap", [False, True])
-def test_sessions_on_cuda_graphs_equal_each_alone(overlap):
-    """Graph steps, chunks on their own stream (overlap), short prompts read by decode steps, offload."""
+@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap"])
+def test_sessions_on_cuda_graphs_equal_each_alone(mode):
+    """Graph steps, mixed passes (chunk + decode tokens), chunks on their own stream (overlap), short prompts
+    read by decode steps, offload."""
     model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).cuda()
     agents = [[(_ids(5 + 20 * a + t, seed=10 * a + t).cuda(), 3 + (a + t) % 4 + 3 * a) for t in range(3)]
               for a in range(6)]
-    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=24, overlap=overlap)  # 6 agents, 4 rows
-    assert eng.cuda_graph and eng.overlap == overlap
+    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=24, overlap=mode == "overlap",
+                 mixed=mode == "mixed")  # 6 agents, 4 rows
+    assert eng.cuda_graph and eng.overlap == (mode == "overlap")
     got, _ = _drive(eng, agents)
-    assert eng.prefill_tokens_done > 0 and eng.stats["forced_tokens"] > 0 and eng.memory()["sessions"] == 6
+    assert eng.prefill_tokens_done > 0 and eng.memory()["sessions"] == 6
+    assert (eng.stats["forced_tokens"] > 0) == (mode != "mixed") and (eng.stats["mixed_steps"] > 0) == (mode == "mixed")
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
 
@@ -379,3 +420,35 @@ def test_extend_on_cuda_matches_one_forward(dtype):
     tol = 1e-4 if dtype == torch.float32 else 5e-2
     err = ((out - ref).abs().max() / ref.abs().max()).item()
     assert err < tol, err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mixed_on_cuda_matches_step_and_extend(dtype):
+    """``HybridLM.mixed`` on CUDA (the decode kernels on the decode rows, the scan and flash attention on the
+    chunk) against a ``step`` and an ``extend``, at the real model's attention head size."""
+    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
+                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
+    model = tiny_lm(cfg, seed=3).cuda().to(dtype)
+    with torch.no_grad():
+        def prepared():
+            st = DecodeState.allocate(model, 6, 256)
+            x = torch.stack([model.backbone.embeddings(_ids(40, seed=r).cuda()) for r in range(6)])
+            model.extend(x, st, list(range(6)), [0] * 6, [40] * 6)
+            return st
+
+        chunk = torch.zeros(2, 70, cfg.hidden_size, device="cuda", dtype=dtype)
+        chunk[0] = model.backbone.embeddings(_ids(70, seed=20).cuda())
+        chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
+        toks = torch.tensor([4, 9, 30, 50], device="cuda")
+        ref_st = prepared()
+        ref_dec = model.step(toks, ref_st.rows(4), torch.ones(4, dtype=torch.long, device="cuda"))
+        ref_pre = model.extend(chunk, ref_st, [5, 4], [40, 40], [70, 33])
+        st = prepared()
+        dec, pre = model.mixed(toks, st, chunk, [5, 4], [40, 40], [70, 33],
+                               active=torch.ones(4, dtype=torch.long, device="cuda"))
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for got, ref in ((dec, ref_dec), (pre, ref_pre)):
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        assert err < tol, err
+    assert st.lengths.tolist() == ref_st.lengths.tolist() == [41] * 4 + [73, 110]
