@@ -33,9 +33,11 @@ peak GPU memory (``torch.cuda.max_memory_allocated`` from before the engine is b
 bytes per row, sessions in host memory at the peak; the engine's phase seconds (``timing=True``
 synchronises each phase: decode = moving the decoding rows together, graph replay, token read-back,
 bookkeeping; admit = rows, saves to and restores from the host, embedding, the vision encoder;
-prefill = the chunks); errors (``req.error``) and whether every turn completed.
+prefill = the chunks run alone; mixed = the passes that ran a chunk and the decoding rows' tokens together,
+``Engine(mixed=True)``, the default); errors (``req.error``) and whether every turn completed.
 
-Decode efficiency: the engine's decode tokens/s during its decode phase (``decode_tokens / decode_s``)
+Decode efficiency: the engine's decode tokens/s during its decode phase (the tokens of captured steps alone,
+not those of mixed passes, over ``decode_s``)
 divided by the captured step alone (``eng.graphs[b].replay()``, CUDA events, 10 reps, right after the
 run on the state it left) at b = the captured size for min(N, rows), counting min(N, rows) tokens a
 step; both numbers are printed. That ratio also falls when fewer rows decode (turns prefilling, agents
@@ -177,6 +179,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     t = time.perf_counter()
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens, timing=True,
                  ssm_dtype=args.ssm_dtype, overlap=args.overlap == "on",
+                 mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
                  step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens)
     setup_s = time.perf_counter() - t
 
@@ -218,9 +221,10 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         if time.perf_counter() > deadline:
             cut = True
             break
-        before = eng.stats["decode_tokens"]
+        before, mixed_before = eng.stats["decode_tokens"], eng.stats["mixed_steps"]
         eng.step()
-        per_step[eng.stats["decode_tokens"] - before] += 1
+        if eng.stats["mixed_steps"] == mixed_before:   # the decode phase: a captured step alone
+            per_step[eng.stats["decode_tokens"] - before] += 1
         for i in sorted(i for i in waiting if cur[i].done):
             if cur[i].error is None and nxt[i] < len(plan[i]):
                 submit(i)
@@ -259,7 +263,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     started = [r for r in reqs if r.t_first is not None]
     prompt = sum(r.input_ids.numel() for r in started)
     out_tok = sum(len(r.tokens) for r in reqs)
-    engine_tps = st["decode_tokens"] / st["decode_s"] if st["decode_s"] else float("nan")
+    alone = st["decode_tokens"] - st["mixed_tokens"]   # decode tokens of captured steps (not of mixed passes)
+    engine_tps = alone / st["decode_s"] if st["decode_s"] else float("nan")
     graph_tps = live / (graph_ms[b_main] * 1e-3)
     expected = sum(len(a) for a in plan)
     errors = [r.error for r in reqs if r.error is not None]
@@ -279,8 +284,9 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "sessions_on_host_peak": host_peak, "host_GiB_peak": host_bytes_peak / 2**30,
         "decode_steps": st["decode_steps"], "decode_tokens": st["decode_tokens"],
         "mean_decode_rows": st["decode_tokens"] / st["decode_steps"] if st["decode_steps"] else 0.0,
-        "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"],
-        "other_s": wall - st["decode_s"] - st["prefill_s"] - st["admit_s"],
+        "mixed": eng.mixed, "mixed_steps": st["mixed_steps"], "mixed_decode_tokens": st["mixed_tokens"],
+        "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"], "mixed_s": st["mixed_s"],
+        "other_s": wall - st["decode_s"] - st["prefill_s"] - st["admit_s"] - st["mixed_s"],
         "engine_decode_tokens_per_s": engine_tps, "graph_batch": b_main, "graph_ms": graph_ms[b_main],
         "graph_tokens_per_s": graph_tps, "decode_efficiency": engine_tps / graph_tps,
         "graph_ms_by_batch": {str(b): v for b, v in sorted(graph_ms.items())},
@@ -478,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks on their own CUDA stream while decoding goes on (auto: the engine's "
                          "default, off)")
+    ap.add_argument("--mixed", choices=["auto", "on", "off"], default="auto",
+                    help="prefill chunks and the decoding rows' tokens in one pass (auto: the engine's default, "
+                         "on unless --overlap on)")
     ap.add_argument("--prefill-min-tokens", type=int, default=0,
                     help="while rows decode, wait (at most 8 steps) until this many prompt tokens can share a chunk")
     ap.add_argument("--step-prompt-max", type=int, default=32,
@@ -502,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "python": platform.python_version(),
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
-        "overlap": args.overlap, "prefill_min_tokens": args.prefill_min_tokens,
+        "overlap": args.overlap, "mixed": args.mixed, "prefill_min_tokens": args.prefill_min_tokens,
         "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }

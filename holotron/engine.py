@@ -296,6 +296,7 @@ class Engine(Admission, Sessions, CapturedStep):
             if chunk is not None:
                 out += self._mixed_pass(n, chunk)
                 self.stats["mixed_steps"] += 1
+                self.stats["mixed_tokens"] += n
             else:
                 out += self._decode()
             self._sync()
@@ -317,7 +318,8 @@ class Engine(Admission, Sessions, CapturedStep):
 
     def reset_stats(self) -> None:
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
-        self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "decode_s": 0.0,
+        self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
+                      "decode_s": 0.0,
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0}
         self.prefill_tokens_done = 0
 
