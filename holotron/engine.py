@@ -46,7 +46,7 @@ from .engine_requests import Prefix, Request, Session, default_batch_sizes
 from .engine_sessions import Sessions, row_bytes
 from .engine_step import CapturedStep
 from .sampling import choose_tokens
-from .state import DecodeState
+from .state import DecodeState, device_ints
 
 __all__ = ["Engine", "Request", "Prefix", "Session", "EngineUnsupported", "engine_for", "release", "enabled",
            "choose_tokens", "row_bytes"]
@@ -370,7 +370,7 @@ class Engine(Admission, Sessions, CapturedStep):
             self._emit(req, toks[r])
         if feed:
             rows, ids = zip(*feed)
-            self.tokens[torch.tensor(rows, device=self.device)] = torch.tensor(ids, device=self.device)
+            self.tokens[device_ints(rows, self.device)] = device_ints(ids, self.device)
         return out
 
     def _emit(self, req: Request, tok: int) -> None:

@@ -27,6 +27,7 @@ import torch
 
 from .engine_requests import Prefix, Request, Session
 from .sampling import choose_tokens
+from .state import device_ints
 
 __all__ = ["Admission"]
 
@@ -104,7 +105,7 @@ class Admission:
         for r in reqs:
             parts = []
             if r.session.pending is not None:
-                parts.append(emb(torch.tensor([r.session.pending], device=self.device)))
+                parts.append(emb(device_ints([r.session.pending], self.device)))
             if r.inputs_embeds is not None:
                 parts.append(r.inputs_embeds.to(self.device))
             elif r.input_ids is not None and r.input_ids.numel():
@@ -191,8 +192,8 @@ class Admission:
             rows.append(s.row)
             first.append(new[0])
         if rows:
-            idx = torch.tensor(rows, device=self.device)
-            self.tokens[idx] = torch.tensor(first, device=self.device)
+            idx = device_ints(rows, self.device)
+            self.tokens[idx] = device_ints(first, self.device)
             self.active[idx] = 1
         return rest
 
@@ -316,7 +317,7 @@ class Admission:
                 fin_logits.append(i)
         self.prefill_tokens_done += sum(counts)
         if ev is not None and rows:
-            self.state.lengths[torch.tensor(rows, device=self.device)] = torch.tensor(lengths, device=self.device)
+            self.state.lengths[device_ints(rows, self.device)] = device_ints(lengths, self.device)
         done = set(map(id, finished)) | {id(r) for r in take if r.done}
         self.prefilling = [r for r in self.prefilling if id(r) not in done]
         if not finished:
@@ -328,7 +329,7 @@ class Admission:
     def _start_decode(self, reqs: list[Request], logits: torch.Tensor) -> list[tuple[Request, int]]:
         """First tokens from each request's last prompt logits; the rows join the decoding ones."""
         rows = [r.session.row for r in reqs]
-        rows_t = torch.tensor(rows, device=self.device)
+        rows_t = device_ints(rows, self.device)
         if self.sampling:
             first = choose_tokens(logits.float(), self.temperature[rows_t], self.top_k[rows_t], self.top_p[rows_t],
                                   self.generator)

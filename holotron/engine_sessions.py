@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from .engine_requests import Request, Session
+from .state import device_ints
 
 __all__ = ["Sessions", "row_bytes"]
 
@@ -184,8 +185,9 @@ class Sessions:
                 self.state.move(src, dst, a.length)
             else:
                 self.state.swap(src, dst, a.length, b.length)
+            there, back = device_ints([dst, src], self.device), device_ints([src, dst], self.device)
             for t in (self.tokens, self.active, self.temperature, self.top_k, self.top_p):
-                t[[dst, src]] = t[[src, dst]]
+                t[there] = t[back]
             self.rows[dst], self.rows[src] = a, b
             a.row = dst
             if b is not None:

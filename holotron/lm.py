@@ -25,7 +25,7 @@ from .config import TextConfig
 from .decode_ops import norm_linear
 from .layers import MLP, RMSNorm
 from .mamba2 import Mamba2Mixer
-from .state import DecodeState, InferenceState, Positions
+from .state import DecodeState, InferenceState, Positions, device_ints
 
 __all__ = ["HybridLM", "Block"]
 
@@ -127,7 +127,7 @@ class HybridLM(nn.Module):
         for blk, st in zip(self.backbone.layers, state.layers):
             x = blk(x, st, where)
         if advance:
-            self._advance(state, rows, counts)
+            self._advance(state, where, cnt)
         b = x.shape[0]
         last = x[torch.arange(b, device=x.device), cnt - 1]  # (b, D): each row's last new token
         return self._logits(last)
@@ -154,7 +154,7 @@ class HybridLM(nn.Module):
             x = blk.mixed(x, st, where, n)
         state.lengths[:n].add_(1 if active is None else active)
         if advance:
-            self._advance(state, rows, counts)
+            self._advance(state, where, cnt)
         ends = n + torch.arange(b, device=x.device) * t + cnt - 1  # each chunk row's last new token
         logits = self._logits(torch.cat([x[:n], x[ends]]))
         return logits[:n], logits[n:]
@@ -170,16 +170,17 @@ class HybridLM(nn.Module):
         if max(s + n for s, n in zip(starts, counts)) > state.max_len:
             raise ValueError(f"extend: a row would exceed max_len {state.max_len}")
         dev = inputs_embeds.device
-        cnt = torch.tensor(counts, device=dev)
+        both = device_ints(list(counts) + list(rows), dev)  # one copy, not waiting for the GPU
+        cnt, idx = both[:b], both[b:]
         mask = None
         if min(counts) < t:
             mask = torch.arange(t, device=dev)[None, :] < cnt[:, None]
-        return Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts), pads_after=True), cnt
+        return Positions(mask=mask, rows=list(rows), starts=list(starts), counts=list(counts), pads_after=True,
+                         row_index=idx), cnt
 
     @staticmethod
-    def _advance(state: DecodeState, rows: list[int], counts: list[int]) -> None:
-        idx = torch.tensor(rows, device=state.lengths.device)
-        state.lengths.index_add_(0, idx, torch.tensor(counts, device=state.lengths.device))
+    def _advance(state: DecodeState, where: Positions, cnt: torch.Tensor) -> None:
+        state.lengths.index_add_(0, where.row_index.to(state.lengths.device), cnt.to(state.lengths.device))
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """fp32 logits of final hidden states h (m, D) (the residual stream before norm_f)."""

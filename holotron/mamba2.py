@@ -156,9 +156,9 @@ class Mamba2Mixer(nn.Module):
         With ``where.rows`` (``HybridLM.extend``), ``state`` holds the decode state's rows and the batch's
         rows are its ``where.rows``."""
         if where is not None and where.rows is not None:
-            part = state.take(where.rows)
+            part = state.take(where.rows, where.row_index)
             out = self.forward(u, part, Positions(mask=where.mask, pads_after=where.pads_after))
-            state.put(where.rows, part)
+            state.put(where.rows, part, where.row_index)
             return out
         mask = None if where is None else where.mask
         b, t, _ = u.shape
@@ -211,8 +211,8 @@ class Mamba2Mixer(nn.Module):
             parts.append(self.norm.normed(y))
         if where.rows:
             b = len(where.rows)
-            part = state.take(where.rows)
+            part = state.take(where.rows, where.row_index)
             y = self._chunk(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), part, where.mask, True)
-            state.put(where.rows, part)
+            state.put(where.rows, part, where.row_index)
             parts.append(y.reshape(-1, self.d_inner))
         return self.out_proj(torch.cat(parts) if len(parts) > 1 else parts[0])

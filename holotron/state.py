@@ -30,7 +30,18 @@ import torch
 
 from .state_snapshot import RowSnapshot, _pinned_take
 
-__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions", "RowSnapshot"]
+__all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions", "RowSnapshot", "device_ints"]
+
+
+def device_ints(values, device: torch.device | str) -> torch.Tensor:
+    """A host list of ints as an int64 tensor on ``device`` without waiting for the GPU: a copy from pageable
+    memory (``torch.tensor(values, device=cuda)``) waits for all the work queued before it, which would stop
+    the host from queueing a pass's kernels ahead of the GPU. On CUDA it goes through pinned memory, not
+    blocking (the caching host allocator keeps the buffer until the copy is done)."""
+    t = torch.tensor(values, dtype=torch.long)
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _rows(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -51,19 +62,19 @@ class MambaState:
         self.conv = self.conv.index_select(0, _rows(index, self.conv))
         self.ssm = self.ssm.index_select(0, _rows(index, self.ssm))
 
-    def take(self, rows: list[int]) -> "MambaState":
+    def take(self, rows: list[int], index: torch.Tensor | None = None) -> "MambaState":
         """The states of ``rows``: views when they are consecutive (updates reach this state), else copies
-        (``put`` writes them back)."""
+        (``put`` writes them back). ``index``: ``rows`` already on the device (``Positions.row_index``)."""
         if rows == list(range(rows[0], rows[0] + len(rows))):
             return MambaState(conv=self.conv[rows[0]:rows[0] + len(rows)], ssm=self.ssm[rows[0]:rows[0] + len(rows)])
-        idx = torch.tensor(rows, device=self.conv.device)
+        idx = device_ints(rows, self.conv.device) if index is None else index
         return MambaState(conv=self.conv.index_select(0, idx), ssm=self.ssm.index_select(0, idx))
 
-    def put(self, rows: list[int], part: "MambaState") -> None:
+    def put(self, rows: list[int], part: "MambaState", index: torch.Tensor | None = None) -> None:
         """Write ``take(rows)``'s (updated) states back (nothing to do for views)."""
         if part.conv.data_ptr() == self.conv[rows[0]].data_ptr() and part.conv.shape[0] == len(rows):
             return
-        idx = torch.tensor(rows, device=self.conv.device)
+        idx = device_ints(rows, self.conv.device) if index is None else index
         self.conv.index_copy_(0, idx, part.conv)
         self.ssm.index_copy_(0, idx, part.ssm)
 
@@ -185,6 +196,7 @@ class Positions:
     starts: list[int] | None = None
     counts: list[int] | None = None
     pads_after: bool = False  # every pad of ``mask`` comes after its row's tokens
+    row_index: torch.Tensor | None = None  # ``rows`` on the device (made once per call, see ``device_ints``)
 
 
 class DecodeState:
