@@ -1,0 +1,118 @@
+"""Attention of a chunk of new tokens per row against that row's KV cache, as one Triton kernel: the prefill
+of new turns into rows of the decode engine's ``DecodeState`` with every row's position given on the device
+(``Attention`` in holotron/attention.py, when ``Positions.static``), so the chunk can be captured in a CUDA
+graph whatever the rows' lengths.
+
+    q (b, T, Hq, hd)            the chunk's queries, row i's first counts[i] positions real (right-padded)
+    k, v (R, Hkv, L, hd)        the cache, the chunk's own keys and values already written at slots
+                                starts[i] .. starts[i] + counts[i] - 1 of cache row rows[i]
+    rows, starts, counts (b,)   int64 on the device                           ->  o (b, T, Hq, hd) in q's dtype
+
+Query t of row i (t < counts[i]) attends to slots [0, starts[i] + t] of cache row rows[i] (causal, aligned
+to the end of the row's cache); pads (t >= counts[i]) give zeros. Query head h reads KV head h // (Hq / Hkv).
+One program per (block of BLOCK_M queries, row, query head): the keys in blocks of BLOCK_N, online softmax
+in fp32, bf16 / fp16 operands into fp32 accumulators (fp32 inputs: IEEE fp32 products). Scale 1 / sqrt(hd),
+as ``F.scaled_dot_product_attention``. No host sync.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M, BLOCK_N = 64, 64
+
+
+@triton.jit
+def _chunk_attn(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, starts_ptr, counts_ptr, T, GROUP, HD, scale,
+                s_qb, s_qt, s_qh, s_kb, s_kh, s_kl, s_vb, s_vh, s_vl, s_ob, s_ot, s_oh,
+                HD_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, F32: tl.constexpr):
+    mb = tl.program_id(0)
+    i = tl.program_id(1)
+    h = tl.program_id(2)
+    cnt = tl.load(counts_ptr + i).to(tl.int32)
+    start = tl.load(starts_ptr + i).to(tl.int32)
+    row = tl.load(rows_ptr + i).to(tl.int64)
+    ts = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    ds = tl.arange(0, HD_PAD)
+    md = ds < HD
+    mt = ts < cnt
+    obase = o_ptr + i.to(tl.int64) * s_ob + h * s_oh
+    if mb * BLOCK_M >= cnt:  # pads only: zeros
+        tl.store(obase + ts[:, None] * s_ot + ds[None, :], tl.zeros((BLOCK_M, HD_PAD), dtype=o_ptr.dtype.element_ty),
+                 mask=(ts < T)[:, None] & md[None, :])
+        return
+    q = tl.load(q_ptr + i.to(tl.int64) * s_qb + h * s_qh + ts[:, None] * s_qt + ds[None, :],
+                mask=mt[:, None] & md[None, :], other=0.0)
+    hk = h // GROUP
+    kbase = k_ptr + row * s_kb + hk * s_kh
+    vbase = v_ptr + row * s_vb + hk * s_vh
+    pos = start + ts                                   # each query's own slot
+    end = start + tl.minimum(mb * BLOCK_M + BLOCK_M, cnt)  # keys this block needs: [0, end)
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, HD_PAD), dtype=tl.float32)
+    for n0 in range(0, end, BLOCK_N):
+        ns = n0 + tl.arange(0, BLOCK_N)
+        mn = ns < end
+        k = tl.load(kbase + ns[:, None] * s_kl + ds[None, :], mask=mn[:, None] & md[None, :], other=0.0)
+        if F32:
+            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
+        else:
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                      # (BLOCK_M, BLOCK_N)
+        s = tl.where(mn[None, :] & (ns[None, :] <= pos[:, None]), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a pad query sees no key
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(vbase + ns[:, None] * s_vl + ds[None, :], mask=mn[:, None] & md[None, :], other=0.0)
+        if F32:
+            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v).to(tl.float32)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    out = tl.where(mt[:, None], out, 0.0)
+    tl.store(obase + ts[:, None] * s_ot + ds[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=(ts < T)[:, None] & md[None, :])
+
+
+def chunk_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                           starts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """See the module docstring. q (b, T, Hq, hd) with unit stride in hd; k, v (R, Hkv, L, hd)."""
+    b, t, hq, hd = q.shape
+    hkv = k.shape[1]
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("chunk_attention: q, k and v need unit stride in the head dimension")
+    o = torch.empty_like(q)
+    hd_pad = max(16, triton.next_power_of_2(hd))
+    f32 = q.dtype == torch.float32
+    grid = (triton.cdiv(t, BLOCK_M), b, hq)
+    _chunk_attn[grid](q, k, v, o, rows, starts, counts, t, hq // hkv, hd, 1.0 / math.sqrt(hd),
+                      q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                      v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+                      HD_PAD=hd_pad, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, F32=f32,
+                      num_warps=4 if hd_pad <= 64 else 8, num_stages=2)
+    return o
+
+
+def chunk_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                              starts: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The same attention with torch ops, one row at a time (reads the positions back to the host)."""
+    b, t, hq, hd = q.shape
+    hkv = k.shape[1]
+    o = torch.zeros_like(q)
+    for i, (r, s0, n) in enumerate(zip(rows.tolist(), starts.tolist(), counts.tolist())):
+        if n <= 0:
+            continue
+        qi = q[i, :n].transpose(0, 1)                                  # (Hq, n, hd)
+        ki = k[r, :, :s0 + n].repeat_interleave(hq // hkv, dim=0)       # (Hq, s0 + n, hd)
+        vi = v[r, :, :s0 + n].repeat_interleave(hq // hkv, dim=0)
+        allowed = torch.arange(s0 + n, device=q.device)[None, :] <= (s0 + torch.arange(n, device=q.device))[:, None]
+        o[i, :n] = torch.nn.functional.scaled_dot_product_attention(qi, ki, vi, attn_mask=allowed).transpose(0, 1)
+    return o
