@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from .decode_ops import decode_attention, linear_residual, norm_linear
+from .kernels.attn_chunk_triton import chunk_attention_reference, chunk_attention_triton
 from .state import KVCache, Positions
 
 __all__ = ["Attention", "causal_mask"]
@@ -77,6 +78,8 @@ class Attention(nn.Module):
         """u (B, T, D) -> (B, T, D). With ``cache``: writes slots [pos, pos+T) and attends to [0, pos+T).
 
         ``where.attn_mask``: from ``causal_mask`` (None = plain causal); ``where.pos``: the first position."""
+        if where is not None and where.static:
+            return self._forward_static(u, cache, where)
         if where is not None and where.rows is not None:
             return self._forward_rows(u, cache, where)
         pos, mask = (0, None) if where is None else (where.pos, where.attn_mask)
@@ -100,6 +103,27 @@ class Attention(nn.Module):
         ``rows[i]``, going to slots ``starts[i]`` on. One SDPA per row over its filled slots (GQA in the
         kernel); pad positions return zeros."""
         return self.o_proj(self._attend_rows(self.q_proj(u), self.k_proj(u), self.v_proj(u), cache, where))
+
+    def _forward_static(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
+        """``_forward_rows`` with the rows, starts and counts on the device (``HybridLM.extend_static``): the keys
+        and values go to their slots by one indexed write (pads to the cache's last slot, past ``max_len``, which
+        no row attends to), then one kernel attends every row to its cache (holotron/kernels/attn_chunk_triton.py;
+        elsewhere the same attention row by row)."""
+        b, t, _ = u.shape
+        hd = self.head_dim
+        q = self.q_proj(u).view(b, t, self.n_heads, hd)
+        k = self.k_proj(u).view(b, t, self.n_kv_heads, hd)
+        v = self.v_proj(u).view(b, t, self.n_kv_heads, hd)
+        pos = torch.arange(t, device=u.device)[None, :]
+        slots = torch.where(pos < where.counts_t[:, None], where.starts_t[:, None] + pos, cache.k.shape[2] - 1)
+        rows = where.row_index[:, None].expand(b, t)
+        cache.k.transpose(1, 2).index_put_((rows, slots), k)   # (R, L, Hkv, hd)[rows, slots] = (b, t, Hkv, hd)
+        cache.v.transpose(1, 2).index_put_((rows, slots), v)
+        if u.is_cuda:
+            y = chunk_attention_triton(q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t)
+        else:
+            y = chunk_attention_reference(q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t)
+        return self.o_proj(y.reshape(b, t, self.n_heads * hd))
 
     def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, where: Positions
                      ) -> torch.Tensor:

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 
 import torch
 
+from .engine_chunks import CapturedChunks
 from .engine_generate import stream
 from .engine_prefill import Admission
 from .engine_requests import Prefix, Request, Session, default_batch_sizes
@@ -60,7 +61,7 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(Admission, Sessions, CapturedStep):
+class Engine(Admission, Sessions, CapturedStep, CapturedChunks):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of turns, chunked prefill mixed with decoding, sessions,
     prefix snapshots.
@@ -96,7 +97,7 @@ class Engine(Admission, Sessions, CapturedStep):
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
                  step_prompt_max: int = 32, overlap: bool = False, prefill_min_tokens: int = 0,
-                 prefill_max_wait: int = 8, mixed: bool | None = None):
+                 prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -134,7 +135,11 @@ class Engine(Admission, Sessions, CapturedStep):
         if mixed and self.overlap:
             raise ValueError("Engine: mixed=True and overlap=True exclude each other (a mixed pass runs the chunk "
                              "and the decode rows together; overlap runs the chunk on its own stream)")
-        self.mixed = (not self.overlap) if mixed is None else bool(mixed)
+        self.mixed = bool(mixed)
+        if prefill_graphs and (self.overlap or self.mixed):
+            raise ValueError("Engine: prefill_graphs=True needs overlap and mixed off")
+        self.prefill_graphs = (self.cuda_graph and not self.overlap and not self.mixed) if prefill_graphs is None \
+            else bool(prefill_graphs)
         self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
 
@@ -166,6 +171,8 @@ class Engine(Admission, Sessions, CapturedStep):
             self._model_step = torch.compile(self.lm.step, backend=backend, dynamic=True)
         if self.cuda_graph:
             self._capture_all()
+        if self.prefill_graphs:
+            self._init_chunk_graphs()
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -319,7 +326,7 @@ class Engine(Admission, Sessions, CapturedStep):
     def reset_stats(self) -> None:
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
         self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
-                      "decode_s": 0.0,
+                      "chunk_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0}
         self.prefill_tokens_done = 0
 

@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from .engine_chunks import bucket_down
 from .engine_requests import Prefix, Request, Session
 from .sampling import choose_tokens
 from .state import device_ints
@@ -176,7 +177,7 @@ class Admission:
         """Short text-only turns, while other rows decode, read their prompt through the decode steps:
         their row joins the decoding ones with the first prompt token as input, and ``_decode`` feeds the
         rest one per step (the output after the last one is the first new token). Returns the others."""
-        if self.step_prompt_max < 1 or self.mixed or not any(self._decoding(i) for i in range(self.max_batch)):
+        if self.step_prompt_max < 1 or not any(self._decoding(i) for i in range(self.max_batch)):
             return reqs
         rest, rows, first = [], [], []
         for req in reqs:
@@ -254,6 +255,9 @@ class Admission:
                 break
             take.append(req)
             T = t
+        if self.prefill_graphs:  # as many requests as a bucket of rows holds (the others wait for the next step)
+            take = take[:bucket_down(len(take), self._rows_b)]
+            T = max(min(r.x.shape[0] - r.pos, budget) for r in take)
         counts = [min(r.x.shape[0] - r.pos, T) for r in take]
         return take, counts, T, [r.session.row for r in take], [r.session.length for r in take]
 
@@ -274,6 +278,10 @@ class Admission:
         return x
 
     def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
+        if self.prefill_graphs and advance:
+            shape = self._graph_shape(take, T)
+            if shape is not None and shape[0] == len(take):
+                return self._chunk_graphed(take, counts, rows, starts, shape)
         return self.lm.extend(self._chunk_input(take, counts, T), self.state, rows, starts, counts, advance=advance)
 
     def _mixed_pass(self, n: int, chunk) -> list[tuple[Request, int]]:

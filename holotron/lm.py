@@ -132,6 +132,23 @@ class HybridLM(nn.Module):
         last = x[torch.arange(b, device=x.device), cnt - 1]  # (b, D): each row's last new token
         return self._logits(last)
 
+    def extend_static(self, inputs_embeds: torch.Tensor, state: DecodeState, rows: torch.Tensor, starts: torch.Tensor,
+                      counts: torch.Tensor) -> torch.Tensor:
+        """``extend`` with the rows, their lengths and their counts as (b,) int64 device tensors and no check
+        that reads them back: every shape depends on (b, T) alone and nothing waits for the GPU, so the decode
+        engine captures it in a CUDA graph per (b, T) (``Engine(prefill_graphs=True)``). A row with count 0 is
+        pads only (its state row, e.g. a spare one, takes no real change). The caller checks what ``extend``
+        checks. Returns fp32 logits (b, V) at each row's last new token; ``state.lengths`` advance."""
+        b, t, _ = inputs_embeds.shape
+        mask = torch.arange(t, device=inputs_embeds.device)[None, :] < counts[:, None]
+        where = Positions(mask=mask, pads_after=True, static=True, row_index=rows, starts_t=starts, counts_t=counts)
+        x = inputs_embeds.float() if self.config.residual_in_fp32 else inputs_embeds
+        for blk, st in zip(self.backbone.layers, state.layers):
+            x = blk(x, st, where)
+        state.lengths.index_add_(0, rows, counts)
+        last = x[torch.arange(b, device=x.device), (counts - 1).clamp(min=0)]
+        return self._logits(last)
+
     def mixed(self, tokens: torch.Tensor, state: DecodeState, inputs_embeds: torch.Tensor, rows: list[int],
               starts: list[int], counts: list[int], active: torch.Tensor | None = None,
               advance: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

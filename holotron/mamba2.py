@@ -155,6 +155,13 @@ class Mamba2Mixer(nn.Module):
         """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``where.mask`` (B, T) bool, False at pads.
         With ``where.rows`` (``HybridLM.extend``), ``state`` holds the decode state's rows and the batch's
         rows are its ``where.rows``."""
+        if where is not None and where.static:  # rows given on the device only: copies in and out
+            idx = where.row_index
+            part = MambaState(conv=state.conv.index_select(0, idx), ssm=state.ssm.index_select(0, idx))
+            out = self.forward(u, part, Positions(mask=where.mask, pads_after=True))
+            state.conv.index_copy_(0, idx, part.conv)
+            state.ssm.index_copy_(0, idx, part.ssm)
+            return out
         if where is not None and where.rows is not None:
             part = state.take(where.rows, where.row_index)
             out = self.forward(u, part, Positions(mask=where.mask, pads_after=where.pads_after))

@@ -183,7 +183,8 @@ class Positions:
     Prefill into rows of a ``DecodeState`` (``HybridLM.extend``): ``rows`` (host ints, b of them) the
     state rows of the batch's rows, ``starts`` their lengths before the call (the KV slot of their first
     new token), ``counts`` their real tokens this call (right-padded: the first ``counts[i]`` positions;
-    ``pads_after`` True); ``mask`` as for prefill.
+    ``pads_after`` True); ``mask`` as for prefill. ``HybridLM.extend_static``: the same with ``static`` True
+    and only device tensors (``row_index``, ``starts_t``, ``counts_t``).
     """
 
     mask: torch.Tensor | None = None
@@ -197,6 +198,10 @@ class Positions:
     counts: list[int] | None = None
     pads_after: bool = False  # every pad of ``mask`` comes after its row's tokens
     row_index: torch.Tensor | None = None  # ``rows`` on the device (made once per call, see ``device_ints``)
+    # ``HybridLM.extend_static``: every position on the device (no host list: a CUDA graph can capture the call)
+    static: bool = False
+    starts_t: torch.Tensor | None = None   # (b,) int64: ``starts``
+    counts_t: torch.Tensor | None = None   # (b,) int64: ``counts`` (0: a row of pads only, writing nothing real)
 
 
 class DecodeState:

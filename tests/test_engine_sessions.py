@@ -124,6 +124,36 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
             torch.testing.assert_close(a.k[:, :, :st.max_len], b.k[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
 
 
+def test_extend_static_equals_extend_with_rows_of_pads(model):
+    """``extend_static`` (positions on the device, the form a CUDA graph captures) equals ``extend``; an
+    extra row with count 0 (the engine's spare row under a padded bucket) changes no other row."""
+    with torch.no_grad():
+        def prepared():
+            st = DecodeState.allocate(model, 6, 64)
+            x = torch.stack([model.backbone.embeddings(_ids(9, seed=r)) for r in range(6)])
+            model.extend(x, st, list(range(6)), [0] * 6, [9] * 6)
+            return st
+
+        chunk = torch.zeros(3, 12, model.config.hidden_size)
+        chunk[0] = model.backbone.embeddings(_ids(12, seed=30))
+        chunk[1, :5] = model.backbone.embeddings(_ids(5, seed=31))
+        ref_st = prepared()
+        ref = model.extend(chunk[:2], ref_st, [4, 1], [9, 9], [12, 5])
+        st = prepared()
+        spare_before = [(s.conv[5].clone(), s.ssm[5].clone()) for s in st.layers if isinstance(s, MambaState)]
+        got = model.extend_static(chunk, st, torch.tensor([4, 1, 5]), torch.tensor([9, 9, 9]), torch.tensor([12, 5, 0]))
+    torch.testing.assert_close(got[:2], ref, atol=1e-5, rtol=1e-5)
+    assert st.lengths.tolist() == ref_st.lengths.tolist() == [9, 14, 9, 9, 21, 9]
+    for a, b in zip(st.layers, ref_st.layers):
+        if isinstance(a, MambaState):
+            torch.testing.assert_close(a.conv, b.conv, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a.ssm, b.ssm, atol=1e-5, rtol=1e-5)
+        elif a is not None:
+            torch.testing.assert_close(a.k[:, :, :st.max_len], b.k[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
+    for (c, s), layer in zip(spare_before, [s for s in st.layers if isinstance(s, MambaState)]):
+        assert torch.equal(c, layer.conv[5]) and torch.equal(s, layer.ssm[5])
+
+
 def test_a_decode_step_leaves_rows_that_are_not_decoding_unchanged(model):
     with torch.no_grad():
         st = DecodeState.allocate(model, 4, 64)
@@ -191,14 +221,15 @@ def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_histor
     assert s.length == 12 + 5 + 7 + 6 + 3 + 4 - 1 and s.pending == got[0][-1][-1]
 
 
-@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap"])
+@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap", "static"])
 def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model, mode):
     """mixed: chunks and decode tokens in one pass (``HybridLM.mixed``); separate: a decode step, then the
-    chunk, with short prompts read by decode steps; overlap (off CUDA: a chunk is finished one engine step
+    chunk, with short prompts read by decode steps; static: the chunks of ``prefill_graphs`` (bucketed rows and
+    tokens, ``extend_static`` on static buffers; eager here, no CUDA graph); overlap (off CUDA: a chunk is finished one engine step
     after it ran): rows' lengths are set late and rows of a chunk are not moved before it is finished."""
     agents = [[(_ids(5 + 3 * a + t, seed=10 * a + t), 3 + (a + t) % 4) for t in range(3)] for a in range(5)]
     eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12, overlap=mode == "overlap",
-                 mixed=mode == "mixed")  # chunks span steps
+                 mixed=mode == "mixed", prefill_graphs=mode == "static")  # chunks span steps
     with spy_chunks(eng) as chunks:
         got, _ = _drive(eng, agents)
     for a, turns in enumerate(agents):
@@ -207,10 +238,13 @@ def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(mode
     assert fed == sum(len(p) for turns in agents for p, _ in turns) + sum(len(turns) - 1 for turns in agents)
     assert eng.prefill_tokens_done > 0 and eng.stats["decode_steps"] > 0
     with_decode = sum(d > 0 for *_, d in chunks)
-    if mode == "mixed":   # every prompt goes through chunks, most of them with decode tokens in the same pass
-        assert eng.stats["forced_tokens"] == 0 and with_decode == eng.stats["mixed_steps"] >= len(chunks) // 2
+    assert eng.stats["forced_tokens"] > 0   # short prompts read by decode steps, in every mode
+    if mode == "mixed":   # the chunks that ran while rows decoded ran in the same pass as the decode tokens
+        assert with_decode == eng.stats["mixed_steps"] > 0
+    elif mode == "static":  # every chunk through extend_static (neither extend nor mixed)
+        assert not chunks and eng.stats["mixed_steps"] == 0
     else:
-        assert eng.stats["forced_tokens"] > 0 and with_decode == eng.stats["mixed_steps"] == 0
+        assert with_decode == eng.stats["mixed_steps"] == 0
 
 
 def test_short_prompts_read_through_decode_steps_equal_a_prefill(model):
@@ -380,19 +414,20 @@ def test_memory_accounting_matches_the_allocated_rows(model):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap"])
+@pytest.mark.parametrize("mode", ["graphs", "eager", "mixed", "overlap"])
 def test_sessions_on_cuda_graphs_equal_each_alone(mode):
-    """Graph steps, mixed passes (chunk + decode tokens), chunks on their own stream (overlap), short prompts
-    read by decode steps, offload."""
+    """Graph steps with chunks as graphs (the default), eager chunks, mixed passes (chunk + decode tokens),
+    chunks on their own stream (overlap); short prompts read by decode steps, offload."""
     model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).cuda()
     agents = [[(_ids(5 + 20 * a + t, seed=10 * a + t).cuda(), 3 + (a + t) % 4 + 3 * a) for t in range(3)]
               for a in range(6)]
     eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=24, overlap=mode == "overlap",
-                 mixed=mode == "mixed")  # 6 agents, 4 rows
-    assert eng.cuda_graph and eng.overlap == (mode == "overlap")
+                 mixed=mode == "mixed", prefill_graphs=None if mode == "graphs" else False)  # 6 agents, 4 rows
+    assert eng.cuda_graph and eng.overlap == (mode == "overlap") and eng.prefill_graphs == (mode == "graphs")
     got, _ = _drive(eng, agents)
-    assert eng.prefill_tokens_done > 0 and eng.memory()["sessions"] == 6
-    assert (eng.stats["forced_tokens"] > 0) == (mode != "mixed") and (eng.stats["mixed_steps"] > 0) == (mode == "mixed")
+    assert eng.prefill_tokens_done > 0 and eng.memory()["sessions"] == 6 and eng.stats["forced_tokens"] > 0
+    assert (eng.stats["mixed_steps"] > 0) == (mode == "mixed")
+    assert (eng.stats["chunk_captures"] > 0) == (len(eng.chunk_graphs) > 0) == (mode == "graphs")
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
 
@@ -452,3 +487,33 @@ def test_mixed_on_cuda_matches_step_and_extend(dtype):
         err = ((got - ref).abs().max() / ref.abs().max()).item()
         assert err < tol, err
     assert st.lengths.tolist() == ref_st.lengths.tolist() == [41] * 4 + [73, 110]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_extend_static_on_cuda_matches_extend(dtype):
+    """The chunk as a graph runs ``extend_static`` (the Triton chunk attention): against ``extend`` (SDPA per
+    row) on CUDA at the real model's attention head size, with history in the rows."""
+    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
+                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
+    model = tiny_lm(cfg, seed=3).cuda().to(dtype)
+    with torch.no_grad():
+        def prepared():
+            st = DecodeState.allocate(model, 6, 512)
+            x = torch.stack([model.backbone.embeddings(_ids(90, seed=r).cuda()) for r in range(6)])
+            model.extend(x, st, list(range(6)), [0] * 6, [90] * 6)
+            return st
+
+        chunk = torch.zeros(3, 130, cfg.hidden_size, device="cuda", dtype=dtype)
+        chunk[0] = model.backbone.embeddings(_ids(130, seed=20).cuda())
+        chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
+        chunk[2, :1] = model.backbone.embeddings(_ids(1, seed=22).cuda())
+        ref_st = prepared()
+        ref = model.extend(chunk, ref_st, [5, 2, 3], [90] * 3, [130, 33, 1])
+        st = prepared()
+        dev = lambda v: torch.tensor(v, device="cuda")  # noqa: E731
+        got = model.extend_static(chunk, st, dev([5, 2, 3]), dev([90] * 3), dev([130, 33, 1]))
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    err = ((got - ref).abs().max() / ref.abs().max()).item()
+    assert err < tol, err
+    assert st.lengths.tolist() == ref_st.lengths.tolist()

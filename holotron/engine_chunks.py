@@ -1,0 +1,135 @@
+"""Prefill chunks of the decode engine (``holotron/engine.py``) as CUDA graphs, one per (rows, tokens) bucket.
+
+An eager chunk through the 12B model queues about 1,600 kernels from Python: 36 ms of host time for one row
+of 16 tokens on the H200's host, more than the GPU needs for a chunk of a few hundred tokens
+(``dev/probes/pass_cost.py``; docs/benchmarks.md). A graph replays them with no host work. The chunk runs
+``HybridLM.extend_static`` (rows, lengths and counts as device tensors, so nothing in it depends on the
+rows' positions) on static buffers: embeddings (b, T, D) and a (3, b) table of rows / starts / counts.
+Shapes are bucketed: b rounded *down* to a bucket (the requests left over wait for the next step: no row
+is padded), T rounded up (right pads, masked: at most about a fifth of the tokens above 128). A graph is
+captured the first time its bucket is met (``chunk_captures`` / ``capture_s`` in ``stats``) or ahead with
+``capture_chunks``; without CUDA graphs (a CPU) the same buffers and bucketing run eagerly (the tests'
+check of this bookkeeping); warm-up and capture run with counts 0, which change no row's state (dt = 0, the keys
+of pads go to the cache's last slot, past ``max_len``). ``CapturedChunks`` is a base class of ``Engine``,
+written against its attributes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .state import device_ints
+
+__all__ = ["CapturedChunks", "row_buckets", "token_buckets", "bucket_down", "bucket_up"]
+
+
+def row_buckets(limit: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, 32, ... (steps of about 1.5x) up to ``limit``."""
+    out, b = [], 1
+    while b <= limit:
+        out.append(b)
+        nxt = b * 3 // 2 if b >= 2 and (b & (b - 1)) == 0 else (1 << b.bit_length())
+        b = max(b + 1, nxt)
+    return out
+
+
+def token_buckets(limit: int) -> list[int]:
+    """16, 32, 64, then steps of 64 to 512, of 128 to 1,024, 256 to 2,048, 512 to 4,096, 1,024 beyond;
+    the last one >= ``limit``."""
+    out = [16, 32, 64]
+    while out[-1] < limit:
+        t = out[-1]
+        step = 64 if t < 512 else 128 if t < 1024 else 256 if t < 2048 else 512 if t < 4096 else 1024
+        out.append(t + step)
+    return out
+
+
+def bucket_down(n: int, buckets: list[int]) -> int:
+    return max(b for b in buckets if b <= n)
+
+
+def bucket_up(n: int, buckets: list[int]) -> int:
+    return next(b for b in buckets if b >= n)
+
+
+class CapturedChunks:
+    """``Engine._chunk_graphed``, ``capture_chunks``."""
+
+    def _init_chunk_graphs(self) -> None:
+        self.chunk_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._rows_b = row_buckets(self.max_batch)
+        self._tokens_b = token_buckets(self.prefill_tokens)
+        cap = max(b * bucket_up(min(self.prefill_tokens, max(1, self.prefill_tokens // b)), self._tokens_b)
+                  for b in self._rows_b)
+        w = self.lm.config.hidden_size
+        dev, dt = self.device, self.lm.dtype
+        with torch.inference_mode():
+            self._cx = torch.zeros(cap, w, device=dev, dtype=dt)               # embeddings, viewed (b, T, D)
+            self._cmeta = torch.zeros(3, self.max_batch, dtype=torch.long, device=dev)  # rows, starts, counts
+            self._clogits = torch.zeros(self.max_batch, self.vocab, device=dev, dtype=torch.float32)
+        self._chunk_pool = None
+
+    def _graph_shape(self, take: list, T: int) -> tuple[int, int] | None:
+        """The bucket (b, T) a chunk of ``take`` (b requests, T tokens) runs in, or None (eager)."""
+        b = bucket_down(len(take), self._rows_b)
+        tb = bucket_up(T, self._tokens_b)
+        if b * tb > self._cx.shape[0]:
+            return None
+        return b, tb
+
+    def _chunk_graphed(self, take, counts, rows, starts, shape) -> torch.Tensor:
+        """Run the chunk (``len(take) == shape[0]``) through its graph; returns its logits (b, V), valid until the
+        next chunk."""
+        b, T = shape
+        g = self._chunk_graph(b, T) if self.cuda_graph else None
+        x = self._cx[:b * T].view(b, T, -1)
+        for i, (r, n) in enumerate(zip(take, counts)):
+            x[i, :n].copy_(r.x[r.pos:r.pos + n])
+        self._cmeta[:, :b].copy_(device_ints(list(rows) + list(starts) + list(counts), self.device).view(3, b))
+        if g is not None:
+            g.replay()
+        else:  # without CUDA graphs (tests on a CPU): the same call on the same buffers, eagerly
+            self._clogits[:b].copy_(self.lm.extend_static(x, self.state, *self._cmeta[:, :b]))
+        return self._clogits[:b]
+
+    def _chunk_graph(self, b: int, T: int) -> torch.cuda.CUDAGraph:
+        g = self.chunk_graphs.get((b, T))
+        if g is not None:
+            return g
+        t0 = time.perf_counter()
+        x = self._cx[:b * T].view(b, T, -1)
+        rows, starts, counts = self._cmeta[0, :b], self._cmeta[1, :b], self._cmeta[2, :b]
+        with torch.inference_mode():
+            rows.copy_(torch.arange(b, device=self.device))   # counts 0: no row changes (see the module docstring)
+            starts.zero_()
+            counts.zero_()
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._clogits[:b].copy_(self.lm.extend_static(x, self.state, rows, starts, counts))
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            if self._chunk_pool is None:
+                self._chunk_pool = torch.cuda.graph_pool_handle()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._chunk_pool):
+                self._clogits[:b].copy_(self.lm.extend_static(x, self.state, rows, starts, counts))
+            torch.cuda.synchronize(self.device)
+        self.chunk_graphs[(b, T)] = g
+        self.stats["chunk_captures"] += 1
+        self.stats["capture_s"] += time.perf_counter() - t0
+        return g
+
+    def capture_chunks(self, shapes: list[tuple[int, int]]) -> None:
+        """Capture the chunk graphs of these (rows, tokens) shapes now (each rounded to its bucket), e.g. at
+        startup for the sizes a workload will meet; ``stats`` does not count them."""
+        if not self.prefill_graphs or not self.cuda_graph:
+            return
+        before = (self.stats["chunk_captures"], self.stats["capture_s"])
+        for b, t in shapes:
+            shape = self._graph_shape([None] * min(b, self.max_batch), min(t, self.prefill_tokens))
+            if shape is not None:
+                self._chunk_graph(*shape)
+        self.stats["chunk_captures"], self.stats["capture_s"] = before
