@@ -74,6 +74,7 @@ from timing import times_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
+from holotron.engine_chunks import row_buckets  # noqa: E402
 from holotron.model import Holotron, HolotronConfig  # noqa: E402
 from holotron.vision import VisionConfig  # noqa: E402
 
@@ -180,13 +181,17 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens, timing=True,
                  ssm_dtype=args.ssm_dtype, overlap=args.overlap == "on",
                  mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
+                 prefill_graphs=None if args.prefill_graphs == "auto" else args.prefill_graphs == "on",
                  step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens)
     setup_s = time.perf_counter() - t
 
     # warm-up: one turn alone, then turns of min(N, 4) sessions together, the second turn of each too
-    # (Triton JIT of the scan's launch settings for one and for several sequences, vision, cuBLAS);
-    # the counters are reset after it
+    # (Triton JIT of the scan's launch settings for one and for several sequences, vision, cuBLAS), and the
+    # prefill graphs of whole turns at every bucket of rows (what a server captures at startup); the
+    # counters are reset after it (graphs the run still meets are captured in it: chunk_captures, capture_s)
     t = time.perf_counter()
+    turn_len = sorted({len(p[0]) + 1 for a in plan for p in a})
+    eng.capture_chunks([(b, tl) for b in row_buckets(min(n, rows)) for tl in (turn_len[0], turn_len[-1])])
     for k in (1, min(n, 4)):
         ss = [eng.session() for _ in range(k)]
         for turn in range(min(2, len(plan[0]))):
@@ -285,6 +290,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "decode_steps": st["decode_steps"], "decode_tokens": st["decode_tokens"],
         "mean_decode_rows": st["decode_tokens"] / st["decode_steps"] if st["decode_steps"] else 0.0,
         "mixed": eng.mixed, "mixed_steps": st["mixed_steps"], "mixed_decode_tokens": st["mixed_tokens"],
+        "prefill_graphs": eng.prefill_graphs, "chunk_graphs": len(getattr(eng, "chunk_graphs", {})),
+        "chunk_captures_in_run": st["chunk_captures"], "capture_s_in_run": st["capture_s"],
         "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"], "mixed_s": st["mixed_s"],
         "other_s": wall - st["decode_s"] - st["prefill_s"] - st["admit_s"] - st["mixed_s"],
         "engine_decode_tokens_per_s": engine_tps, "graph_batch": b_main, "graph_ms": graph_ms[b_main],
@@ -487,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mixed", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks and the decoding rows' tokens in one pass (auto: the engine's default, "
                          "on unless --overlap on)")
+    ap.add_argument("--prefill-graphs", choices=["auto", "on", "off"], default="auto",
+                    help="prefill chunks as CUDA graphs per (rows, tokens) bucket (auto: the engine's default, on)")
     ap.add_argument("--prefill-min-tokens", type=int, default=0,
                     help="while rows decode, wait (at most 8 steps) until this many prompt tokens can share a chunk")
     ap.add_argument("--step-prompt-max", type=int, default=32,
@@ -511,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "python": platform.python_version(),
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
-        "overlap": args.overlap, "mixed": args.mixed, "prefill_min_tokens": args.prefill_min_tokens,
+        "overlap": args.overlap, "mixed": args.mixed, "prefill_graphs": args.prefill_graphs,
+        "prefill_min_tokens": args.prefill_min_tokens,
         "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }

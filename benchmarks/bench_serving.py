@@ -48,6 +48,7 @@ from timing import median_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, Request  # noqa: E402
+from holotron.engine_chunks import row_buckets  # noqa: E402
 from holotron.generate import generate  # noqa: E402
 from holotron.lm import HybridLM  # noqa: E402
 from holotron.state import DecodeState  # noqa: E402
@@ -461,16 +462,18 @@ def agreement(lm, prefix, steps: int) -> dict:
 
 
 def serving(lm, prefix, n_req: int, rows: int, suffix: int, dev, seed: int = 0, warmup: bool = True,
-            mixed: bool | None = None) -> dict:
+            **engine_kw) -> dict:
     """Continuous batching with refill: ``n_req`` requests continuing one shared prefix (a screenshot +
     system prompt) with their own ``suffix``-token text, ``rows`` rows, 16..64 new tokens each. ``warmup``:
     the same workload first runs once untimed on its own engine, so that no kernel is compiled inside the
     timing (a first run pays Triton's compilation of every kernel variant it meets: about 1.3 s of 3.3 on an
-    H200 with an empty cache, 2026-12-04). ``mixed``: the engine's mixed passes (None: its default)."""
+    H200 with an empty cache, 2026-12-04). ``engine_kw``: ``Engine`` settings (its defaults otherwise). The
+    engine captures its prefill graphs of the suffixes at every bucket of rows first, as a server at startup."""
 
     def run():
         g = torch.Generator().manual_seed(seed)
-        eng = Engine(lm, rows, prefix.length + suffix + 64 + 16, mixed=mixed)
+        eng = Engine(lm, rows, prefix.length + suffix + 64 + 16, **engine_kw)
+        eng.capture_chunks([(b, suffix) for b in row_buckets(rows)])   # startup work, before the timing
         reqs = [eng.submit(torch.randint(0, lm.config.vocab_size, (suffix,), generator=g).to(dev), prefix=prefix,
                            max_new_tokens=int(torch.randint(16, 65, (1,), generator=g))) for _ in range(n_req)]
         steps, live = 0, []
@@ -492,7 +495,7 @@ def serving(lm, prefix, n_req: int, rows: int, suffix: int, dev, seed: int = 0, 
     toks = sum(len(r.tokens) for r in reqs)
     out = {"requests": n_req, "rows": rows, "prefix_tokens": prefix.length, "suffix_tokens": suffix,
            "new_tokens": toks, "steps": steps, "seconds": s, "tokens_per_s": toks / s, "warmup_run_s": warm_s,
-           "mixed": eng.mixed,
+           "mixed": eng.mixed, "prefill_graphs": eng.prefill_graphs,
            "mean_live_rows": statistics.mean(live), "all_done": all(r.done for r in reqs),
            "engine_stats": dict(eng.stats),
            "ttft_ms_p50": 1e3 * statistics.median(r.t_first - r.t_submit for r in reqs if r.t_first is not None)}
@@ -713,13 +716,15 @@ def main() -> int:
         save()
         table(res)
         return 0
-    if args.serving_only:  # the engine's default (mixed passes), then the separate decode step and chunk
-        section("serving", lambda: serving(lm, pre, 16 if small else 128, 4 if small else 64, 16, dev))  # noqa: F821
-        section("serving_separate", lambda: serving(lm, pre, 16 if small else 128, 4 if small else 64, 16,  # noqa: F821
-                                                    dev, mixed=False))
+    if args.serving_only:  # the engine's defaults, then eager chunks, then mixed passes (same run)
+        n_req, rows = (16, 4) if small else (128, 64)
+        section("serving", lambda: serving(lm, pre, n_req, rows, 16, dev))  # noqa: F821
+        section("serving_eager_chunks", lambda: serving(lm, pre, n_req, rows, 16, dev, prefill_graphs=False))  # noqa: F821
+        section("serving_mixed", lambda: serving(lm, pre, n_req, rows, 16, dev, mixed=True))  # noqa: F821
         res["elapsed_s"] = clk.elapsed()
         save()
-        print(json.dumps({k: res[k] for k in ("serving", "serving_separate")}, indent=1, default=str))
+        keys = ("serving", "serving_eager_chunks", "serving_mixed")
+        print(json.dumps({k: res[k] for k in keys}, indent=1, default=str))
         return 0
     section("decode_1k", lambda: decode_sweep(lm, batches, prompt, steps, ceil, clk, small, prefix=pre))  # noqa: F821
     section("prefill", lambda: [prefill_tps(helper, 1024 if small else 16384, c, dev, 3)  # noqa: F821

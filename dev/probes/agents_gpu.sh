@@ -2,6 +2,7 @@
 # The agents issue's GPU calls (issue 18), one phase per device call; logs and JSON to $OUT.
 #   bash dev/probes/agents_gpu.sh check     # GPU engine tests, serving A/B, 100 agents one-tile (mixed on / off)
 #   bash dev/probes/agents_gpu.sh cost      # pass_cost.py, serving A/B, 100 agents one-tile (mixed on / off)
+#   bash dev/probes/agents_gpu.sh graphs    # GPU tests, pass_cost.py, serving A/B, 100 agents (prefill graphs)
 #   bash dev/probes/agents_gpu.sh curve     # one-tile curve of both models, twelve-tile at 100 agents
 set -u
 export PYTHONPATH=.
@@ -34,4 +35,16 @@ if [ "$phase" = cost ]; then
     --budget 100 --no-plot --out "$OUT/off" 2>&1 | tail -3
   cp "$OUT/on/bench_agents.json" "$OUT/agents-mixed.json"; cp "$OUT/off/bench_agents.json" "$OUT/agents-separate.json"
   rm -rf "$OUT/on" "$OUT/off" "$OUT/serving"
+fi
+if [ "$phase" = graphs ]; then
+  timeout 150 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py tests/test_attn_chunk.py \
+    2>&1 | tail -4
+  timeout 170 python3 dev/probes/pass_cost.py --out "$OUT" 2>&1 | grep -E "graph|static|1x320|3x320|n=100 " | head -30
+  timeout 150 python3 benchmarks/bench_serving.py --serving-only --out "$OUT/serving" > "$OUT/serving.log" 2>&1
+  grep -E '"(tokens_per_s|steps|seconds|mixed|prefill_graphs)"' "$OUT/serving.log"
+  cp "$OUT/serving/bench_serving.json" "$OUT/serving.json"
+  timeout 220 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid,attention \
+    --budget 210 --no-plot --out "$OUT/on" 2>&1 | tail -5
+  cp "$OUT/on/bench_agents.json" "$OUT/agents-graphs.json"
+  rm -rf "$OUT/on" "$OUT/serving"
 fi

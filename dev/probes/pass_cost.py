@@ -117,11 +117,32 @@ def main() -> int:
         cnt = [t] * b
         starts = [hist] * b
         cases.append((f"extend {b}x{t} rows {'consecutive' if b == 1 else 'scattered'}",
-                      lambda x=x, rows=rows, starts=starts, cnt=cnt: lm.extend(x, st, rows, starts, cnt, advance=False)))
+                      lambda x=x, rows=rows, starts=starts, cnt=cnt: lm.extend(x, st, rows, starts, cnt,
+                                                                               advance=False)))
         for n in (64, 100):
             cases.append((f"mixed n={n} + {b}x{t}",
                           lambda x=x, rows=rows, starts=starts, cnt=cnt, n=n: lm.mixed(
                               toks[:n], st, x, rows, starts, cnt, active=active[:n] * 0, advance=False)))
+    if dev.type == "cuda":  # the chunk as a CUDA graph (extend_static), counts 0 at capture as the engine does
+        for b, t in ((1, 16), (1, 320), (3, 384), (16, 384), (2, 3072)):  # history 1,000 + t fits 4,096
+            rows_t = torch.arange(101, 101 + b, device=dev)
+            starts_t = torch.full((b,), hist, device=dev)
+            counts_t = torch.zeros(b, dtype=torch.long, device=dev)
+            x = chunk(b, t)
+            with torch.inference_mode():
+                s = torch.cuda.Stream(dev)
+                s.wait_stream(torch.cuda.current_stream(dev))
+                with torch.cuda.stream(s):
+                    for _ in range(2):
+                        lm.extend_static(x, st, rows_t, starts_t, counts_t)
+                torch.cuda.current_stream(dev).wait_stream(s)
+                gr = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(gr):
+                    lm.extend_static(x, st, rows_t, starts_t, counts_t)
+            counts_t.fill_(t)
+            cases.append((f"extend graph {b}x{t}", gr.replay))
+            cases.append((f"extend_static eager {b}x{t}",
+                          lambda x=x, r=rows_t, s0=starts_t, c=counts_t: lm.extend_static(x, st, r, s0, c)))
     with torch.inference_mode():
         for name, fn in cases:
             r = measure(fn, dev, reps=2 if args.small else 5)
