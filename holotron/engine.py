@@ -46,6 +46,7 @@ from .engine_prefill import Admission
 from .engine_requests import Prefix, Request, Session, default_batch_sizes
 from .engine_sessions import Sessions, row_bytes
 from .engine_step import CapturedStep
+from .engine_vision import CapturedVision
 from .sampling import choose_tokens
 from .state import DecodeState, device_ints
 
@@ -61,7 +62,7 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(Admission, Sessions, CapturedStep, CapturedChunks):
+class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of turns, chunked prefill mixed with decoding, sessions,
     prefix snapshots.
@@ -171,6 +172,9 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks):
             self._model_step = torch.compile(self.lm.step, backend=backend, dynamic=True)
         if self.cuda_graph:
             self._capture_all()
+            self._capture_swap()
+        self.vision_graphs = {}
+        self.chunk_graphs = {}
         if self.prefill_graphs:
             self._init_chunk_graphs()
 

@@ -99,7 +99,7 @@ class Admission:
                 flat.append(t.to(self.device))
                 sizes.append(t.shape[0])
             px = torch.cat(flat)
-            feats = torch.cat([self.model.embed_images(px[i:i + self.vision_tiles])
+            feats = torch.cat([self._embed_images(px[i:i + self.vision_tiles])
                                for i in range(0, px.shape[0], self.vision_tiles)])
             for r, part in zip(with_px, feats.split(sizes)):
                 images[id(r)] = part

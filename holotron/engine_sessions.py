@@ -181,18 +181,54 @@ class Sessions:
         pairs = list(zip(holes, [i for i in dec if i >= n]))  # (no row of a chunk in flight: see _decode)
         for dst, src in pairs:
             a, b = self.rows[src], self.rows[dst]
-            if b is None:
-                self.state.move(src, dst, a.length)
+            if self.cuda_graph:  # one replay: both rows whole (no host work per layer)
+                self._swap_idx.copy_(device_ints([dst, src], self.device))
+                self._swap_graph.replay()
             else:
-                self.state.swap(src, dst, a.length, b.length)
-            there, back = device_ints([dst, src], self.device), device_ints([src, dst], self.device)
-            for t in (self.tokens, self.active, self.temperature, self.top_k, self.top_p):
-                t[there] = t[back]
+                if b is None:
+                    self.state.move(src, dst, a.length)
+                else:
+                    self.state.swap(src, dst, a.length, b.length)
+                there, back = device_ints([dst, src], self.device), device_ints([src, dst], self.device)
+                for t in (self.tokens, self.active, self.temperature, self.top_k, self.top_p):
+                    t[there] = t[back]
             self.rows[dst], self.rows[src] = a, b
             a.row = dst
             if b is not None:
                 b.row = src
         return n
+
+    def _row_tensors(self) -> list[torch.Tensor]:
+        """Every tensor with one row per engine row (batch dimension first): the layers' states, the lengths,
+        the next tokens, ``active`` and the sampling settings."""
+        out = [self.state.lengths, self.tokens, self.active, self.temperature, self.top_k, self.top_p]
+        for st in self.state.layers:
+            if st is not None:
+                out += [st.conv, st.ssm] if hasattr(st, "ssm") else [st.k, st.v]
+        return out
+
+    def _capture_swap(self) -> None:
+        """The CUDA graph of ``_compact``'s row exchange: rows ``_swap_idx[0]`` and ``[1]`` of every row tensor
+        swapped whole, two ops per tensor (the eager ``DecodeState.swap`` copies the used KV slots only, but
+        queues about 200 ops from Python per exchange: 2-4 ms of host time at 12B)."""
+        with torch.inference_mode():
+            self._swap_idx = torch.zeros(2, dtype=torch.long, device=self.device)  # rows 0 and 0: a no-op
+            tensors = self._row_tensors()
+
+            def swap():
+                back = self._swap_idx.flip(0)
+                for t in tensors:
+                    t.index_copy_(0, self._swap_idx, t.index_select(0, back))
+
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                swap()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._swap_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._swap_graph):
+                swap()
+            torch.cuda.synchronize(self.device)
 
     def _check_progress(self) -> None:
         """Turns are queued, nothing runs, and no row can be had: stepping would wait forever. (A row freed

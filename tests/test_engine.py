@@ -303,3 +303,27 @@ def test_cuda_graph_vl_and_sampling():
     assert torch.equal(generate(model, ids, 8, temperature=2.0, top_k=1, seed=1, **kw),
                        generate(model, ids, 8, engine=False, **kw))
     release(model)
+
+
+@pytest.mark.gpu
+def test_vision_and_chunk_graphs_on_cuda_equal_the_plain_loop():
+    """Screenshots of turns admitted together go through the vision graphs (tiles rounded up to a bucket,
+    pad tiles dropped), their prompts through the chunk graphs, rows exchanged by the swap graph."""
+    model = tiny_vl(seed=2).cuda()
+    tiles = torch.randn(3, 3, TILE, TILE, generator=torch.Generator().manual_seed(0)).cuda()
+
+    def prompt(n_tiles, before, after):
+        return torch.tensor(list(before) + [IMG_START] + [IMAGE_TOKEN_ID] * (n_tiles * TOKENS_PER_TILE) + [IMG_END]
+                            + list(after)).cuda()
+
+    eng = Engine(model, max_batch=3, max_len=256)
+    assert eng.prefill_graphs and eng.cuda_graph
+    turns = [(prompt(1, (5, 40), (42, 43)), tiles[:1], 9), (prompt(2, (6,), (45,)), tiles[1:], 4),
+             (prompt(3, (7, 8), ()), tiles, 6)]
+    reqs = [eng.submit(p, pixel_values=t, max_new_tokens=n) for p, t, n in turns]
+    eng.run()
+    later = eng.submit(turns[0][0], pixel_values=tiles[:1], max_new_tokens=5)  # one tile alone: another bucket
+    eng.run()
+    assert len(eng.vision_graphs) >= 2 and len(eng.chunk_graphs) >= 1
+    for (p, t, n), r in zip(turns + [(turns[0][0], tiles[:1], 5)], reqs + [later]):
+        assert r.tokens == generate(model, p[None], n, pixel_values=t, eos_token_id=[], engine=False)[0].tolist()

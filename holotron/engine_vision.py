@@ -1,0 +1,81 @@
+"""The decode engine's vision encoder calls (``holotron/engine.py``) as CUDA graphs, one per bucket of tiles.
+
+Admissions embed the screenshots of the turns admitted in one step together (``vision_tiles`` tiles per
+call). Agents fall out of step, so most calls carry one to three tiles, and an eager RADIO ViT-H + mlp1
+call is host-bound there, as the language model's chunks are (holotron/engine_chunks.py). On CUDA each
+call runs a graph captured for its tile count rounded up to a bucket (1, 2, 3, 4, 6, 8, 12, ...), on a
+static input buffer; the pad tiles' outputs are dropped. A tile size other than the model's, or a graph
+that cannot be captured, runs eagerly (said in ``note``). ``CapturedVision`` is a base class of ``Engine``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .engine_chunks import bucket_up, row_buckets
+
+__all__ = ["CapturedVision"]
+
+log = logging.getLogger("holotron.engine")
+
+
+class CapturedVision:
+    """``Engine._embed_images``, ``capture_vision``."""
+
+    def _embed_images(self, px: torch.Tensor) -> torch.Tensor:
+        """Tiles (n, 3, S, S), n <= ``vision_tiles`` -> (n, tokens per tile, D) language-model embeddings."""
+        n = px.shape[0]
+        vcfg = getattr(getattr(self.model, "config", None), "vision", None)
+        S = getattr(vcfg, "image_size", None)
+        if not self.cuda_graph or self.vision_graphs is None or tuple(px.shape[1:]) != (3, S, S) or n < 1:
+            return self.model.embed_images(px)
+        b = bucket_up(n, row_buckets(self.vision_tiles))
+        g = self._vision_graph(b, S, px.dtype)
+        if g is None:
+            return self.model.embed_images(px)
+        self._vx[:n].copy_(px)
+        g.replay()
+        return self._vout[b][:n]
+
+    def _vision_graph(self, b: int, S: int, dtype: torch.dtype):
+        g = self.vision_graphs.get(b)
+        if g is not None:
+            return g
+        try:
+            with torch.inference_mode():
+                if getattr(self, "_vx", None) is None or self._vx.dtype != dtype:
+                    self._vx = torch.zeros(self.vision_tiles, 3, S, S, device=self.device, dtype=dtype)
+                    self._vpool = torch.cuda.graph_pool_handle()
+                x = self._vx[:b]
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self.model.embed_images(x)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self._vpool):
+                    out = self.model.embed_images(x)
+                torch.cuda.synchronize(self.device)
+        except Exception as e:  # noqa: BLE001 - a vision model that cannot be captured: eager from now on
+            self.vision_graphs = None
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            self.note = f"capturing the vision encoder failed ({why}); eager"
+            log.warning("holotron.engine: %s", self.note)
+            return None
+        self._vout = getattr(self, "_vout", {})
+        self._vout[b] = out   # the graph's output tensor (its pool keeps it; overwritten by each replay)
+        self.vision_graphs[b] = g
+        return g
+
+    def capture_vision(self, tiles: list[int]) -> None:
+        """Capture the vision graphs for these tile counts now (rounded up to their buckets), e.g. at startup."""
+        vcfg = getattr(getattr(self.model, "config", None), "vision", None)
+        if not self.cuda_graph or self.vision_graphs is None or vcfg is None:
+            return
+        dtype = next(self.model.vision_model.parameters()).dtype
+        for n in tiles:
+            self._vision_graph(bucket_up(min(max(n, 1), self.vision_tiles), row_buckets(self.vision_tiles)),
+                               vcfg.image_size, dtype)
