@@ -225,8 +225,9 @@ def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_histor
 def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model, mode):
     """mixed: chunks and decode tokens in one pass (``HybridLM.mixed``); separate: a decode step, then the
     chunk, with short prompts read by decode steps; static: the chunks of ``prefill_graphs`` (bucketed rows and
-    tokens, ``extend_static`` on static buffers; eager here, no CUDA graph); overlap (off CUDA: a chunk is finished one engine step
-    after it ran): rows' lengths are set late and rows of a chunk are not moved before it is finished."""
+    tokens, ``extend_static`` on static buffers; eager here, no CUDA graph); overlap (off CUDA: a chunk is
+    finished one engine step after it ran): rows' lengths are set late and rows of a chunk are not moved
+    before it is finished."""
     agents = [[(_ids(5 + 3 * a + t, seed=10 * a + t), 3 + (a + t) % 4) for t in range(3)] for a in range(5)]
     eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12, overlap=mode == "overlap",
                  mixed=mode == "mixed", prefill_graphs=mode == "static")  # chunks span steps
