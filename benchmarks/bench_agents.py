@@ -192,6 +192,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     t = time.perf_counter()
     turn_len = sorted({len(p[0]) + 1 for a in plan for p in a})
     eng.capture_chunks([(b, tl) for b in row_buckets(min(n, rows)) for tl in (turn_len[0], turn_len[-1])])
+    eng.capture_vision(row_buckets(min(eng.vision_tiles, n * tiles)))
     for k in (1, min(n, 4)):
         ss = [eng.session() for _ in range(k)]
         for turn in range(min(2, len(plan[0]))):
@@ -290,7 +291,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "decode_steps": st["decode_steps"], "decode_tokens": st["decode_tokens"],
         "mean_decode_rows": st["decode_tokens"] / st["decode_steps"] if st["decode_steps"] else 0.0,
         "mixed": eng.mixed, "mixed_steps": st["mixed_steps"], "mixed_decode_tokens": st["mixed_tokens"],
-        "prefill_graphs": eng.prefill_graphs, "chunk_graphs": len(getattr(eng, "chunk_graphs", {})),
+        "prefill_graphs": eng.prefill_graphs, "chunk_graphs": len(eng.chunk_graphs),
+        "vision_graphs": len(eng.vision_graphs or {}),
         "chunk_captures_in_run": st["chunk_captures"], "capture_s_in_run": st["capture_s"],
         "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"], "mixed_s": st["mixed_s"],
         "other_s": wall - st["decode_s"] - st["prefill_s"] - st["admit_s"] - st["mixed_s"],

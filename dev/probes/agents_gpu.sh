@@ -3,7 +3,8 @@
 #   bash dev/probes/agents_gpu.sh check     # GPU engine tests, serving A/B, 100 agents one-tile (mixed on / off)
 #   bash dev/probes/agents_gpu.sh cost      # pass_cost.py, serving A/B, 100 agents one-tile (mixed on / off)
 #   bash dev/probes/agents_gpu.sh graphs    # GPU tests, pass_cost.py, serving A/B, 100 agents (prefill graphs)
-#   bash dev/probes/agents_gpu.sh curve     # one-tile curve of both models, twelve-tile at 100 agents
+#   bash dev/probes/agents_gpu.sh onetile   # GPU tests, 100 agents one-tile, both models (all graphs)
+#   bash dev/probes/agents_gpu.sh twelve    # twelve-tile at 32 and 100 agents, both models
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -47,4 +48,16 @@ if [ "$phase" = graphs ]; then
     --budget 210 --no-plot --out "$OUT/on" 2>&1 | tail -5
   cp "$OUT/on/bench_agents.json" "$OUT/agents-graphs.json"
   rm -rf "$OUT/on" "$OUT/serving"
+fi
+if [ "$phase" = onetile ]; then
+  timeout 150 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py tests/test_attn_chunk.py \
+    2>&1 | tail -4
+  timeout 300 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid,attention \
+    --budget 290 --no-plot --out "$OUT/on" 2>&1 | tail -5
+  cp "$OUT/on/bench_agents.json" "$OUT/agents-onetile.json"; rm -rf "$OUT/on"
+fi
+if [ "$phase" = twelve ]; then
+  timeout 560 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models hybrid,attention \
+    --budget 540 --no-plot --out "$OUT/tw" 2>&1 | tail -8
+  cp "$OUT/tw/bench_agents.json" "$OUT/agents-twelve.json"; rm -rf "$OUT/tw"
 fi
