@@ -57,7 +57,10 @@ if [ "$phase" = onetile ]; then
   cp "$OUT/on/bench_agents.json" "$OUT/agents-onetile.json"; rm -rf "$OUT/on"
 fi
 if [ "$phase" = twelve ]; then
-  timeout 560 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models hybrid,attention \
-    --budget 540 --no-plot --out "$OUT/tw" 2>&1 | tail -8
-  cp "$OUT/tw/bench_agents.json" "$OUT/agents-twelve.json"; rm -rf "$OUT/tw"
+  timeout 250 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32 --models hybrid,attention \
+    --budget 240 --no-plot --out "$OUT/tw32" 2>&1 | tail -5
+  cp "$OUT/tw32/bench_agents.json" "$OUT/agents-twelve-32.json"
+  timeout 300 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models hybrid,attention \
+    --budget 290 --no-plot --out "$OUT/tw100" 2>&1 | tail -5
+  cp "$OUT/tw100/bench_agents.json" "$OUT/agents-twelve-100.json"; rm -rf "$OUT/tw32" "$OUT/tw100"
 fi
