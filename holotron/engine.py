@@ -14,7 +14,11 @@
 One engine step (``step()``): one decode token for every decoding row, then admissions (queued turns
 get rows and their new tokens embedded, screenshots batched), then one prefill chunk of at most
 ``prefill_tokens`` tokens across the prefilling turns, written straight into their rows
-(``holotron/engine_prefill.py``). Decoding never waits for more than one chunk.
+(``holotron/engine_prefill.py``). Decoding never waits for more than one chunk. On CUDA every part of a
+step replays a CUDA graph: the decode step per batch size, the chunk per (rows, tokens) bucket
+(``holotron/engine_chunks.py``), the vision encoder per bucket of tiles (``holotron/engine_vision.py``) and
+each exchange of two rows; an eager pass through the 12B model costs 25-65 ms of host time on the H200's
+host whatever its size (docs/benchmarks.md, "The engine as graphs").
 
 The decode step, ``_step(b)`` (``holotron/engine_step.py``): ``HybridLM.step`` on the first b rows of
 the ``DecodeState`` -> greedy or sampled token, written back as the next step's input; static shapes,
@@ -74,6 +78,10 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision):
     most screenshot tiles per vision-encoder call. ``step_prompt_max``: a text-only turn of at most this
     many new tokens, admitted while other rows decode, is fed through the decode steps (one token a step,
     almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off.
+    ``prefill_graphs`` (None: on with ``cuda_graph``, overlap and mixed off): chunks as CUDA graphs
+    (``holotron/engine_chunks.py``; on a CPU the same buffers and bucketing, eagerly). ``mixed`` (off by
+    default): a chunk and the decoding rows' next tokens in one eager pass (``HybridLM.mixed``: one read of
+    the weights), measured slower than the graphs (docs/benchmarks.md).
     ``prefill_min_tokens`` (0: off; not measured yet): while rows decode, a chunk starts only once this
     many prompt tokens wait or the oldest has waited ``prefill_max_wait`` steps (fewer, fuller chunks:
     each pays the whole weight read and the launch of every layer). ``overlap``
