@@ -46,13 +46,14 @@ import torch
 
 from .engine_chunks import CapturedChunks
 from .engine_generate import stream
+from .engine_mixed import MixedSteps
 from .engine_prefill import Admission
 from .engine_requests import Prefix, Request, Session, default_batch_sizes
 from .engine_sessions import Sessions, row_bytes
 from .engine_step import CapturedStep
 from .engine_vision import CapturedVision
 from .sampling import choose_tokens
-from .state import DecodeState, device_ints
+from .state import DecodeState
 
 __all__ = ["Engine", "Request", "Prefix", "Session", "EngineUnsupported", "engine_for", "release", "enabled",
            "choose_tokens", "row_bytes"]
@@ -66,7 +67,7 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision):
+class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, MixedSteps):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of turns, chunked prefill mixed with decoding, sessions,
     prefix snapshots.
@@ -299,42 +300,6 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision):
         self.steps += 1
         return out
 
-    def _step_mixed(self) -> list[tuple[Request, int]]:
-        """``step`` of a mixed engine: admissions, then one pass for the decoding rows and the next chunk
-        together (``HybridLM.mixed``), or the captured decode step alone when no chunk is due, or the chunk
-        alone when no row decodes; then admissions again, into the rows this step's turns gave up (as in a
-        separate step: a turn that waits for a row gets one before the sessions that just finished a turn
-        send their next one)."""
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            out = self._admit()
-            self._sync()
-            t1 = time.perf_counter()
-            n = self._compact()
-            chunk = self._pick_chunk() if n else None
-            if chunk is not None:
-                out += self._mixed_pass(n, chunk)
-                self.stats["mixed_steps"] += 1
-                self.stats["mixed_tokens"] += n
-            else:
-                out += self._decode()
-            self._sync()
-            t2 = time.perf_counter()
-            if chunk is None:
-                out += self._prefill_step()
-                self._sync()
-            t3 = time.perf_counter()
-            if self.queue:
-                out += self._admit()
-                self._sync()
-            t4 = time.perf_counter()
-        st = self.stats
-        st["admit_s"] += t1 - t0 + t4 - t3
-        st["mixed_s" if chunk is not None else "decode_s"] += t2 - t1
-        st["prefill_s"] += t3 - t2
-        self.steps += 1
-        return out
-
     def reset_stats(self) -> None:
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
         self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
@@ -351,64 +316,6 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision):
         while not self.idle:
             self.step()
             self._check_progress()
-
-    # ------------------------------------------------------------------ decode
-    def _decode(self) -> list[tuple[Request, int]]:
-        pre = []
-        if self.inflight is not None:
-            n = sum(self._decoding(i) for i in range(self.max_batch))
-            if any(r.session.row is not None and r.session.row < n for r in self.inflight[0] if not r.done):
-                # a row of the chunk in flight would be moved: finish the chunk first (its rows' lengths)
-                self.inflight[-1].synchronize()
-                pre = self._finish_chunk()
-        n = self._compact()
-        if n == 0:
-            return pre
-        b = next(s for s in self.batch_sizes if s >= n)
-        if self.cuda_graph:
-            self.graphs[b].replay()
-        else:
-            self._step(b)
-        return pre + self._after_decode(n)
-
-    def _after_decode(self, n: int) -> list[tuple[Request, int]]:
-        """Host bookkeeping of a decode token of rows [0, n): lengths, prompts read by the steps, emitted tokens."""
-        toks = self.tokens[:n].tolist()  # the one host sync per step
-        self.stats["decode_steps"] += 1
-        self.stats["decode_tokens"] += n
-        out, feed = [], []
-        for r in range(n):
-            s = self.rows[r]
-            s.length += 1  # the step consumed the row's input token
-            req = s.request
-            if req.forced is not None and req.fpos < len(req.forced):  # still reading its prompt
-                feed.append((r, req.forced[req.fpos]))
-                req.fpos += 1
-                continue
-            out.append((req, toks[r]))
-            self._emit(req, toks[r])
-        if feed:
-            rows, ids = zip(*feed)
-            self.tokens[device_ints(rows, self.device)] = device_ints(ids, self.device)
-        return out
-
-    def _emit(self, req: Request, tok: int) -> None:
-        if req.t_first is None:
-            req.t_first = time.perf_counter()
-        req.tokens.append(tok)
-        req.session.pending = tok
-        if tok in req.eos or len(req.tokens) >= req.max_new_tokens:
-            if req.session.row is not None:
-                self.active[req.session.row] = 0
-            self._finish(req)
-
-    def _finish(self, req: Request) -> None:
-        req.done, req.phase, req.t_done = True, "done", time.perf_counter()
-        s = req.session
-        if s is not None:
-            s.last_used = self.steps
-            if s.temporary:
-                self._close(s)
 
     def stream(self, input_ids: torch.Tensor, max_new_tokens: int, **kwargs) -> Iterator[torch.Tensor]:
         """``generate.stream`` on this engine (``holotron/engine_generate.py``): (B,) new tokens per step."""

@@ -34,7 +34,7 @@ __all__ = ["Admission"]
 
 
 class Admission:
-    """``Engine._admit``, ``_prefill_step``, ``_mixed_pass``, ``_start_decode`` and ``_prefill``."""
+    """``Engine._admit``, ``_prefill_step``, ``_start_decode`` and ``_prefill``."""
 
     # ------------------------------------------------------------------ a shared prefix
     def _prefill(self, x: torch.Tensor, mask: torch.Tensor, prefix: Prefix | None):
@@ -283,17 +283,6 @@ class Admission:
             if shape is not None and shape[0] == len(take):
                 return self._chunk_graphed(take, counts, rows, starts, shape)
         return self.lm.extend(self._chunk_input(take, counts, T), self.state, rows, starts, counts, advance=advance)
-
-    def _mixed_pass(self, n: int, chunk) -> list[tuple[Request, int]]:
-        """One ``HybridLM.mixed`` pass: the next token of decoding rows [0, n) and the chunk, one read of the
-        weights (``Engine(mixed=True)``); then the bookkeeping of both, as ``_decode`` and ``_finish_chunk``."""
-        take, counts, T, rows, starts = chunk
-        dec, pre = self.lm.mixed(self.tokens[:n], self.state, self._chunk_input(take, counts, T), rows, starts,
-                                 counts, active=self.active[:n])
-        self._choose(dec, n)
-        out = self._after_decode(n)
-        self.inflight = (take, counts, pre, None)
-        return out + self._finish_chunk()
 
     def _order_after_chunk(self, rows) -> None:
         """Work queued on the current stream from now on that touches ``rows`` waits for the chunk in flight."""

@@ -5,18 +5,24 @@
 or ``holotron/sampling.py`` on a sampling engine), and keeps the logits when asked; every shape is
 fixed by b and ``max_len``; nothing reads a value back to the host. ``_capture_all`` warms every batch
 size up on a side stream and captures them, largest first, into one memory pool; a step that cannot be
-captured is captured again through the naive torch Mamba path (said in ``note``). ``CapturedStep`` is a
-base class of ``Engine``, written against its attributes.
+captured is captured again through the naive torch Mamba path (said in ``note``). ``_decode`` is the decode
+phase of an engine step: the decoding rows moved to rows [0, n), the step for the smallest captured batch
+>= n, one read-back of the n tokens, then the host's bookkeeping (lengths, prompts read by the steps,
+emitted tokens, finished turns). ``CapturedStep`` is a base class of ``Engine``, written against its
+attributes.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import torch
 
 from . import kernels
+from .engine_requests import Request
 from .sampling import choose_tokens
+from .state import device_ints
 
 __all__ = ["CapturedStep"]
 
@@ -24,7 +30,7 @@ log = logging.getLogger("holotron.engine")
 
 
 class CapturedStep:
-    """``Engine._step``, ``_capture_all``."""
+    """``Engine._step``, ``_capture_all``, ``_decode`` (the decode phase of an engine step), ``_emit``, ``_finish``."""
 
     def _step(self, b: int) -> None:
         """One token for rows [0, b): reads ``tokens``, writes the next ``tokens``; static shapes, no sync."""
@@ -92,3 +98,59 @@ class CapturedStep:
                 self.graphs[b] = g
             torch.cuda.synchronize(self.device)
 
+    def _decode(self) -> list[tuple[Request, int]]:
+        pre = []
+        if self.inflight is not None:
+            n = sum(self._decoding(i) for i in range(self.max_batch))
+            if any(r.session.row is not None and r.session.row < n for r in self.inflight[0] if not r.done):
+                # a row of the chunk in flight would be moved: finish the chunk first (its rows' lengths)
+                self.inflight[-1].synchronize()
+                pre = self._finish_chunk()
+        n = self._compact()
+        if n == 0:
+            return pre
+        b = next(s for s in self.batch_sizes if s >= n)
+        if self.cuda_graph:
+            self.graphs[b].replay()
+        else:
+            self._step(b)
+        return pre + self._after_decode(n)
+
+    def _after_decode(self, n: int) -> list[tuple[Request, int]]:
+        """Host bookkeeping of a decode token of rows [0, n): lengths, prompts read by the steps, emitted tokens."""
+        toks = self.tokens[:n].tolist()  # the one host sync per step
+        self.stats["decode_steps"] += 1
+        self.stats["decode_tokens"] += n
+        out, feed = [], []
+        for r in range(n):
+            s = self.rows[r]
+            s.length += 1  # the step consumed the row's input token
+            req = s.request
+            if req.forced is not None and req.fpos < len(req.forced):  # still reading its prompt
+                feed.append((r, req.forced[req.fpos]))
+                req.fpos += 1
+                continue
+            out.append((req, toks[r]))
+            self._emit(req, toks[r])
+        if feed:
+            rows, ids = zip(*feed)
+            self.tokens[device_ints(rows, self.device)] = device_ints(ids, self.device)
+        return out
+
+    def _emit(self, req: Request, tok: int) -> None:
+        if req.t_first is None:
+            req.t_first = time.perf_counter()
+        req.tokens.append(tok)
+        req.session.pending = tok
+        if tok in req.eos or len(req.tokens) >= req.max_new_tokens:
+            if req.session.row is not None:
+                self.active[req.session.row] = 0
+            self._finish(req)
+
+    def _finish(self, req: Request) -> None:
+        req.done, req.phase, req.t_done = True, "done", time.perf_counter()
+        s = req.session
+        if s is not None:
+            s.last_used = self.steps
+            if s.temporary:
+                self._close(s)
