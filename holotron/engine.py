@@ -182,7 +182,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         if self.cuda_graph:
             self._capture_all()
             self._capture_swap()
-        self.vision_graphs = {}
+        self.vision_graphs, self._vision_seen = {}, {}
         self.chunk_graphs = {}
         if self.prefill_graphs:
             self._init_chunk_graphs()

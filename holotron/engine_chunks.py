@@ -5,13 +5,16 @@ of 16 tokens on the H200's host, more than the GPU needs for a chunk of a few hu
 (``dev/probes/pass_cost.py``; docs/benchmarks.md). A graph replays them with no host work. The chunk runs
 ``HybridLM.extend_static`` (rows, lengths and counts as device tensors, so nothing in it depends on the
 rows' positions) on static buffers: embeddings (b, T, D) and a (3, b) table of rows / starts / counts.
+
 Shapes are bucketed: b rounded *down* to a bucket (the requests left over wait for the next step: no row
-is padded), T rounded up (right pads, masked: at most about a fifth of the tokens above 128). A graph is
-captured the first time its bucket is met (``chunk_captures`` / ``capture_s`` in ``stats``) or ahead with
-``capture_chunks``; without CUDA graphs (a CPU) the same buffers and bucketing run eagerly (the tests'
-check of this bookkeeping); warm-up and capture run with counts 0, which change no row's state (dt = 0, the keys
-of pads go to the cache's last slot, past ``max_len``). ``CapturedChunks`` is a base class of ``Engine``,
-written against its attributes.
+is padded), T rounded up (right pads, masked: at most about a fifth of the tokens above 128). A bucket met
+for the first time runs eagerly through the same buffers (a one-off ``generate`` pays no capture: two
+warm-up runs and the capture cost about three eager chunks); the second time its graph is captured
+(``chunk_captures`` / ``capture_s`` in ``stats``), unless ``capture_chunks`` captured it ahead. Without
+CUDA graphs (a CPU) the same buffers and bucketing run eagerly (the tests' check of this bookkeeping).
+Warm-up and capture run with counts 0, which change no row's state (dt = 0, the keys of pads go to the
+cache's last slot, past ``max_len``). ``CapturedChunks`` is a base class of ``Engine``, written against
+its attributes.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class CapturedChunks:
 
     def _init_chunk_graphs(self) -> None:
         self.chunk_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._chunk_seen: dict[tuple[int, int], int] = {}
         self._rows_b = row_buckets(self.max_batch)
         self._tokens_b = token_buckets(self.prefill_tokens)
         cap = max(b * bucket_up(min(self.prefill_tokens, max(1, self.prefill_tokens // b)), self._tokens_b)
@@ -83,7 +87,12 @@ class CapturedChunks:
         """Run the chunk (``len(take) == shape[0]``) through its graph; returns its logits (b, V), valid until the
         next chunk."""
         b, T = shape
-        g = self._chunk_graph(b, T) if self.cuda_graph else None
+        g = None
+        if self.cuda_graph:
+            seen = self._chunk_seen.get(shape, 0)
+            self._chunk_seen[shape] = seen + 1
+            if shape in self.chunk_graphs or seen >= 1:   # a shape met once (a one-off generate) stays eager
+                g = self._chunk_graph(b, T)
         x = self._cx[:b * T].view(b, T, -1)
         for i, (r, n) in enumerate(zip(take, counts)):
             x[i, :n].copy_(r.x[r.pos:r.pos + n])

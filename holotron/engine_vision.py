@@ -4,7 +4,8 @@ Admissions embed the screenshots of the turns admitted in one step together (``v
 call). Agents fall out of step, so most calls carry one to three tiles, and an eager RADIO ViT-H + mlp1
 call is host-bound there, as the language model's chunks are (holotron/engine_chunks.py). On CUDA each
 call runs a graph captured for its tile count rounded up to a bucket (1, 2, 3, 4, 6, 8, 12, ...), on a
-static input buffer; the pad tiles' outputs are dropped. A tile size other than the model's, or a graph
+static input buffer, from the second call of that bucket on (or ahead, ``capture_vision``); the pad tiles'
+outputs are dropped. A tile size other than the model's, or a graph
 that cannot be captured, runs eagerly (said in ``note``). ``CapturedVision`` is a base class of ``Engine``.
 """
 
@@ -32,8 +33,10 @@ class CapturedVision:
         if not self.cuda_graph or self.vision_graphs is None or tuple(px.shape[1:]) != (3, S, S) or n < 1:
             return self.model.embed_images(px)
         b = bucket_up(n, row_buckets(self.vision_tiles))
-        g = self._vision_graph(b, S, px.dtype)
-        if g is None:
+        seen = self._vision_seen.get(b, 0)
+        self._vision_seen[b] = seen + 1
+        g = self._vision_graph(b, S, px.dtype) if b in self.vision_graphs or seen >= 1 else None
+        if g is None:  # a bucket met once (a one-off generate) stays eager
             return self.model.embed_images(px)
         self._vx[:n].copy_(px)
         g.replay()
