@@ -40,7 +40,7 @@ class CapturedVision:
             return self.model.embed_images(px)
         self._vx[:n].copy_(px)
         g.replay()
-        return self._vout[b][:n]
+        return self._vout[b][:n].clone()  # the next replay of this bucket (the admission's next call) overwrites it
 
     def _vision_graph(self, b: int, S: int, dtype: torch.dtype):
         g = self.vision_graphs.get(b)
