@@ -308,7 +308,8 @@ def test_cuda_graph_vl_and_sampling():
 @pytest.mark.gpu
 def test_vision_and_chunk_graphs_on_cuda_equal_the_plain_loop():
     """Screenshots of turns admitted together go through the vision graphs (tiles rounded up to a bucket,
-    pad tiles dropped), their prompts through the chunk graphs, rows exchanged by the swap graph."""
+    pad tiles dropped; several calls of one bucket in one admission), their prompts through the chunk
+    graphs, rows exchanged by the swap graph."""
     model = tiny_vl(seed=2).cuda()
     tiles = torch.randn(3, 3, TILE, TILE, generator=torch.Generator().manual_seed(0)).cuda()
 
@@ -316,7 +317,7 @@ def test_vision_and_chunk_graphs_on_cuda_equal_the_plain_loop():
         return torch.tensor(list(before) + [IMG_START] + [IMAGE_TOKEN_ID] * (n_tiles * TOKENS_PER_TILE) + [IMG_END]
                             + list(after)).cuda()
 
-    eng = Engine(model, max_batch=3, max_len=256)
+    eng = Engine(model, max_batch=3, max_len=256, vision_tiles=2)  # 6 tiles admitted together: 3 calls of 2
     assert eng.prefill_graphs and eng.cuda_graph
     turns = [(prompt(1, (5, 40), (42, 43)), tiles[:1], 9), (prompt(2, (6,), (45,)), tiles[1:], 4),
              (prompt(3, (7, 8), ()), tiles, 6)]
