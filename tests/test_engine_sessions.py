@@ -106,7 +106,7 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
         chunk[1, :4] = model.backbone.embeddings(_ids(4, seed=21))
         rows, starts, counts = [5, 3], [9, 9], [11, 4]
         toks, active = torch.tensor([4, 9, 30]), torch.tensor([1, 0, 1])
-        ref_st = prepared()
+        ref_st = _cuda_rows(model, 40, 256)
         ref_dec = model.step(toks, ref_st.rows(3), active)
         ref_pre = model.extend(chunk, ref_st, rows, starts, counts)
         st = prepared()
@@ -433,14 +433,33 @@ def test_sessions_on_cuda_graphs_equal_each_alone(mode):
         assert got[a] == _reference(model, turns), f"agent {a}"
 
 
+def _cuda_model(dtype):
+    """A tiny hybrid on CUDA with the real model's attention head size (128)."""
+    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
+                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
+    return tiny_lm(cfg, seed=3).cuda().to(dtype)
+
+
+def _cuda_rows(model, history: int, max_len: int):
+    """A DecodeState of 6 rows on CUDA, each holding ``history`` tokens."""
+    st = DecodeState.allocate(model, 6, max_len)
+    x = torch.stack([model.backbone.embeddings(_ids(history, seed=r).cuda()) for r in range(6)])
+    model.extend(x, st, list(range(6)), [0] * 6, [history] * 6)
+    return st
+
+
+def _assert_rel(got, ref, dtype):
+    err = ((got - ref).abs().max() / ref.abs().max()).item()
+    assert err < (1e-4 if dtype == torch.float32 else 5e-2), err
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extend_on_cuda_matches_one_forward(dtype):
     """The per-row attention (a lower-right causal bias over the row's cache: the fused kernels) at a
     head size of the real model's, in bf16 too."""
-    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
-                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
-    model = tiny_lm(cfg, seed=3).cuda().to(dtype)
+    model = _cuda_model(dtype)
+    cfg = model.config
     prompts = [_ids(n, seed=n).cuda() for n in (130, 71, 200)]
     with torch.no_grad():
         ref = torch.stack([model(p[None])[0, -1] for p in prompts])
@@ -453,9 +472,7 @@ def test_extend_on_cuda_matches_one_forward(dtype):
             for i, p in enumerate(pieces):
                 x[i, :len(p)] = model.backbone.embeddings(p)  # right-padded
             out = model.extend(x, st, [3, 0, 1], [0] * 3 if part == 0 else cut, [len(p) for p in pieces])
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    err = ((out - ref).abs().max() / ref.abs().max()).item()
-    assert err < tol, err
+    _assert_rel(out, ref, dtype)
 
 
 @pytest.mark.gpu
@@ -463,30 +480,21 @@ def test_extend_on_cuda_matches_one_forward(dtype):
 def test_mixed_on_cuda_matches_step_and_extend(dtype):
     """``HybridLM.mixed`` on CUDA (the decode kernels on the decode rows, the scan and flash attention on the
     chunk) against a ``step`` and an ``extend``, at the real model's attention head size."""
-    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
-                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
-    model = tiny_lm(cfg, seed=3).cuda().to(dtype)
+    model = _cuda_model(dtype)
+    cfg = model.config
     with torch.no_grad():
-        def prepared():
-            st = DecodeState.allocate(model, 6, 256)
-            x = torch.stack([model.backbone.embeddings(_ids(40, seed=r).cuda()) for r in range(6)])
-            model.extend(x, st, list(range(6)), [0] * 6, [40] * 6)
-            return st
-
         chunk = torch.zeros(2, 70, cfg.hidden_size, device="cuda", dtype=dtype)
         chunk[0] = model.backbone.embeddings(_ids(70, seed=20).cuda())
         chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
         toks = torch.tensor([4, 9, 30, 50], device="cuda")
-        ref_st = prepared()
+        ref_st = _cuda_rows(model, 40, 256)
         ref_dec = model.step(toks, ref_st.rows(4), torch.ones(4, dtype=torch.long, device="cuda"))
         ref_pre = model.extend(chunk, ref_st, [5, 4], [40, 40], [70, 33])
-        st = prepared()
+        st = _cuda_rows(model, 40, 256)
         dec, pre = model.mixed(toks, st, chunk, [5, 4], [40, 40], [70, 33],
                                active=torch.ones(4, dtype=torch.long, device="cuda"))
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    for got, ref in ((dec, ref_dec), (pre, ref_pre)):
-        err = ((got - ref).abs().max() / ref.abs().max()).item()
-        assert err < tol, err
+    _assert_rel(dec, ref_dec, dtype)
+    _assert_rel(pre, ref_pre, dtype)
     assert st.lengths.tolist() == ref_st.lengths.tolist() == [41] * 4 + [73, 110]
 
 
@@ -495,26 +503,17 @@ def test_mixed_on_cuda_matches_step_and_extend(dtype):
 def test_extend_static_on_cuda_matches_extend(dtype):
     """The chunk as a graph runs ``extend_static`` (the Triton chunk attention): against ``extend`` (SDPA per
     row) on CUDA at the real model's attention head size, with history in the rows."""
-    cfg = tiny_config(hybrid_override_pattern="M*M*", hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
-                      head_dim=128, mamba_num_heads=4, mamba_head_dim=64, ssm_state_size=32, chunk_size=16)
-    model = tiny_lm(cfg, seed=3).cuda().to(dtype)
+    model = _cuda_model(dtype)
+    cfg = model.config
     with torch.no_grad():
-        def prepared():
-            st = DecodeState.allocate(model, 6, 512)
-            x = torch.stack([model.backbone.embeddings(_ids(90, seed=r).cuda()) for r in range(6)])
-            model.extend(x, st, list(range(6)), [0] * 6, [90] * 6)
-            return st
-
         chunk = torch.zeros(3, 130, cfg.hidden_size, device="cuda", dtype=dtype)
         chunk[0] = model.backbone.embeddings(_ids(130, seed=20).cuda())
         chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
         chunk[2, :1] = model.backbone.embeddings(_ids(1, seed=22).cuda())
-        ref_st = prepared()
+        ref_st = _cuda_rows(model, 90, 512)
         ref = model.extend(chunk, ref_st, [5, 2, 3], [90] * 3, [130, 33, 1])
-        st = prepared()
+        st = _cuda_rows(model, 90, 512)
         dev = lambda v: torch.tensor(v, device="cuda")  # noqa: E731
         got = model.extend_static(chunk, st, dev([5, 2, 3]), dev([90] * 3), dev([130, 33, 1]))
-    tol = 1e-4 if dtype == torch.float32 else 5e-2
-    err = ((got - ref).abs().max() / ref.abs().max()).item()
-    assert err < tol, err
+    _assert_rel(got, ref, dtype)
     assert st.lengths.tolist() == ref_st.lengths.tolist()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The agents issue's GPU calls (issue 18), one phase per device call; logs and JSON to $OUT.
-#   bash dev/probes/agents_gpu.sh check     # GPU engine tests, serving A/B, 100 agents one-tile (mixed on / off)
+#   (phase "check" of the first call, the same as "cost" without pass_cost.py, is folded into "cost")
 #   bash dev/probes/agents_gpu.sh cost      # pass_cost.py, serving A/B, 100 agents one-tile (mixed on / off)
 #   bash dev/probes/agents_gpu.sh graphs    # GPU tests, pass_cost.py, serving A/B, 100 agents (prefill graphs)
 #   bash dev/probes/agents_gpu.sh onetile   # GPU tests, 100 agents one-tile, both models (all graphs)
@@ -11,19 +11,6 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 phase=${1:-check}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-if [ "$phase" = check ]; then
-  timeout 150 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py 2>&1 | tail -15 \
-    | tee "$OUT/gpu-tests.log"
-  timeout 120 python3 benchmarks/bench_serving.py --serving-only --out "$OUT/serving" > "$OUT/serving.log" 2>&1
-  grep -E '"(tokens_per_s|steps|seconds|mixed|mean_live_rows)"' "$OUT/serving.log"
-  cp "$OUT/serving/bench_serving.json" "$OUT/serving.json"
-  timeout 200 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid,attention \
-    --budget 190 --no-plot --out "$OUT/on" 2>&1 | tail -6
-  timeout 110 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --mixed off \
-    --budget 100 --no-plot --out "$OUT/off" 2>&1 | tail -4
-  cp "$OUT/on/bench_agents.json" "$OUT/agents-mixed.json"; cp "$OUT/off/bench_agents.json" "$OUT/agents-separate.json"
-  rm -rf "$OUT/on" "$OUT/off" "$OUT/serving"
-fi
 if [ "$phase" = cost ]; then
   timeout 150 python3 dev/probes/pass_cost.py --out "$OUT" 2>&1 | tail -30
   timeout 100 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py 2>&1 | tail -3
