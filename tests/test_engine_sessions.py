@@ -66,6 +66,15 @@ def _reference(model, turns):
     return out
 
 
+def _rows_holding(model, history: int, max_len: int):
+    """A DecodeState of 6 rows on the model's device, row r holding ``history`` tokens of seed r."""
+    dev = model.backbone.embeddings.weight.device
+    st = DecodeState.allocate(model, 6, max_len)
+    x = torch.stack([model.backbone.embeddings(_ids(history, seed=r).to(dev)) for r in range(6)])
+    model.extend(x, st, list(range(6)), [0] * 6, [history] * 6)
+    return st
+
+
 def test_extend_into_scattered_rows_equals_one_forward(model):
     prompts = [_ids(n, seed=n) for n in (13, 7, 20)]
     with torch.no_grad():
@@ -95,21 +104,15 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
     logits, states and lengths of a ``step`` of those rows followed by an ``extend`` of the chunk."""
     model = tiny_lm(tiny_config(hybrid_override_pattern=pattern), seed=7)
     with torch.no_grad():
-        def prepared():
-            st = DecodeState.allocate(model, 6, 64)
-            x = torch.stack([model.backbone.embeddings(_ids(9, seed=r)) for r in range(6)])
-            model.extend(x, st, list(range(6)), [0] * 6, [9] * 6)
-            return st
-
         chunk = torch.zeros(2, 11, model.config.hidden_size)
         chunk[0, :11] = model.backbone.embeddings(_ids(11, seed=20))
         chunk[1, :4] = model.backbone.embeddings(_ids(4, seed=21))
         rows, starts, counts = [5, 3], [9, 9], [11, 4]
         toks, active = torch.tensor([4, 9, 30]), torch.tensor([1, 0, 1])
-        ref_st = _cuda_rows(model, 40, 256)
+        ref_st = _rows_holding(model, 9, 64)
         ref_dec = model.step(toks, ref_st.rows(3), active)
         ref_pre = model.extend(chunk, ref_st, rows, starts, counts)
-        st = prepared()
+        st = _rows_holding(model, 9, 64)
         dec, pre = model.mixed(toks, st, chunk, rows, starts, counts, active=active)
         with pytest.raises(ValueError, match="overlap the decode rows"):
             model.mixed(toks, st, chunk, [1, 4], starts, counts)
@@ -128,18 +131,12 @@ def test_extend_static_equals_extend_with_rows_of_pads(model):
     """``extend_static`` (positions on the device, the form a CUDA graph captures) equals ``extend``; an
     extra row with count 0 (the engine's spare row under a padded bucket) changes no other row."""
     with torch.no_grad():
-        def prepared():
-            st = DecodeState.allocate(model, 6, 64)
-            x = torch.stack([model.backbone.embeddings(_ids(9, seed=r)) for r in range(6)])
-            model.extend(x, st, list(range(6)), [0] * 6, [9] * 6)
-            return st
-
         chunk = torch.zeros(3, 12, model.config.hidden_size)
         chunk[0] = model.backbone.embeddings(_ids(12, seed=30))
         chunk[1, :5] = model.backbone.embeddings(_ids(5, seed=31))
-        ref_st = prepared()
+        ref_st = _rows_holding(model, 9, 64)
         ref = model.extend(chunk[:2], ref_st, [4, 1], [9, 9], [12, 5])
-        st = prepared()
+        st = _rows_holding(model, 9, 64)
         spare_before = [(s.conv[5].clone(), s.ssm[5].clone()) for s in st.layers if isinstance(s, MambaState)]
         got = model.extend_static(chunk, st, torch.tensor([4, 1, 5]), torch.tensor([9, 9, 9]), torch.tensor([12, 5, 0]))
     torch.testing.assert_close(got[:2], ref, atol=1e-5, rtol=1e-5)
@@ -440,14 +437,6 @@ def _cuda_model(dtype):
     return tiny_lm(cfg, seed=3).cuda().to(dtype)
 
 
-def _cuda_rows(model, history: int, max_len: int):
-    """A DecodeState of 6 rows on CUDA, each holding ``history`` tokens."""
-    st = DecodeState.allocate(model, 6, max_len)
-    x = torch.stack([model.backbone.embeddings(_ids(history, seed=r).cuda()) for r in range(6)])
-    model.extend(x, st, list(range(6)), [0] * 6, [history] * 6)
-    return st
-
-
 def _assert_rel(got, ref, dtype):
     err = ((got - ref).abs().max() / ref.abs().max()).item()
     assert err < (1e-4 if dtype == torch.float32 else 5e-2), err
@@ -487,10 +476,10 @@ def test_mixed_on_cuda_matches_step_and_extend(dtype):
         chunk[0] = model.backbone.embeddings(_ids(70, seed=20).cuda())
         chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
         toks = torch.tensor([4, 9, 30, 50], device="cuda")
-        ref_st = _cuda_rows(model, 40, 256)
+        ref_st = _rows_holding(model, 40, 256)
         ref_dec = model.step(toks, ref_st.rows(4), torch.ones(4, dtype=torch.long, device="cuda"))
         ref_pre = model.extend(chunk, ref_st, [5, 4], [40, 40], [70, 33])
-        st = _cuda_rows(model, 40, 256)
+        st = _rows_holding(model, 40, 256)
         dec, pre = model.mixed(toks, st, chunk, [5, 4], [40, 40], [70, 33],
                                active=torch.ones(4, dtype=torch.long, device="cuda"))
     _assert_rel(dec, ref_dec, dtype)
@@ -510,9 +499,9 @@ def test_extend_static_on_cuda_matches_extend(dtype):
         chunk[0] = model.backbone.embeddings(_ids(130, seed=20).cuda())
         chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
         chunk[2, :1] = model.backbone.embeddings(_ids(1, seed=22).cuda())
-        ref_st = _cuda_rows(model, 90, 512)
+        ref_st = _rows_holding(model, 90, 512)
         ref = model.extend(chunk, ref_st, [5, 2, 3], [90] * 3, [130, 33, 1])
-        st = _cuda_rows(model, 90, 512)
+        st = _rows_holding(model, 90, 512)
         dev = lambda v: torch.tensor(v, device="cuda")  # noqa: E731
         got = model.extend_static(chunk, st, dev([5, 2, 3]), dev([90] * 3), dev([130, 33, 1]))
     _assert_rel(got, ref, dtype)
