@@ -66,6 +66,17 @@ def _reference(model, turns):
     return out
 
 
+def _assert_same_states(st, ref_st):
+    """Every layer's state of two DecodeStates (KV slots up to max_len: the spare slot holds garbage)."""
+    for a, b in zip(st.layers, ref_st.layers):
+        if isinstance(a, MambaState):
+            torch.testing.assert_close(a.conv, b.conv, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a.ssm, b.ssm, atol=1e-5, rtol=1e-5)
+        elif a is not None:
+            torch.testing.assert_close(a.k[:, :, :st.max_len], b.k[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a.v[:, :, :st.max_len], b.v[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
+
+
 def _rows_holding(model, history: int, max_len: int):
     """A DecodeState of 6 rows on the model's device, row r holding ``history`` tokens of seed r."""
     dev = model.backbone.embeddings.weight.device
@@ -119,12 +130,7 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
     torch.testing.assert_close(dec, ref_dec, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(pre, ref_pre, atol=1e-5, rtol=1e-5)
     assert st.lengths.tolist() == ref_st.lengths.tolist() == [10, 9, 10, 13, 9, 20]
-    for a, b in zip(st.layers, ref_st.layers):
-        if isinstance(a, MambaState):
-            torch.testing.assert_close(a.conv, b.conv, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(a.ssm, b.ssm, atol=1e-5, rtol=1e-5)
-        elif a is not None:
-            torch.testing.assert_close(a.k[:, :, :st.max_len], b.k[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
+    _assert_same_states(st, ref_st)
 
 
 def test_extend_static_equals_extend_with_rows_of_pads(model):
@@ -141,12 +147,7 @@ def test_extend_static_equals_extend_with_rows_of_pads(model):
         got = model.extend_static(chunk, st, torch.tensor([4, 1, 5]), torch.tensor([9, 9, 9]), torch.tensor([12, 5, 0]))
     torch.testing.assert_close(got[:2], ref, atol=1e-5, rtol=1e-5)
     assert st.lengths.tolist() == ref_st.lengths.tolist() == [9, 14, 9, 9, 21, 9]
-    for a, b in zip(st.layers, ref_st.layers):
-        if isinstance(a, MambaState):
-            torch.testing.assert_close(a.conv, b.conv, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(a.ssm, b.ssm, atol=1e-5, rtol=1e-5)
-        elif a is not None:
-            torch.testing.assert_close(a.k[:, :, :st.max_len], b.k[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
+    _assert_same_states(st, ref_st)
     for (c, s), layer in zip(spare_before, [s for s in st.layers if isinstance(s, MambaState)]):
         assert torch.equal(c, layer.conv[5]) and torch.equal(s, layer.ssm[5])
 
