@@ -30,11 +30,13 @@ Reported per (model, case, N): output tokens/s and total tokens/s ((prompt token
 + output tokens) / wall time from the first submit to the last token); time to first token and per-turn
 latency, p50 / p95 over every turn (``t_first - t_submit``, ``t_done - t_submit``: queueing included);
 peak GPU memory (``torch.cuda.max_memory_allocated`` from before the engine is built); rows, state
-bytes per row, sessions in host memory at the peak; the engine's phase seconds (``timing=True``
-synchronises each phase: decode = moving the decoding rows together, graph replay, token read-back,
-bookkeeping; admit = rows, saves to and restores from the host, embedding, the vision encoder;
-prefill = the chunks run alone; mixed = the passes that ran a chunk and the decoding rows' tokens together,
-``Engine(mixed=True)``, the default); errors (``req.error``) and whether every turn completed.
+bytes per row, sessions in host memory at the peak; the engine's phase seconds (``timing=True``, the
+default ``--phase-timing on``, waits for the GPU after each phase: decode = moving the decoding rows
+together, graph replay, token read-back, bookkeeping; admit = rows, saves to and restores from the host,
+embedding, the vision encoder; prefill = the chunks run alone; mixed = the passes that ran a chunk and the
+decoding rows' tokens together, ``Engine(mixed=True)``; those waits keep the host from queueing a phase
+while the GPU runs the one before, so ``--phase-timing off`` gives the throughput without them, its phase
+seconds host-side only); errors (``req.error``) and whether every turn completed.
 
 Decode efficiency: the engine's decode tokens/s during its decode phase (the tokens of captured steps alone,
 not those of mixed passes, over ``decode_s``)
@@ -178,7 +180,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     t = time.perf_counter()
-    eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens, timing=True,
+    eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens,
+                 timing=args.phase_timing == "on",
                  ssm_dtype=args.ssm_dtype, overlap=args.overlap == "on",
                  mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
                  prefill_graphs=None if args.prefill_graphs == "auto" else args.prefill_graphs == "on",
@@ -493,6 +496,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks on their own CUDA stream while decoding goes on (auto: the engine's "
                          "default, off)")
+    ap.add_argument("--phase-timing", choices=["on", "off"], default="on",
+                    help="wait for the GPU after each phase of an engine step to time it (on: the phase seconds "
+                         "are exact, but the host cannot queue the next phase's work while the GPU runs; off: "
+                         "the throughput without those waits, phase seconds only host-side)")
     ap.add_argument("--mixed", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks and the decoding rows' tokens in one pass (auto: the engine's default, "
                          "on unless --overlap on)")
@@ -523,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
         "overlap": args.overlap, "mixed": args.mixed, "prefill_graphs": args.prefill_graphs,
+        "phase_timing": args.phase_timing,
         "prefill_min_tokens": args.prefill_min_tokens,
         "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
