@@ -137,8 +137,9 @@ class HybridLM(nn.Module):
         """``extend`` with the rows, their lengths and their counts as (b,) int64 device tensors and no check
         that reads them back: every shape depends on (b, T) alone and nothing waits for the GPU, so the decode
         engine captures it in a CUDA graph per (b, T) (``Engine(prefill_graphs=True)``). A row with count 0 is
-        pads only (its state row, e.g. a spare one, takes no real change). The caller checks what ``extend``
-        checks. Returns fp32 logits (b, V) at each row's last new token; ``state.lengths`` advance."""
+        pads only and leaves its state row as it was (the engine warms up and captures with counts 0). The
+        caller checks what ``extend`` checks. Returns fp32 logits (b, V) at each row's last new token;
+        ``state.lengths`` advance."""
         b, t, _ = inputs_embeds.shape
         mask = torch.arange(t, device=inputs_embeds.device)[None, :] < counts[:, None]
         where = Positions(mask=mask, pads_after=True, static=True, row_index=rows, starts_t=starts, counts_t=counts)

@@ -135,7 +135,7 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
 
 def test_extend_static_equals_extend_with_rows_of_pads(model):
     """``extend_static`` (positions on the device, the form a CUDA graph captures) equals ``extend``; an
-    extra row with count 0 (the engine's spare row under a padded bucket) changes no other row."""
+    extra row with count 0 (what the engine's warm-ups and captures run) leaves its state row as it was."""
     with torch.no_grad():
         chunk = torch.zeros(3, 12, model.config.hidden_size)
         chunk[0] = model.backbone.embeddings(_ids(12, seed=30))
