@@ -182,8 +182,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         if self.cuda_graph:
             self._capture_all()
             self._capture_swap()
-        self.vision_graphs, self._vision_seen = {}, {}
-        self.chunk_graphs = {}
+        self.vision_graphs, self._vision_seen, self._vx, self._vout = {}, {}, None, {}  # holotron/engine_vision.py
+        self.chunk_graphs, self._chunk_seen = {}, {}                                   # holotron/engine_chunks.py
         if self.prefill_graphs:
             self._init_chunk_graphs()
 

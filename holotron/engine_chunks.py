@@ -61,8 +61,6 @@ class CapturedChunks:
     """``Engine._chunk_graphed``, ``capture_chunks``."""
 
     def _init_chunk_graphs(self) -> None:
-        self.chunk_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self._chunk_seen: dict[tuple[int, int], int] = {}
         self._rows_b = row_buckets(self.max_batch)
         self._tokens_b = token_buckets(self.prefill_tokens)
         cap = max(b * bucket_up(min(self.prefill_tokens, max(1, self.prefill_tokens // b)), self._tokens_b)
@@ -75,9 +73,9 @@ class CapturedChunks:
             self._clogits = torch.zeros(self.max_batch, self.vocab, device=dev, dtype=torch.float32)
         self._chunk_pool = None
 
-    def _graph_shape(self, take: list, T: int) -> tuple[int, int] | None:
-        """The bucket (b, T) a chunk of ``take`` (b requests, T tokens) runs in, or None (eager)."""
-        b = bucket_down(len(take), self._rows_b)
+    def _graph_shape(self, rows: int, T: int) -> tuple[int, int] | None:
+        """The bucket (b, T) a chunk of ``rows`` requests and T tokens runs in, or None (too large: eager)."""
+        b = bucket_down(rows, self._rows_b)
         tb = bucket_up(T, self._tokens_b)
         if b * tb > self._cx.shape[0]:
             return None
@@ -138,7 +136,7 @@ class CapturedChunks:
             return
         before = (self.stats["chunk_captures"], self.stats["capture_s"])
         for b, t in shapes:
-            shape = self._graph_shape([None] * min(b, self.max_batch), min(t, self.prefill_tokens))
+            shape = self._graph_shape(min(b, self.max_batch), min(t, self.prefill_tokens))
             if shape is not None:
                 self._chunk_graph(*shape)
         self.stats["chunk_captures"], self.stats["capture_s"] = before

@@ -279,7 +279,7 @@ class Admission:
 
     def _chunk(self, take, counts, T, rows, starts, advance: bool) -> torch.Tensor:
         if self.prefill_graphs and advance:
-            shape = self._graph_shape(take, T)
+            shape = self._graph_shape(len(take), T)
             if shape is not None and shape[0] == len(take):
                 return self._chunk_graphed(take, counts, rows, starts, shape)
         return self.lm.extend(self._chunk_input(take, counts, T), self.state, rows, starts, counts, advance=advance)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .engine_requests import Request, Session
-from .state import device_ints
+from .state import MambaState, device_ints
 
 __all__ = ["Sessions", "row_bytes"]
 
@@ -203,8 +203,10 @@ class Sessions:
         the next tokens, ``active`` and the sampling settings."""
         out = [self.state.lengths, self.tokens, self.active, self.temperature, self.top_k, self.top_p]
         for st in self.state.layers:
-            if st is not None:
-                out += [st.conv, st.ssm] if hasattr(st, "ssm") else [st.k, st.v]
+            if isinstance(st, MambaState):
+                out += [st.conv, st.ssm]
+            elif st is not None:
+                out += [st.k, st.v]
         return out
 
     def _capture_swap(self) -> None:

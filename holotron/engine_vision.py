@@ -35,20 +35,21 @@ class CapturedVision:
         b = bucket_up(n, row_buckets(self.vision_tiles))
         seen = self._vision_seen.get(b, 0)
         self._vision_seen[b] = seen + 1
-        g = self._vision_graph(b, S, px.dtype) if b in self.vision_graphs or seen >= 1 else None
+        g = self._vision_graph(b, S) if b in self.vision_graphs or seen >= 1 else None
         if g is None:  # a bucket met once (a one-off generate) stays eager
             return self.model.embed_images(px)
-        self._vx[:n].copy_(px)
+        self._vx[:n].copy_(px)   # in the vision weights' dtype, to which embed_images casts pixels anyway
         g.replay()
         return self._vout[b][:n].clone()  # the next replay of this bucket (the admission's next call) overwrites it
 
-    def _vision_graph(self, b: int, S: int, dtype: torch.dtype):
+    def _vision_graph(self, b: int, S: int):
         g = self.vision_graphs.get(b)
         if g is not None:
             return g
         try:
             with torch.inference_mode():
-                if getattr(self, "_vx", None) is None or self._vx.dtype != dtype:
+                if self._vx is None:  # one input buffer for every bucket (its first b tiles)
+                    dtype = next(self.model.vision_model.parameters()).dtype
                     self._vx = torch.zeros(self.vision_tiles, 3, S, S, device=self.device, dtype=dtype)
                     self._vpool = torch.cuda.graph_pool_handle()
                 x = self._vx[:b]
@@ -68,7 +69,6 @@ class CapturedVision:
             self.note = f"capturing the vision encoder failed ({why}); eager"
             log.warning("holotron.engine: %s", self.note)
             return None
-        self._vout = getattr(self, "_vout", {})
         self._vout[b] = out   # the graph's output tensor (its pool keeps it; overwritten by each replay)
         self.vision_graphs[b] = g
         return g
@@ -78,7 +78,6 @@ class CapturedVision:
         vcfg = getattr(getattr(self.model, "config", None), "vision", None)
         if not self.cuda_graph or self.vision_graphs is None or vcfg is None:
             return
-        dtype = next(self.model.vision_model.parameters()).dtype
         for n in tiles:
             self._vision_graph(bucket_up(min(max(n, 1), self.vision_tiles), row_buckets(self.vision_tiles)),
-                               vcfg.image_size, dtype)
+                               vcfg.image_size)

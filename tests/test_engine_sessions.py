@@ -77,6 +77,17 @@ def _assert_same_states(st, ref_st):
             torch.testing.assert_close(a.v[:, :, :st.max_len], b.v[:, :, :st.max_len], atol=1e-5, rtol=1e-5)
 
 
+def _chunk_of(model, counts: list[int], T: int, seed: int):
+    """A right-padded chunk (len(counts), T, D) of embeddings on the model's device: row i's first counts[i]
+    positions hold tokens of seed ``seed + i``, the rest zeros."""
+    emb = model.backbone.embeddings
+    chunk = torch.zeros(len(counts), T, model.config.hidden_size, device=emb.weight.device, dtype=emb.weight.dtype)
+    for i, n in enumerate(counts):
+        if n:
+            chunk[i, :n] = emb(_ids(n, seed=seed + i).to(emb.weight.device))
+    return chunk
+
+
 def _rows_holding(model, history: int, max_len: int):
     """A DecodeState of 6 rows on the model's device, row r holding ``history`` tokens of seed r."""
     dev = model.backbone.embeddings.weight.device
@@ -115,9 +126,7 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
     logits, states and lengths of a ``step`` of those rows followed by an ``extend`` of the chunk."""
     model = tiny_lm(tiny_config(hybrid_override_pattern=pattern), seed=7)
     with torch.no_grad():
-        chunk = torch.zeros(2, 11, model.config.hidden_size)
-        chunk[0, :11] = model.backbone.embeddings(_ids(11, seed=20))
-        chunk[1, :4] = model.backbone.embeddings(_ids(4, seed=21))
+        chunk = _chunk_of(model, [11, 4], 11, seed=20)
         rows, starts, counts = [5, 3], [9, 9], [11, 4]
         toks, active = torch.tensor([4, 9, 30]), torch.tensor([1, 0, 1])
         ref_st = _rows_holding(model, 9, 64)
@@ -137,9 +146,7 @@ def test_extend_static_equals_extend_with_rows_of_pads(model):
     """``extend_static`` (positions on the device, the form a CUDA graph captures) equals ``extend``; an
     extra row with count 0 (what the engine's warm-ups and captures run) leaves its state row as it was."""
     with torch.no_grad():
-        chunk = torch.zeros(3, 12, model.config.hidden_size)
-        chunk[0] = model.backbone.embeddings(_ids(12, seed=30))
-        chunk[1, :5] = model.backbone.embeddings(_ids(5, seed=31))
+        chunk = _chunk_of(model, [12, 5, 0], 12, seed=30)
         ref_st = _rows_holding(model, 9, 64)
         ref = model.extend(chunk[:2], ref_st, [4, 1], [9, 9], [12, 5])
         st = _rows_holding(model, 9, 64)
@@ -471,11 +478,8 @@ def test_mixed_on_cuda_matches_step_and_extend(dtype):
     """``HybridLM.mixed`` on CUDA (the decode kernels on the decode rows, the scan and flash attention on the
     chunk) against a ``step`` and an ``extend``, at the real model's attention head size."""
     model = _cuda_model(dtype)
-    cfg = model.config
     with torch.no_grad():
-        chunk = torch.zeros(2, 70, cfg.hidden_size, device="cuda", dtype=dtype)
-        chunk[0] = model.backbone.embeddings(_ids(70, seed=20).cuda())
-        chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
+        chunk = _chunk_of(model, [70, 33], 70, seed=20)
         toks = torch.tensor([4, 9, 30, 50], device="cuda")
         ref_st = _rows_holding(model, 40, 256)
         ref_dec = model.step(toks, ref_st.rows(4), torch.ones(4, dtype=torch.long, device="cuda"))
@@ -494,12 +498,8 @@ def test_extend_static_on_cuda_matches_extend(dtype):
     """The chunk as a graph runs ``extend_static`` (the Triton chunk attention): against ``extend`` (SDPA per
     row) on CUDA at the real model's attention head size, with history in the rows."""
     model = _cuda_model(dtype)
-    cfg = model.config
     with torch.no_grad():
-        chunk = torch.zeros(3, 130, cfg.hidden_size, device="cuda", dtype=dtype)
-        chunk[0] = model.backbone.embeddings(_ids(130, seed=20).cuda())
-        chunk[1, :33] = model.backbone.embeddings(_ids(33, seed=21).cuda())
-        chunk[2, :1] = model.backbone.embeddings(_ids(1, seed=22).cuda())
+        chunk = _chunk_of(model, [130, 33, 1], 130, seed=20)
         ref_st = _rows_holding(model, 90, 512)
         ref = model.extend(chunk, ref_st, [5, 2, 3], [90] * 3, [130, 33, 1])
         st = _rows_holding(model, 90, 512)
