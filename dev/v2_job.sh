@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call of the tiny model's v2 recipe (scripts/train_tiny_ui_v2.sh) on the GPU machine:
-#   JOBS="match:5 ground:3.6" bash dev/v2_job.sh     # then JOBS="ground:8.5", then JOBS="ground:5 eval"
+#   MATCH_TOTAL=13 JOBS="match:9.3" bash dev/v2_job.sh    # then JOBS="match:4.7 ground:4.8", then JOBS="ground:6 eval"
 # Runs the jobs in order into runs/v2 (kept on a warm machine between calls), then writes under $OUT: the logs,
-# the trainer states and eval JSONs (logs.tgz), and the latest ground checkpoint without its optimiser state
-# (ground.tgz.aa, .ab, ...: pieces under 16 MB) so it can travel back if the machine is not kept.
+# the trainer states and eval JSONs (logs.tgz), and the latest match and ground checkpoints without their
+# optimiser states (match.tgz.aa, ground.tgz.aa, .ab, ...: pieces under 16 MB) so they can travel back if the
+# machine is not kept.
 set -uo pipefail
 R=runs/v2
 mkdir -p "$R/logs" "${OUT:=/tmp/out}"
@@ -20,8 +21,10 @@ for j in $JOBS; do
     [ $status -eq 0 ] || break
 done
 tar czf "$OUT/logs.tgz" "$R/logs" $(ls -d $R/*/trainer_state.json $R/*/train_log.csv $R/eval 2>/dev/null)
-if [ -f "$R/ground/config.json" ]; then
-    tar czf - --exclude=training_state.pt -C "$R" ground | split -b 15M - "$OUT/ground.tgz."
-fi
+for stage in match ground; do
+    if [ -f "$R/$stage/config.json" ]; then
+        tar czf - --exclude=training_state.pt -C "$R" "$stage" | split -b 15M - "$OUT/$stage.tgz."
+    fi
+done
 ls -la "$OUT"
 exit $status

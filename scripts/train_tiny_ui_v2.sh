@@ -13,14 +13,15 @@
 #   eval    the 1,000 held-out screens, the ladder (training looks, held-out looks, held-out vocabulary, per
 #           role and size family) and the real-browser set, into OUT/eval.
 #
-#   bash scripts/train_tiny_ui_v2.sh OUT match MINUTES
+#   bash scripts/train_tiny_ui_v2.sh OUT match MINUTES       # repeat with MATCH_TOTAL: each job resumes the previous
 #   bash scripts/train_tiny_ui_v2.sh OUT ground MINUTES      # repeat; each job resumes the previous one
 #   bash scripts/train_tiny_ui_v2.sh OUT eval
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default CPUs - 1), DEVICE (default auto), TOKENIZER (a word
 # tokenizer folder; default: trained into OUT/match/tokenizer by the match job), VISION_FROM (default the
 # bundled holotron-tiny-ui: its vision tower and projector start the match stage; "none": from scratch),
-# MATCH_BATCH (64), MATCH_LR (1e-3), MATCH_REUSE (2), GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3),
+# MATCH_BATCH (64), MATCH_LR (1e-3), MATCH_REUSE (2), MATCH_TOTAL (training minutes of all match jobs together:
+# the schedule's length; unset: one job, its schedule ending with its MINUTES), MATCH_COOLDOWN (0.15), GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3),
 # GROUND_TOTAL (minutes of grounding over all ground jobs, default 20: the schedule's length), COOLDOWN (the
 # cool-down's share of GROUND_TOTAL, default 0.2), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64),
 # FINAL_N (1000), LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), EXTRA (more train options).
@@ -48,12 +49,17 @@ common=(--config "$CONFIG" --device "$DEVICE" --workers "$WORKERS" --steps 10000
 if [ "$JOB" = match ]; then
     tok=()
     if [ -n "${TOKENIZER:-}" ]; then tok=(--tokenizer "$TOKENIZER"); else tok=(--tokenizer-kind word); fi
-    vision=()
+    start=()
     VISION_FROM=${VISION_FROM:-holotron-tiny-ui}
-    if [ "$VISION_FROM" != none ]; then vision=(--init-from "$VISION_FROM" --init-parts vision); fi
-    $PY -m holotron.train --stage match "${common[@]}" "${tok[@]}" ${vision[@]+"${vision[@]}"} --out "$OUT/match" \
-        --batch-size "${MATCH_BATCH:-64}" --lr "${MATCH_LR:-1e-3}" --reuse "${MATCH_REUSE:-2}" \
-        --time-budget "$MIN" --eval-every 300 --schedule wsd --cooldown 0.15
+    if [ -f "$OUT/match/training_state.pt" ]; then
+        start=(--resume "$OUT/match")  # a later match job: the same schedule, its optimiser carried
+    elif [ "$VISION_FROM" != none ]; then
+        start=(--init-from "$VISION_FROM" --init-parts vision)
+    fi
+    $PY -m holotron.train --stage match "${common[@]}" "${tok[@]}" ${start[@]+"${start[@]}"} --out "$OUT/match" \
+        --batch-size "${MATCH_BATCH:-64}" --lr "${MATCH_LR:-1e-3}" --reuse "${MATCH_REUSE:-2}" --save-optimizer \
+        --time-budget "$MIN" --eval-every 300 --schedule wsd --cooldown "${MATCH_COOLDOWN:-0.15}" \
+        ${MATCH_TOTAL:+--schedule-minutes "$MATCH_TOTAL"}
     exit 0
 fi
 
