@@ -3,8 +3,10 @@
     python dev/plot_train_log.py RUN/trainer_state.json [MORE/trainer_state.json ...] OUT.png
 
 A reading-stage run (``--stage read``) shows its character and text-class losses and the share of characters
-and label classes its evals read right; a grounding run the answer loss, the auxiliary losses it logged and
+and label classes its evals read right; a matching run (``--stage match``) its losses and the dev screens' share of
+queries matched, words and characters read; a grounding run the answer loss, the auxiliary losses it logged and
 its held-out point-in-box evals."""
+import bisect
 import json
 import sys
 
@@ -14,11 +16,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
+def _eval_label(evals) -> str:
+    """Runs with teacher-forced evals (the v2 recipe on) evaluate on the dev seeds, earlier runs on the first of
+    the reported held-out seeds."""
+    return "dev point-in-box %" if "tf_inbox" in evals[0] else "held-out point-in-box %"
+
+
 def panel(ax, state):
     log, evals = state["log"], state["evals"]
     minutes = [e["seconds"] / 60 for e in log]
-    t = {e["step"]: e["seconds"] / 60 for e in log}
-    at = [t.get(e["step"], minutes[-1]) for e in evals]
+    steps = [e["step"] for e in log]
+    # an eval's minute: that of the last logged step at or before it (a job's final step is rarely a logged one)
+    at = [minutes[max(0, bisect.bisect_right(steps, e["step"]) - 1)] for e in evals]
     ax2 = ax.twinx() if evals or "pointer_acc" in log[0] else None
     if "read" in log[0]:  # the reading stage
         ax.plot(minutes, [e["char"] for e in log], lw=1.2, label="character loss")
@@ -28,6 +37,15 @@ def panel(ax, state):
         ax2.plot(at, [100 * e["read_acc"] for e in evals], "o-", ms=2, color="C3",
                  label="held-out label classes read %")
         ax2.set_ylabel("held-out share read right (%)")
+    elif "match" in log[0] and "answer" not in log[0]:  # the matching stage (--stage match)
+        for key, name in (("match", "matching loss"), ("word", "word under each token"), ("centre", "element centre"),
+                          ("char", "characters")):
+            ax.plot(minutes, [e[key] for e in log], lw=1.0, label=name)
+        ax.set_ylabel("loss (nats; centre: L1)")
+        for key, name, colour in (("match_acc", "dev queries matched %", "C2"), ("word_acc", "dev words read %", "C3"),
+                                  ("char_acc", "dev characters read %", "C4")):
+            ax2.plot(at, [100 * e[key] for e in evals], "o-", ms=2, color=colour, label=name)
+        ax2.set_ylabel("dev share right (%)")
     elif "answer" in log[0]:  # grounding with auxiliary image-token losses
         ax.plot(minutes, [e["answer"] for e in log], lw=1.5, label="answer tokens")
         for key, name in (("label_in", "aux: text class, projector output"), ("label_mid", "aux: text class, mid-LM"),
@@ -40,14 +58,14 @@ def panel(ax, state):
                 ax2.plot(minutes, [100 * e["pointer_acc"] for e in log], lw=0.8, color="C9",
                          label="pointer on the element %")
             if evals:
-                ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label="held-out point-in-box %")
+                ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label=_eval_label(evals))
             ax2.set_ylabel("%")
     else:
         ax.plot(minutes, [e["loss"] for e in log], lw=0.6, alpha=0.4, label="loss (per logged step)")
         ax.plot(minutes, [e["loss_ema"] for e in log], lw=1.5, label="loss (moving average)")
         ax.set_ylabel("cross-entropy on answer tokens (nats)")
         if evals:
-            ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label="held-out point-in-box %")
+            ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label=_eval_label(evals))
             ax2.set_ylabel("held-out accuracy during training (%)")
     ax.set_xlabel("training minutes (H200)")
     ax.set_yscale("log")
