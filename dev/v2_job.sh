@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call of the tiny model's v2 recipe (scripts/train_tiny_ui_v2.sh) on the GPU machine:
-#   MATCH_TOTAL=13 JOBS="match:9.3" bash dev/v2_job.sh    # then JOBS="match:4.7 ground:4.8", then JOBS="ground:6 eval"
+#   BRING=none MATCH_TOTAL=9 JOBS="match:9.5" bash dev/v2_job.sh   # then BRING=none JOBS="ground:9.5", then
+#   JOBS="ground:6 eval"   (GROUND_TOTAL=15 in all three)
 # Runs the jobs in order into runs/v2 (kept on a warm machine between calls), then writes under $OUT: the logs,
 # the trainer states and eval JSONs (logs.tgz), and the latest match and ground checkpoints without their
 # optimiser states (match.tgz.aa, ground.tgz.aa, .ab, ...: pieces under 16 MB) so they can travel back if the
@@ -21,7 +22,9 @@ for j in $JOBS; do
     [ $status -eq 0 ] || break
 done
 tar czf "$OUT/logs.tgz" "$R/logs" $(ls -d $R/*/trainer_state.json $R/*/train_log.csv $R/eval 2>/dev/null)
-for stage in match ground; do
+# BRING: the checkpoints to bring back (default both; "none" on a call that another follows at once: six 15 MB
+# pieces took long enough to come back that the warm machine was released before the next call, 2026-12-04)
+for stage in ${BRING:-match ground}; do
     if [ -f "$R/$stage/config.json" ]; then
         tar czf - --exclude=training_state.pt -C "$R" "$stage" | split -b 15M - "$OUT/$stage.tgz."
     fi
