@@ -21,10 +21,11 @@
 # tokenizer folder; default: trained into OUT/match/tokenizer by the match job), VISION_FROM (default the
 # bundled holotron-tiny-ui: its vision tower and projector start the match stage; "none": from scratch),
 # MATCH_BATCH (64), MATCH_LR (1e-3), MATCH_REUSE (2), MATCH_TOTAL (training minutes of all match jobs together:
-# the schedule's length; unset: one job, its schedule ending with its MINUTES), MATCH_COOLDOWN (0.15), GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3),
-# GROUND_TOTAL (minutes of grounding over all ground jobs, default 20: the schedule's length), COOLDOWN (the
-# cool-down's share of GROUND_TOTAL, default 0.2), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64),
-# FINAL_N (1000), LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), EXTRA (more train options).
+# the schedule's length; unset: one job, its schedule ending with its MINUTES), MATCH_COOLDOWN (0.15),
+# GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3), GROUND_TOTAL (minutes of grounding over all ground jobs,
+# default 20: the schedule's length), COOLDOWN (the cool-down's share of GROUND_TOTAL, default 0.2), POINTER_CORE
+# (set: ground jobs with --pointer-core), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64), FINAL_N (1000),
+# LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), EXTRA (more train options).
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
@@ -81,7 +82,7 @@ print(s['train_seconds'] / 60 + (s['args'].get('schedule_done') or 0))" \
     fi
     $PY -m holotron.train "${common[@]}" "${start[@]}" --out "$OUT/ground" --save-optimizer \
         --batch-size "${GROUND_BATCH:-32}" --queries "${QUERIES:-16}" --followups short --lr "${GROUND_LR:-1.5e-3}" \
-        --aux-weight 0.5 --pointer-weight 1 --pointer-heads 2 --match-weight 0.5 \
+        --aux-weight 0.5 --pointer-weight 1 --pointer-heads 2 --match-weight 0.5 ${POINTER_CORE:+--pointer-core} \
         --schedule wsd --cooldown "${COOLDOWN:-0.2}" --schedule-minutes "${GROUND_TOTAL:-20}" --warmup 0.03 \
         --time-budget "$MIN" --eval-every 400
     exit 0

@@ -26,6 +26,7 @@ from holotron.train import AuxHeads, ScreenBatches, image_token_targets, init_we
 from holotron.train.losses import GAUSS_WEIGHT
 from holotron.train.matching import (
     MatchBatches,
+    element_core_tokens,
     element_tokens,
     match_loss,
     match_stage_loss,
@@ -82,6 +83,45 @@ def test_queries_cover_each_unique_element_with_its_box_and_label_text(word_tok)
         boxes = [e.box for e in s.elements]
         for cx, cy in c[on][:, :2].tolist():
             assert any(b[0] <= cx * w <= b[2] and b[1] <= cy * h <= b[3] for b in boxes)
+
+
+def test_core_pointer_tokens_have_their_centre_on_the_element_or_its_label_and_batches_use_them(word_tok):
+    p = Processor.from_pretrained(word_tok)
+    vis = _tiny_ui_vision(p.vocab_size)
+    fewer = 0
+    for seed in range(4):
+        s = generate_sample(seed)
+        cls, pos = image_token_targets(s, vis)
+        cell = token_cell(s.size, vis)
+        w, h = s.size
+        x, y = pos[:, 0] * w, pos[:, 1] * h
+        for e in s.elements:
+            core = element_core_tokens(s, e, pos, cls)
+            wide = set(element_tokens(s, e, pos, cls, cell).tolist())
+            assert core.numel()
+            boxes = [e.box] + [t.box for t in s.texts if t.text.strip().lower() == e.label.strip().lower()]
+            for b in boxes:
+                inside = ((x >= b[0]) & (x < b[2]) & (y >= b[1]) & (y < b[3])).nonzero().squeeze(1)
+                assert set(inside.tolist()) <= set(core.tolist())  # every token centred on a box is in
+            for i in core.tolist():  # and each one is centred on a box, or is a small box's nearest token
+                on = any(b[0] <= x[i] < b[2] and b[1] <= y[i] < b[3] for b in boxes)
+                assert on or not all(bool(((x >= b[0]) & (x < b[2]) & (y >= b[1]) & (y < b[3])).any()) for b in boxes)
+            fewer += len(wide) > core.numel()
+    assert fewer > 0  # the sub-point rule takes in tokens the centre rule leaves out
+    # a batch with pointer_core: each question's tokens are its element's core tokens
+    data = ScreenBatches(word_tok, make_config("micro", p.vocab_size).vision, batch_size=2, seed=5, queries=3,
+                         short_followups=True, pointer_core=True)
+    batch, plain = data[0], ScreenBatches(word_tok, data.vision, batch_size=2, seed=5, queries=3,
+                                          short_followups=True)[0]
+    assert torch.equal(batch["pointer_queries"], plain["pointer_queries"])
+    assert batch["pointer_targets"].shape[0] <= plain["pointer_targets"].shape[0]
+    assert set(batch["pointer_targets"][:, 0].tolist()) == set(range(batch["pointer_queries"].shape[0]))
+    s = generate_sample(data.sample_seed(0, 0), split="train")
+    cls, pos = image_token_targets(s, data.vision)
+    first = batch["pointer_targets"][batch["pointer_targets"][:, 0] == 0, 1]
+    assert torch.equal(first, element_core_tokens(s, s.target, pos, cls))
+    with pytest.raises(SystemExit, match="--pointer-core"):
+        main(["--config", "micro", "--pointer-core", "--out", "unused"])
 
 
 def test_the_word_under_a_token_is_the_id_of_the_word_the_token_centre_falls_on(word_tok):

@@ -9,7 +9,7 @@ import torch
 
 from ..processor import Processor
 from ..vision.config import VisionConfig
-from .matching import collate_match, element_tokens, match_targets, token_cell
+from .matching import collate_match, element_core_tokens, element_tokens, match_targets, token_cell
 from .questions import answer_ids, extra_targets, followup_text
 from .targets import IGNORE, image_token_targets, pointer_tokens
 from .tiles import augmented_grid, uint8_tiles
@@ -26,7 +26,9 @@ class ScreenBatches(torch.utils.data.Dataset):
     ``grid_aug``: the share of screens tiled on a grid drawn by ``augmented_grid`` instead of the closest one;
     ``match``: also the matching targets (``matching.match_targets``: queries, the word under each token, the
     element centre each token carries); ``pad``: a function (sample, rng) -> sample applied to each screen
-    (``augment.pad_sample``); ``seeds``: fixed screen seeds (the batch of every step), e.g. for a dev batch.
+    (``augment.pad_sample``); ``seeds``: fixed screen seeds (the batch of every step), e.g. for a dev batch;
+    ``pointer_core``: a question's pointer tokens are those whose centre lies on its element or the element's
+    label text (``matching.element_core_tokens``) instead of those one of whose sub-points does.
     With a tokenizer that has single-token coordinates (``holotron.tokenizer.coordinate_token_ids``) each
     answer also carries, for its x and y tokens, the range of values that land in the element's box
     ("coord_targets": row, label position, lo, hi, centre; ``coords.coordinate_box_range``)."""
@@ -34,13 +36,13 @@ class ScreenBatches(torch.utils.data.Dataset):
     def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
                  split: str = "train", options: dict | None = None, *, chars: bool = False,
                  short_followups: bool = False, grid_aug: float = 0.0, match: bool = False, pad=None,
-                 seeds: list[int] | None = None):
+                 seeds: list[int] | None = None, pointer_core: bool = False):
         if not 0.0 <= grid_aug <= 1.0:
             raise ValueError(f"grid_aug must be in [0, 1], got {grid_aug}")
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
         self.chars, self.short_followups, self.grid_aug = chars, short_followups, grid_aug
-        self.match, self.pad, self.seeds = match, pad, seeds
+        self.match, self.pad, self.seeds, self.pointer_core = match, pad, seeds, pointer_core
         self._processor, self._grid, self._coords = None, None, None
 
     def __len__(self) -> int:
@@ -94,10 +96,15 @@ class ScreenBatches(torch.utils.data.Dataset):
         cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars, grid=grid)
         owner = {tuple(e.box): e for e in sample.elements}
         cell = token_cell(sample.size, self.vision, grid)
+        def on_element(b):
+            if tuple(b) not in owner:
+                return pointer_tokens(b, sample.size, pos, cls)
+            if self.pointer_core:
+                return element_core_tokens(sample, owner[tuple(b)], pos, cls)
+            return element_tokens(sample, owner[tuple(b)], pos, cls, cell)
+
         targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
-                   "pointer_tokens": [element_tokens(sample, owner[tuple(b)], pos, cls, cell) if tuple(b) in owner
-                                      else pointer_tokens(b, sample.size, pos, cls) for b in boxes],
-                   "coords": coords}
+                   "pointer_tokens": [on_element(b) for b in boxes], "coords": coords}
         if chars:
             targets["image_chars"] = chars[0]
         if self.match:

@@ -78,6 +78,10 @@ def parser() -> argparse.ArgumentParser:
                    help="put the pointer loss on the first N heads of the last attention layer itself, at every "
                         "position that writes an answer token, instead of on a training-only head: the "
                         "layer that feeds the digits then looks at the element (default 0: the training-only head)")
+    p.add_argument("--pointer-core", action="store_true",
+                   help="the pointer's positives: only the image tokens whose centre lies on the asked element or on "
+                        "its label text (default: every token one of whose 4 x 4 sub-points does, which includes a "
+                        "row outside a one-row-tall box)")
     p.add_argument("--labels-after", type=float, default=None, metavar="FRACTION",
                    help="reading stage: train characters alone for this fraction of the run, then the label classes "
                         "beside them (default 0.5; 0 when --char-weight is 0)")
@@ -208,6 +212,9 @@ def check_args(args) -> None:
         raise SystemExit(f"holotron.train: error: --schedule-minutes must be > 0, got {args.schedule_minutes}")
     if args.pointer_heads < 0:
         raise SystemExit(f"holotron.train: error: --pointer-heads must be >= 0, got {args.pointer_heads}")
+    if args.pointer_core and not args.pointer_weight:
+        raise SystemExit("holotron.train: error: --pointer-core chooses the pointer loss's positives: it needs "
+                         "--pointer-weight > 0")
     if args.pointer_heads and not args.pointer_weight:
         raise SystemExit("holotron.train: error: --pointer-heads moves the pointer loss onto attention heads: "
                          "give it a --pointer-weight > 0 (and an --aux-weight > 0) too")

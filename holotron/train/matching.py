@@ -30,8 +30,8 @@ from torch import nn
 
 from .targets import IGNORE, _last_box
 
-__all__ = ["MatchHeads", "SUB", "token_cell", "element_tokens", "match_targets", "collate_match", "match_loss",
-           "word_codes", "MatchBatches", "match_stage_loss"]
+__all__ = ["MatchHeads", "SUB", "token_cell", "element_tokens", "element_core_tokens", "match_targets",
+           "collate_match", "match_loss", "word_codes", "MatchBatches", "match_stage_loss"]
 
 _WORD = re.compile(r"[A-Za-z]+|\d+")
 
@@ -119,6 +119,18 @@ def element_tokens(sample, element, positions: torch.Tensor, classes: torch.Tens
         d = ((positions[:, 0] * w - cx) ** 2 + (positions[:, 1] * h - cy) ** 2).masked_fill(~tile, float("inf"))
         own[d.argmin()] = True
     return own.nonzero().squeeze(1)
+
+
+def element_core_tokens(sample, element, positions: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """Like ``element_tokens``, but a token counts only when its own centre lies in ``element``'s box or in a
+    text that spells its label (``targets.pointer_tokens`` of each box: a box too small to hold a token centre
+    gives the token nearest its centre). So a token whose own position an answer copies lies in the box: with
+    ``element_tokens``' rule a token one sub-point of which touches a one-row-tall box is a positive, and its
+    own row may lie a whole row outside the box (``--pointer-core``; dev/LOG.md, 2026-12-04, third v2 run)."""
+    from .targets import pointer_tokens
+
+    boxes = [element.box] + [t.box for t in _label_texts(sample, element)]
+    return torch.unique(torch.cat([pointer_tokens(b, sample.size, positions, classes) for b in boxes]))
 
 
 @functools.lru_cache(maxsize=16384)
