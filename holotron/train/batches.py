@@ -96,7 +96,8 @@ class ScreenBatches(torch.utils.data.Dataset):
         cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars, grid=grid)
         owner = {tuple(e.box): e for e in sample.elements}
         cell = token_cell(sample.size, self.vision, grid)
-        def on_element(b):
+
+        def on_element(b):  # the image tokens a question's pointer puts its probability on
             if tuple(b) not in owner:
                 return pointer_tokens(b, sample.size, pos, cls)
             if self.pointer_core:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .targets import IGNORE, _last_box
+from .targets import IGNORE, _last_box, pointer_tokens
 
 __all__ = ["MatchHeads", "SUB", "token_cell", "element_tokens", "element_core_tokens", "match_targets",
            "collate_match", "match_loss", "word_codes", "MatchBatches", "match_stage_loss"]
@@ -127,8 +127,6 @@ def element_core_tokens(sample, element, positions: torch.Tensor, classes: torch
     gives the token nearest its centre). So a token whose own position an answer copies lies in the box: with
     ``element_tokens``' rule a token one sub-point of which touches a one-row-tall box is a positive, and its
     own row may lie a whole row outside the box (``--pointer-core``; dev/LOG.md, 2026-12-04, third v2 run)."""
-    from .targets import pointer_tokens
-
     boxes = [element.box] + [t.box for t in _label_texts(sample, element)]
     return torch.unique(torch.cat([pointer_tokens(b, sample.size, positions, classes) for b in boxes]))
 
