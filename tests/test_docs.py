@@ -8,6 +8,7 @@ import io
 import re
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
 from tiny_vl import write_tiny_vl_checkpoint
@@ -47,6 +48,9 @@ ROOT = DOCS.parent
 CHECKED = ["docs/*.md", "README.md", "CONTRIBUTING.md", "dev/LOG.md"]
 # a repository path written in the text (prose, backticks or code blocks): a top-level folder, then a path
 _REPO_PATH = re.compile(r"(?<![\w./$~-])((?:holotron|docs|dev|scripts|tests|benchmarks|notebooks)/[\w./{},*-]*)")
+# a path in a commit of the history, not in the tree: git's COMMIT:PATH, or `git archive COMMIT PATH`
+_HISTORY_PATH = re.compile(r"(?:\b([0-9a-f]{7,40}):|git archive ([0-9a-f]{7,40}) )"
+                           r"((?:holotron|docs|dev|scripts|tests|benchmarks|notebooks)/[\w./-]*)")
 # a markdown link or image: [text](target) / ![alt](target "title")
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
@@ -64,13 +68,37 @@ def _broken_references(doc: Path) -> list[str]:
             continue
         if not (doc.parent / target).exists():
             broken.append(f"link ({target})")
+    in_history = set()
+    for m in _HISTORY_PATH.finditer(text):
+        in_history.add(m.start(3))
+        commit, path = m.group(1) or m.group(2), m.group(3).rstrip(".,:;")
+        if _in_commit(commit, path) is False:
+            broken.append(f"{commit}:{path}")
     for m in _REPO_PATH.finditer(text):
+        if m.start(1) in in_history:
+            continue
         path = m.group(1).rstrip(".,:;")
         if any(c in path for c in "{},*"):  # a pattern (tiny-model-{read,ground}.csv, *.py), not one file
             continue
         if not (ROOT / path).exists():
             broken.append(path)
     return broken
+
+
+def _in_commit(commit: str, path: str) -> bool | None:
+    """Whether ``path`` exists in ``commit`` of this repository; None when that cannot be told here (no git, not
+    a clone, or a shallow clone without that commit)."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+    try:
+        if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+            return None
+    except OSError:
+        return None
+    return git("cat-file", "-e", f"{commit}:{path.rstrip('/')}").returncode == 0
 
 
 def test_the_checked_documents_exist():
@@ -92,6 +120,19 @@ def test_the_reference_check_catches_a_missing_file(tmp_path):
                    "and [fine](x.md), [web](https://example.com), [anchor](#top), `holotron/__init__.py`,\n"
                    "`dev/runs/tiny-model-{read,ground}-log.csv` (a pattern), /tmp/holotron/elsewhere.\n")
     assert _broken_references(doc) == ["link (missing.md)", "link (runs/none.png)", "holotron/no_such_module.py"]
+
+
+def test_a_path_named_in_a_commit_is_checked_in_that_commit(tmp_path):
+    import subprocess
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git clone: references into the history cannot be checked")
+    c = head.stdout.strip()
+    doc = tmp_path / "x.md"
+    doc.write_text(f"`{c}:holotron/__init__.py`, `git archive {c} holotron/no_such_folder`, `{c}:dev/no_such.pt`,\n"
+                   "and `0000000:holotron/gone.py` (a commit this clone does not have: not told, not broken).\n")
+    assert _broken_references(doc) == [f"{c}:holotron/no_such_folder", f"{c}:dev/no_such.pt"]
 
 
 def test_readme_python_snippet_runs_as_written():
