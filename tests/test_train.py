@@ -351,32 +351,47 @@ def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_eve
     q, t = batch["pointer_queries"], batch["pointer_targets"]
     att = block.mixer
     n_h, n_kv, hd = att.n_heads, att.n_kv_heads, att.head_dim
-    loss, acc = attention_pointer_loss(block, h, is_img, q, t, keep, heads=n_h)
     # brute force: each question, each position writing its answer, each head; the probabilities must be
     # the layer's: with them and its values, o_proj gives the layer's own output at that position
-    want, hits, n = [], 0, 0
-    for j, (b, p0) in enumerate(q.tolist()):
-        img = is_img[b].nonzero().squeeze(1)
-        elem = set(img[t[t[:, 0] == j, 1]].tolist())
-        p = p0
-        while p < keep.shape[1] and keep[b, p]:
-            u = block.norm(h[b, :p + 1])
-            qq = att.q_proj(u[p]).view(n_h, hd)
-            kk = att.k_proj(u).view(p + 1, n_kv, hd)
-            vv = att.v_proj(u).view(p + 1, n_kv, hd)
-            mixed = []
-            for head in range(n_h):
-                probs = torch.softmax(kk[:, head // (n_h // n_kv)] @ qq[head] / math.sqrt(hd), 0)
-                mixed.append(probs @ vv[:, head // (n_h // n_kv)])
-                want.append(-torch.log(probs[sorted(elem)].sum()))
-                hits += int(int(probs.argmax()) in elem)
-                n += 1
-            y = att.o_proj(torch.cat(mixed))
-            torch.testing.assert_close(y, seen["y"][b, p], rtol=1e-4, atol=1e-5)
-            p += 1
-    assert n > 4 * n_h * q.shape[0]  # every answer is several tokens long
-    assert float(loss.detach()) == pytest.approx(float(torch.stack(want).mean()), rel=1e-4)
-    assert acc == pytest.approx(hits / n)
+    def brute(t, heads, cand):
+        want, hits = [], 0
+        for j, (b, p0) in enumerate(q.tolist()):
+            img = cand[b].nonzero().squeeze(1)
+            elem = set(img[t[t[:, 0] == j, 1]].tolist())
+            p = p0
+            while p < keep.shape[1] and keep[b, p]:
+                u = block.norm(h[b, :p + 1])
+                qq = att.q_proj(u[p]).view(n_h, hd)
+                kk = att.k_proj(u).view(p + 1, n_kv, hd)
+                vv = att.v_proj(u).view(p + 1, n_kv, hd)
+                mixed = []
+                for head in range(n_h):
+                    probs = torch.softmax(kk[:, head // (n_h // n_kv)] @ qq[head] / math.sqrt(hd), 0)
+                    mixed.append(probs @ vv[:, head // (n_h // n_kv)])
+                    if head < heads:
+                        want.append(-torch.log(probs[sorted(elem)].sum()))
+                        hits += int(int(probs.argmax()) in elem)
+                y = att.o_proj(torch.cat(mixed))
+                torch.testing.assert_close(y, seen["y"][b, p], rtol=1e-4, atol=1e-5)
+                p += 1
+        return float(torch.stack(want).mean()), hits / len(want), len(want)
+
+    # the element's tokens (at random init the answers rarely look at them), and, so that the hits are counted
+    # too, every token of the prompt as a candidate ("image" tokens for the pointer: the first question's
+    # prompt of each row) with all of them but the last two as positives; all heads and the first two
+    first = torch.full((is_img.shape[0],), is_img.shape[1])
+    for b, p0 in q.tolist():
+        first[b] = min(int(first[b]), p0)
+    prompt = torch.arange(is_img.shape[1])[None, :] < first[:, None]
+    every = torch.tensor([(j, m) for j, (b, _) in enumerate(q.tolist()) for m in range(int(prompt[b].sum()) - 2)])
+    for cand, targets in ((is_img, t), (prompt, every)):
+        for heads in (n_h, 2):
+            loss, acc = attention_pointer_loss(block, h, cand, q, targets, keep, heads=heads)
+            want, share, n = brute(targets, heads, cand)
+            assert n > 4 * heads * q.shape[0]  # every answer is several tokens long
+            assert float(loss.detach()) == pytest.approx(want, rel=1e-4)
+            assert acc == pytest.approx(share)
+    assert acc > 0  # the last case looked at positives
     # in the training loss it trains the layer's queries and keys (the training-only pointer head not at all)
     parts = {}
     total, _ = loss_fn(model, batch, torch.device("cpu"), aux, 0.5, parts, pointer_weight=1.0, pointer_heads=2)

@@ -79,26 +79,56 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
     and minus the log of the probability it puts on the image tokens of the question's element; mean over
     heads and positions. So the layer that feeds the answer attends to the element and its values carry
     the element's position (which one tile's ViT position code states) into the digits. Also the share of
-    (head, position) pairs whose most-attended token is on the element."""
-    qs, rows, pos = answer_spans(keep, queries)
+    (head, position) pairs whose most-attended token is on the element.
+
+    All rows at once: each row's answer positions side by side (padded to the row with the most), scored
+    against that row's tokens up to the last of them, so the work is a fixed number of kernels and four reads
+    of device values (the answer spans, the image tokens, the question-token pairs, the hit count) whatever
+    the batch size, where a loop over the rows read two more per row."""
+    qs, rows, pos = answer_spans(keep, queries)                                  # host lists
     dev = h.device
-    qs_t, rows_t, pos_t = (torch.tensor(v, device=dev) for v in (qs, rows, pos))
-    losses, hits, total = [], 0, 0
-    for b in torch.unique(rows_t).tolist():
-        sel = (rows_t == b).nonzero().squeeze(1)
-        p, qj = pos_t[sel], qs_t[sel]
-        t_max = int(p.max()) + 1
-        scores = attention_scores(block, h[b, :t_max], p, heads)                  # (heads, P, t), causal
-        visible = torch.isfinite(scores[0])                                        # (P, t)
-        img_pos = is_img[b, :t_max].nonzero().squeeze(1)                          # image token -> position
-        on = torch.zeros(len(p), t_max, dtype=torch.bool, device=dev)
-        tq = targets[torch.isin(targets[:, 0], qj)]                                # (question, image token)
-        match = (qj[:, None] == tq[None, :, 0])                                    # (P, pairs)
-        pi, ti = match.nonzero(as_tuple=True)
-        on[pi, img_pos[tq[ti, 1]]] = True
-        on &= visible
-        losses.append((torch.logsumexp(scores, -1)
-                       - torch.logsumexp(scores.masked_fill(~on, float("-inf")), -1)).reshape(-1))
-        hits += int(on[None].expand_as(scores).gather(2, scores.argmax(-1, keepdim=True)).sum())
-        total += scores.shape[0] * scores.shape[1]
-    return torch.cat(losses).mean(), hits / max(1, total)
+    row_ids = sorted(set(rows))
+    index = {b: i for i, b in enumerate(row_ids)}
+    slot, filled = [], [0] * len(row_ids)
+    for b in rows:                                                               # the position's slot in its row
+        slot.append(filled[index[b]])
+        filled[index[b]] += 1
+    R, P, T = len(row_ids), max(filled), max(pos) + 1
+    r_of = torch.tensor([index[b] for b in rows], device=dev)
+    s_of = torch.tensor(slot, device=dev)
+    at = torch.zeros(R, P, dtype=torch.long, device=dev)                          # slot -> sequence position
+    at[r_of, s_of] = torch.tensor(pos, device=dev)
+    valid = torch.zeros(R, P, dtype=torch.bool, device=dev)
+    valid[r_of, s_of] = True
+    question = torch.full((R, P), -1, dtype=torch.long, device=dev)
+    question[r_of, s_of] = torch.tensor(qs, device=dev)
+
+    attn = block.mixer
+    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
+    heads = min(heads, attn.n_heads)
+    u = block.norm(h[torch.tensor(row_ids, device=dev), :T].to(block.norm.weight.dtype))       # (R, T, D)
+    uq = u.gather(1, at[..., None].expand(-1, -1, u.shape[-1]))                                # (R, P, D)
+    q = attn.q_proj(uq).view(R, P, attn.n_heads, hd)[:, :, :heads].float()                    # (R, P, heads, hd)
+    k = attn.k_proj(u).view(R, T, attn.n_kv_heads, hd).float()                                # (R, T, Hkv, hd)
+    kv = torch.arange(heads, device=dev) // r
+    scores = torch.einsum("rphd,rthd->rhpt", q, k[:, :, kv]) / math.sqrt(hd)                 # (R, heads, P, T)
+    visible = torch.arange(T, device=dev)[None, None, :] <= at[..., None]                       # (R, P, T)
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+
+    # the element's image tokens of each position's question, as sequence positions of its row
+    img = is_img[torch.tensor(row_ids, device=dev), :T].nonzero()                              # (n, 2): row, pos
+    first = torch.searchsorted(img[:, 0].contiguous(), torch.arange(R, device=dev))             # row -> its first
+    flat_q = question.reshape(-1)
+    pi, ti = (flat_q[:, None] == targets[None, :, 0]).nonzero(as_tuple=True)                   # (slot, pair)
+    pr = torch.div(pi, P, rounding_mode="floor")
+    on = torch.zeros(R * P, T, dtype=torch.bool, device=dev)
+    on[pi, img[first[pr] + targets[ti, 1], 1]] = True
+    on = on.view(R, P, T) & visible & valid[..., None]
+
+    lse = torch.logsumexp(scores, -1)                                                          # (R, heads, P)
+    lse_on = torch.logsumexp(scores.masked_fill(~on[:, None], float("-inf")), -1)
+    keep_slot = valid[:, None].expand(-1, heads, -1)
+    loss = (lse - lse_on)[keep_slot].mean()
+    top = scores.argmax(-1, keepdim=True)                                                      # (R, heads, P, 1)
+    hits = on[:, None].expand(-1, heads, -1, -1).gather(3, top).squeeze(3)[keep_slot]
+    return loss, int(hits.sum()) / hits.numel()
