@@ -6,6 +6,7 @@ by tests/test_generate.py.)"""
 import contextlib
 import io
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,6 @@ def _broken_references(doc: Path) -> list[str]:
 def _in_commit(commit: str, path: str) -> bool | None:
     """Whether ``path`` exists in ``commit`` of this repository; None when that cannot be told here (no git, not
     a clone, or a shallow clone without that commit)."""
-    import subprocess
-
     def git(*args):
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
 
@@ -123,8 +122,6 @@ def test_the_reference_check_catches_a_missing_file(tmp_path):
 
 
 def test_a_path_named_in_a_commit_is_checked_in_that_commit(tmp_path):
-    import subprocess
-
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if head.returncode != 0:
         pytest.skip("not a git clone: references into the history cannot be checked")

@@ -23,34 +23,30 @@ import torch
 from holotron import load
 from holotron.data.screens import generate_sample
 from holotron.eval import DEV_SEED0, answer_batch
-from holotron.grounding import parse_click
+from holotron.grounding import Box, parse_click, point_in_box, to_pixels
 from holotron.processor import Processor
 
 
-def _inside(box, x: float, y: float, pad_x: float = 0.0, pad_y: float = 0.0) -> bool:
-    x0, y0, x1, y1 = box  # pixels, x1 / y1 exclusive
-    return x0 - pad_x <= x <= x1 - 1 + pad_x and y0 - pad_y <= y <= y1 - 1 + pad_y
-
-
 def classify(sample, answer: str) -> dict:
+    """One answer's class (module docstring), by the scorer's own rule (``holotron.grounding.Box``, edges
+    included), with the click's offset from the box centre in half-sizes of the box."""
     w, h = sample.size
     p = parse_click(answer)
     out = {"role": sample.target.role, "family": sample.settings["size_family"], "answer": answer}
     if p is None:
         return {**out, "kind": "unparseable"}
-    x, y = p.x * w / 1000, p.y * h / 1000
-    box = sample.target.box
-    bw, bh = box[2] - box[0], box[3] - box[1]
-    cx, cy = (box[0] + box[2] - 1) / 2, (box[1] + box[3] - 1) / 2
-    out.update(dx=(x - cx) / (bw / 2), dy=(y - cy) / (bh / 2), box_w=1000 * bw / w, box_h=1000 * bh / h)
-    if _inside(box, x, y):
+    box = sample.target_box
+    bw, bh = box.x1 - box.x0, box.y1 - box.y0
+    px = to_pixels(p, w, h)
+    out.update(dx=(px.x - (box.x0 + box.x1) / 2) / (bw / 2), dy=(px.y - (box.y0 + box.y1) / 2) / (bh / 2),
+               box_w=1000 * bw / w, box_h=1000 * bh / h)
+    if point_in_box(p, box, w, h):
         return {**out, "kind": "hit"}
-    if _inside(box, x, y, bw, bh):
-        ax = "x" if not box[0] <= x <= box[2] - 1 else ""
-        ay = "y" if not box[1] <= y <= box[3] - 1 else ""
-        return {**out, "kind": "near", "axis": ax + ay}
+    if point_in_box(p, Box(box.x0 - bw, box.y0 - bh, box.x1 + bw, box.y1 + bh, space="pixel"), w, h):
+        axis = ("x" if not box.x0 <= px.x <= box.x1 else "") + ("y" if not box.y0 <= px.y <= box.y1 else "")
+        return {**out, "kind": "near", "axis": axis}
     others = [e.box for e in sample.elements if e is not sample.target] + [t.box for t in sample.texts]
-    if any(_inside(b, x, y) for b in others):
+    if any(point_in_box(p, Box(*b, space="pixel"), w, h) for b in others):
         return {**out, "kind": "other"}
     return {**out, "kind": "elsewhere"}
 

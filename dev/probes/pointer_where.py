@@ -72,7 +72,7 @@ def where(folder, n: int = 48, heads: int = 2, offset: int = 4, split: str = "he
                     if step * batch_size + b >= n:
                         break
                     t += offset
-                    scores = attention_scores(block, seen["h"][b, : t + 1], torch.tensor([t]), heads)
+                    scores = attention_scores(block, seen["h"][b:b + 1, : t + 1], torch.tensor([[t]]), heads)[0]
                     p = torch.softmax(scores[:, 0], -1)                                          # (heads, t + 1)
                     img = is_img[b, : t + 1].nonzero().squeeze(1)
                     xy = pos[starts[b]: starts[b] + counts[b]][: len(img)]

@@ -54,20 +54,22 @@ def answer_spans(keep: torch.Tensor, queries: torch.Tensor) -> tuple[list[int], 
 
 def attention_scores(block: nn.Module, h: torch.Tensor, positions: torch.Tensor, heads: int) -> torch.Tensor:
     """The pre-softmax scores of the first ``heads`` query heads of the attention layer ``block`` (whose input
-    residual stream for one row is ``h``, (t, D)), from each of ``positions`` (P,) over the tokens ``h[:t]``,
-    as the layer computes them (``norm``, ``q_proj`` . ``k_proj`` / sqrt(head_dim), grouped KV heads), the
-    tokens after each position masked to -inf (causal). Returns (heads, P, t), float32."""
+    residual stream is ``h``, (R, t, D) for R rows), from each row's ``positions`` (R, P) over that row's tokens
+    ``h[:, :t]``, as the layer computes them (``norm``, ``q_proj`` . ``k_proj`` / sqrt(head_dim), grouped KV
+    heads), the tokens after each position masked to -inf (causal). Returns (R, heads, P, t), float32."""
     attn = block.mixer
     hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
     heads = min(heads, attn.n_heads)
-    t = h.shape[0]
-    u = block.norm(h.to(block.norm.weight.dtype))                                          # (t, D)
-    q = attn.q_proj(u[positions]).view(len(positions), attn.n_heads, hd)[:, :heads].float()  # (P, heads, hd)
-    k = attn.k_proj(u).view(t, attn.n_kv_heads, hd).float()                                 # (t, Hkv, hd)
+    rows, t, _ = h.shape
+    n = positions.shape[1]
+    u = block.norm(h.to(block.norm.weight.dtype))                                            # (R, t, D)
+    uq = u.gather(1, positions[..., None].expand(-1, -1, u.shape[-1]))                       # (R, P, D)
+    q = attn.q_proj(uq).view(rows, n, attn.n_heads, hd)[:, :, :heads].float()               # (R, P, heads, hd)
+    k = attn.k_proj(u).view(rows, t, attn.n_kv_heads, hd).float()                           # (R, t, Hkv, hd)
     kv = torch.arange(heads, device=h.device) // r
-    scores = torch.einsum("phd,thd->hpt", q, k[:, kv]) / math.sqrt(hd)                      # (heads, P, t)
-    visible = torch.arange(t, device=h.device)[None, :] <= positions[:, None]               # (P, t)
-    return scores.masked_fill(~visible, float("-inf"))
+    scores = torch.einsum("rphd,rthd->rhpt", q, k[:, :, kv]) / math.sqrt(hd)                # (R, heads, P, t)
+    visible = torch.arange(t, device=h.device)[None, None, :] <= positions[..., None]       # (R, P, t)
+    return scores.masked_fill(~visible[:, None], float("-inf"))
 
 
 def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tensor, queries: torch.Tensor,
@@ -103,20 +105,13 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
     question = torch.full((R, P), -1, dtype=torch.long, device=dev)
     question[r_of, s_of] = torch.tensor(qs, device=dev)
 
-    attn = block.mixer
-    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
-    heads = min(heads, attn.n_heads)
-    u = block.norm(h[torch.tensor(row_ids, device=dev), :T].to(block.norm.weight.dtype))       # (R, T, D)
-    uq = u.gather(1, at[..., None].expand(-1, -1, u.shape[-1]))                                # (R, P, D)
-    q = attn.q_proj(uq).view(R, P, attn.n_heads, hd)[:, :, :heads].float()                    # (R, P, heads, hd)
-    k = attn.k_proj(u).view(R, T, attn.n_kv_heads, hd).float()                                # (R, T, Hkv, hd)
-    kv = torch.arange(heads, device=dev) // r
-    scores = torch.einsum("rphd,rthd->rhpt", q, k[:, :, kv]) / math.sqrt(hd)                 # (R, heads, P, T)
-    visible = torch.arange(T, device=dev)[None, None, :] <= at[..., None]                       # (R, P, T)
-    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    heads = min(heads, block.mixer.n_heads)
+    row_t = torch.tensor(row_ids, device=dev)
+    scores = attention_scores(block, h[row_t, :T], at, heads)                                  # (R, heads, P, T)
+    visible = torch.isfinite(scores[:, 0])                                                     # (R, P, T)
 
     # the element's image tokens of each position's question, as sequence positions of its row
-    img = is_img[torch.tensor(row_ids, device=dev), :T].nonzero()                              # (n, 2): row, pos
+    img = is_img[row_t, :T].nonzero()                                                          # (n, 2): row, pos
     first = torch.searchsorted(img[:, 0].contiguous(), torch.arange(R, device=dev))             # row -> its first
     flat_q = question.reshape(-1)
     pi, ti = (flat_q[:, None] == targets[None, :, 0]).nonzero(as_tuple=True)                   # (slot, pair)
