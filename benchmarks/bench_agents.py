@@ -297,6 +297,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "prefill_graphs": eng.prefill_graphs, "chunk_graphs": len(eng.chunk_graphs),
         "vision_graphs": len(eng.vision_graphs or {}),
         "chunk_captures_in_run": st["chunk_captures"], "capture_s_in_run": st["capture_s"],
+        "mixed_graphs": len(eng.mixed_graphs), "mixed_captures_in_run": st["mixed_captures"],
         "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"], "mixed_s": st["mixed_s"],
         "other_s": wall - st["decode_s"] - st["prefill_s"] - st["admit_s"] - st["mixed_s"],
         "engine_decode_tokens_per_s": engine_tps, "graph_batch": b_main, "graph_ms": graph_ms[b_main],
@@ -501,14 +502,15 @@ def main(argv: list[str] | None = None) -> int:
                          "are exact, but the host cannot queue the next phase's work while the GPU runs; off: "
                          "the throughput without those waits, phase seconds only host-side)")
     ap.add_argument("--mixed", choices=["auto", "on", "off"], default="auto",
-                    help="prefill chunks and the decoding rows' tokens in one pass (auto: the engine's default, "
-                         "on unless --overlap on)")
+                    help="prefill chunks and the decoding rows' tokens in one pass, a CUDA graph per shape (auto: "
+                         "the engine's default, off)")
     ap.add_argument("--prefill-graphs", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks as CUDA graphs per (rows, tokens) bucket (auto: the engine's default, on)")
     ap.add_argument("--prefill-min-tokens", type=int, default=0,
                     help="while rows decode, wait (at most 8 steps) until this many prompt tokens can share a chunk")
-    ap.add_argument("--step-prompt-max", type=int, default=32,
-                    help="text-only turns up to this many tokens read through decode steps (0: off)")
+    ap.add_argument("--step-prompt-max", type=int, default=None,
+                    help="text-only turns up to this many tokens read through decode steps (0: off; default: the "
+                         "engine's, 32, or 0 with mixed passes)")
     ap.add_argument("--prefill-tokens", type=int, default=8192, help="the engine's prefill chunk (tokens)")
     ap.add_argument("--max-rows", type=int, default=None,
                     help="at most this many engine rows (default: N, or as many as fit); the other sessions wait")

@@ -105,25 +105,30 @@ class Attention(nn.Module):
         return self.o_proj(self._attend_rows(self.q_proj(u), self.k_proj(u), self.v_proj(u), cache, where))
 
     def _forward_static(self, u: torch.Tensor, cache: KVCache, where: Positions) -> torch.Tensor:
-        """``_forward_rows`` with the rows, starts and counts on the device (``HybridLM.extend_static``): the keys
-        and values go to their slots by one indexed write (pads to the cache's last slot, past ``max_len``, which
-        no row attends to), then one kernel attends every row to its cache (holotron/kernels/attn_chunk_triton.py;
-        elsewhere the same attention row by row)."""
-        b, t, _ = u.shape
+        """``_forward_rows`` with the rows, starts and counts on the device (``HybridLM.extend_static``)."""
+        return self.o_proj(self._attend_static(self.q_proj(u), self.k_proj(u), self.v_proj(u), cache, where))
+
+    def _attend_static(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, where: Positions
+                       ) -> torch.Tensor:
+        """``_forward_static`` between the projections: q (b, T, Hq*hd), k, v (b, T, Hkv*hd) -> (b, T, Hq*hd). The
+        keys and values go to their slots by one indexed write (pads to the cache's last slot, past ``max_len``,
+        which no row attends to), then one kernel attends every row to its cache
+        (holotron/kernels/attn_chunk_triton.py; elsewhere the same attention row by row)."""
+        b, t = q.shape[:2]
         hd = self.head_dim
-        q = self.q_proj(u).view(b, t, self.n_heads, hd)
-        k = self.k_proj(u).view(b, t, self.n_kv_heads, hd)
-        v = self.v_proj(u).view(b, t, self.n_kv_heads, hd)
-        pos = torch.arange(t, device=u.device)[None, :]
+        q = q.view(b, t, self.n_heads, hd)
+        k = k.view(b, t, self.n_kv_heads, hd)
+        v = v.view(b, t, self.n_kv_heads, hd)
+        pos = torch.arange(t, device=q.device)[None, :]
         slots = torch.where(pos < where.counts_t[:, None], where.starts_t[:, None] + pos, cache.k.shape[2] - 1)
         rows = where.row_index[:, None].expand(b, t)
         cache.k.transpose(1, 2).index_put_((rows, slots), k)   # (R, L, Hkv, hd)[rows, slots] = (b, t, Hkv, hd)
         cache.v.transpose(1, 2).index_put_((rows, slots), v)
-        if u.is_cuda:
+        if q.is_cuda:
             y = chunk_attention_triton(q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t)
         else:
             y = chunk_attention_reference(q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t)
-        return self.o_proj(y.reshape(b, t, self.n_heads * hd))
+        return y.reshape(b, t, self.n_heads * hd)
 
     def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, where: Positions
                      ) -> torch.Tensor:
@@ -163,15 +168,13 @@ class Attention(nn.Module):
 
     def mixed(self, u: torch.Tensor, cache: KVCache, where: Positions, n: int) -> torch.Tensor:
         """``HybridLM.mixed``: u (n + b*T, D) normed, one decode token of each of rows [0, n) then a right-padded
-        chunk (b, T) of rows ``where.rows``; the projections once over all of it, attention per part."""
+        chunk (b, T) of rows ``where.row_index`` (positions on the device); the projections once over all of it,
+        attention per part: the decode tokens as ``step``, the chunk as ``_forward_static``."""
         q, k, v = self.q_proj(u), self.k_proj(u), self.v_proj(u)
-        parts = []
-        if n:
-            parts.append(self._attend_step(q[:n], k[:n], v[:n], cache, where))
-        if where.rows:
-            b = len(where.rows)
-            parts.append(self._attend_rows(q[n:].view(b, -1, q.shape[-1]), k[n:].view(b, -1, k.shape[-1]),
-                                           v[n:].view(b, -1, v.shape[-1]), cache, where).reshape(-1, q.shape[-1]))
+        b = where.row_index.shape[0]
+        parts = [self._attend_step(q[:n], k[:n], v[:n], cache, where)] if n else []
+        parts.append(self._attend_static(q[n:].view(b, -1, q.shape[-1]), k[n:].view(b, -1, k.shape[-1]),
+                                         v[n:].view(b, -1, v.shape[-1]), cache, where).reshape(-1, q.shape[-1]))
         return self.o_proj(torch.cat(parts) if len(parts) > 1 else parts[0])
 
     def step(self, u: torch.Tensor, cache: KVCache, where: Positions, norm: nn.Module | None = None) -> torch.Tensor:

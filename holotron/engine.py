@@ -79,10 +79,11 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     most screenshot tiles per vision-encoder call. ``step_prompt_max``: a text-only turn of at most this
     many new tokens, admitted while other rows decode, is fed through the decode steps (one token a step,
     almost free next to the rows decoding) instead of a prefill chunk; 0 turns this off.
-    ``prefill_graphs`` (None: on with ``cuda_graph``, overlap and mixed off): chunks as CUDA graphs
+    ``prefill_graphs`` (None: on with ``cuda_graph`` and overlap off): chunks as CUDA graphs
     (``holotron/engine_chunks.py``; on a CPU the same buffers and bucketing, eagerly). ``mixed`` (off by
-    default): a chunk and the decoding rows' next tokens in one eager pass (``HybridLM.mixed``: one read of
-    the weights), measured slower than the graphs (docs/benchmarks.md).
+    default): a chunk and the decoding rows' next tokens in one pass (``HybridLM.mixed``: one read of the
+    weights), a CUDA graph per shape (``holotron/engine_mixed.py``); a mixed engine reads no prompt through the
+    decode steps unless ``step_prompt_max`` says so (None: 0 when mixed, else 32).
     ``prefill_min_tokens`` (0: off; not measured yet): while rows decode, a chunk starts only once this
     many prompt tokens wait or the oldest has waited ``prefill_max_wait`` steps (fewer, fuller chunks:
     each pays the whole weight read and the launch of every layer). ``overlap``
@@ -106,7 +107,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
                  prefill_tokens: int = 8192, ssm_dtype: torch.dtype = torch.float32,
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
-                 step_prompt_max: int = 32, overlap: bool = False, prefill_min_tokens: int = 0,
+                 step_prompt_max: int | None = None, overlap: bool = False, prefill_min_tokens: int = 0,
                  prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
@@ -125,7 +126,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.ssm_dtype = ssm_dtype
         self.prefill_tokens = prefill_tokens
         self.vision_tiles = vision_tiles
-        self.step_prompt_max = step_prompt_max
+        self.step_prompt_max = (0 if mixed else 32) if step_prompt_max is None else step_prompt_max
         self.prefill_min_tokens, self.prefill_max_wait = prefill_min_tokens, prefill_max_wait
         self.offload = offload
         self.timing = timing
@@ -146,10 +147,10 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
             raise ValueError("Engine: mixed=True and overlap=True exclude each other (a mixed pass runs the chunk "
                              "and the decode rows together; overlap runs the chunk on its own stream)")
         self.mixed = bool(mixed)
-        if prefill_graphs and (self.overlap or self.mixed):
-            raise ValueError("Engine: prefill_graphs=True needs overlap and mixed off")
-        self.prefill_graphs = (self.cuda_graph and not self.overlap and not self.mixed) if prefill_graphs is None \
-            else bool(prefill_graphs)
+        if prefill_graphs and self.overlap:
+            raise ValueError("Engine: prefill_graphs=True and overlap=True exclude each other (a graph's chunk runs "
+                             "on the current stream)")
+        self.prefill_graphs = (self.cuda_graph and not self.overlap) if prefill_graphs is None else bool(prefill_graphs)
         self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
 
@@ -184,7 +185,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
             self._capture_swap()
         self.vision_graphs, self._vision_seen, self._vx, self._vout = {}, {}, None, {}  # holotron/engine_vision.py
         self.chunk_graphs, self._chunk_seen = {}, {}                                   # holotron/engine_chunks.py
-        if self.prefill_graphs:
+        self.mixed_graphs, self._mixed_seen = {}, {}                                   # holotron/engine_mixed.py
+        if self.prefill_graphs or self.mixed:   # the static chunk buffers both run on
             self._init_chunk_graphs()
 
     # ------------------------------------------------------------------ sizes
@@ -303,7 +305,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     def reset_stats(self) -> None:
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
         self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
-                      "chunk_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
+                      "chunk_captures": 0, "mixed_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0}
         self.prefill_tokens_done = 0
 

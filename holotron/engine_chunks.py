@@ -91,15 +91,21 @@ class CapturedChunks:
             self._chunk_seen[shape] = seen + 1
             if shape in self.chunk_graphs or seen >= 1:   # a shape met once (a one-off generate) stays eager
                 g = self._chunk_graph(b, T)
-        x = self._cx[:b * T].view(b, T, -1)
-        for i, (r, n) in enumerate(zip(take, counts)):
-            x[i, :n].copy_(r.x[r.pos:r.pos + n])
-        self._cmeta[:, :b].copy_(device_ints(list(rows) + list(starts) + list(counts), self.device).view(3, b))
+        x = self._fill_chunk(take, counts, rows, starts, b, T)
         if g is not None:
             g.replay()
         else:  # without CUDA graphs (tests on a CPU): the same call on the same buffers, eagerly
             self._clogits[:b].copy_(self.lm.extend_static(x, self.state, *self._cmeta[:, :b]))
         return self._clogits[:b]
+
+    def _fill_chunk(self, take, counts, rows, starts, b: int, T: int) -> torch.Tensor:
+        """The chunk's embeddings into ``_cx`` viewed (b, T, D) (returned; pads past each count are left as they
+        are: masked) and its rows / starts / counts into ``_cmeta``; ``len(take) == b``."""
+        x = self._cx[:b * T].view(b, T, -1)
+        for i, (r, n) in enumerate(zip(take, counts)):
+            x[i, :n].copy_(r.x[r.pos:r.pos + n])
+        self._cmeta[:, :b].copy_(device_ints(list(rows) + list(starts) + list(counts), self.device).view(3, b))
+        return x
 
     def _chunk_graph(self, b: int, T: int) -> torch.cuda.CUDAGraph:
         g = self.chunk_graphs.get((b, T))

@@ -255,7 +255,7 @@ class Admission:
                 break
             take.append(req)
             T = t
-        if self.prefill_graphs:  # as many requests as a bucket of rows holds (the others wait for the next step)
+        if self.prefill_graphs or self.mixed:  # as many requests as a bucket of rows holds (the others wait)
             take = take[:bucket_down(len(take), self._rows_b)]
             T = max(min(r.x.shape[0] - r.pos, budget) for r in take)
         counts = [min(r.x.shape[0] - r.pos, T) for r in take]

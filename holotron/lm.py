@@ -150,30 +150,31 @@ class HybridLM(nn.Module):
         last = x[torch.arange(b, device=x.device), (counts - 1).clamp(min=0)]
         return self._logits(last)
 
-    def mixed(self, tokens: torch.Tensor, state: DecodeState, inputs_embeds: torch.Tensor, rows: list[int],
-              starts: list[int], counts: list[int], active: torch.Tensor | None = None,
-              advance: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decode token for each of the first n = len(tokens) rows of ``state`` (``step``) and a chunk of
-        new tokens for other rows (``extend``'s arguments), in one pass: every linear layer reads its weights
-        once for both (a chunk's matmuls are already compute-bound, so the decode tokens ride along), the
-        token mixers run each part as ``step`` / ``extend`` do. ``rows`` must not be among the first n.
-        Returns fp32 logits (n, V) of the decode tokens and (b, V) at each chunk row's last new token."""
+    def mixed(self, tokens: torch.Tensor, state: DecodeState, active: torch.Tensor, inputs_embeds: torch.Tensor,
+              rows: torch.Tensor, starts: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode token for each of the first n = len(tokens) rows of ``state`` (``step`` with ``active``) and
+        a chunk of new tokens for other rows (``extend_static``'s arguments: rows, starts, counts (b,) int64 on
+        the device, a count 0 is a row of pads only) in one pass: every linear layer reads its weights once for
+        both (a chunk's matmuls are compute-bound, the decode tokens ride along), the token mixers run each part
+        as ``step`` / ``extend_static`` do. Static shapes, no host sync: the decode engine captures it per
+        (n, b, T) (``Engine(mixed=True)``). A chunk row may be one of the first n rows only where ``active`` is 0
+        (that row's decode token then writes nothing). Returns fp32 logits (n, V) of the decode tokens and
+        (b, V) at each chunk row's last new token; ``state.lengths`` advance."""
         n = tokens.shape[0]
-        if n and min(rows) < n:
-            raise ValueError(f"mixed: chunk rows {rows} overlap the decode rows [0, {n})")
-        where, cnt = self._chunk_positions(inputs_embeds, state, rows, starts, counts)
         b, t, d = inputs_embeds.shape
+        dev = inputs_embeds.device
         lengths = state.lengths[:n].clamp(max=state.max_len - 1)
-        where.lengths = lengths if active is None else torch.where(active != 0, lengths, state.max_len)
-        where.n_keys, where.active = lengths + 1, active
+        where = Positions(mask=torch.arange(t, device=dev)[None, :] < counts[:, None], pads_after=True, static=True,
+                          row_index=rows, starts_t=starts, counts_t=counts,
+                          lengths=torch.where(active != 0, lengths, state.max_len), n_keys=lengths + 1,
+                          active=active)
         dt = torch.float32 if self.config.residual_in_fp32 else inputs_embeds.dtype
         x = torch.cat([self.backbone.embeddings(tokens).to(dt), inputs_embeds.reshape(b * t, d).to(dt)])
         for blk, st in zip(self.backbone.layers, state.layers):
             x = blk.mixed(x, st, where, n)
-        state.lengths[:n].add_(1 if active is None else active)
-        if advance:
-            self._advance(state, where, cnt)
-        ends = n + torch.arange(b, device=x.device) * t + cnt - 1  # each chunk row's last new token
+        state.lengths[:n].add_(active)
+        state.lengths.index_add_(0, rows, counts)
+        ends = n + torch.arange(b, device=dev) * t + (counts - 1).clamp(min=0)  # each chunk row's last new token
         logits = self._logits(torch.cat([x[:n], x[ends]]))
         return logits[:n], logits[n:]
 

@@ -155,13 +155,8 @@ class Mamba2Mixer(nn.Module):
         """u (B, T, D) -> (B, T, D). ``state`` is updated in place; ``where.mask`` (B, T) bool, False at pads.
         With ``where.rows`` (``HybridLM.extend``), ``state`` holds the decode state's rows and the batch's
         rows are its ``where.rows``."""
-        if where is not None and where.static:  # rows given on the device only: copies in and out
-            idx = where.row_index
-            part = MambaState(conv=state.conv.index_select(0, idx), ssm=state.ssm.index_select(0, idx))
-            out = self.forward(u, part, Positions(mask=where.mask, pads_after=True))
-            state.conv.index_copy_(0, idx, part.conv)
-            state.ssm.index_copy_(0, idx, part.ssm)
-            return out
+        if where is not None and where.static:  # rows given on the device only
+            return self.out_proj(self._chunk_static(self.in_proj(u), state, where))
         if where is not None and where.rows is not None:
             part = state.take(where.rows, where.row_index)
             out = self.forward(u, part, Positions(mask=where.mask, pads_after=where.pads_after))
@@ -202,12 +197,23 @@ class Mamba2Mixer(nn.Module):
             state.ssm.copy_(final)
         return self.norm(y.reshape(b, t, self.d_inner), z)
 
+    def _chunk_static(self, zxbcdt: torch.Tensor, state: MambaState, where: Positions) -> torch.Tensor:
+        """``_chunk`` of a right-padded chunk (b, T, features) of the rows ``where.row_index`` (device tensors,
+        ``HybridLM.extend_static`` / ``mixed``): their states copied out, advanced and copied back (a row of pads
+        only is copied back as it was)."""
+        idx = where.row_index
+        part = MambaState(conv=state.conv.index_select(0, idx), ssm=state.ssm.index_select(0, idx))
+        y = self._chunk(zxbcdt, part, where.mask, True)
+        state.conv.index_copy_(0, idx, part.conv)
+        state.ssm.index_copy_(0, idx, part.ssm)
+        return y
+
     def mixed(self, u: torch.Tensor, state: MambaState, where: Positions, n: int) -> torch.Tensor:
         """``HybridLM.mixed``: u (n + b*T, D), the mixer's input (the block's norm applied) for one decode
         token of each of rows [0, n) of ``state`` and then a right-padded chunk (b, T) of new tokens of
-        rows ``where.rows``. in_proj and out_proj run once over all of it (one read of their weights); the
-        decode tokens go through the decode step's conv window and SSD step, the chunk through the
-        conv and the scan. Returns (n + b*T, D)."""
+        rows ``where.row_index``. in_proj and out_proj run once over all of it (one read of their weights); the
+        decode tokens go through the decode step's conv window and SSD step (rows whose ``where.active`` is 0
+        write nothing), the chunk through the conv and the scan. Returns (n + b*T, D)."""
         zxbcdt = self.in_proj(u)
         parts = []
         if n:
@@ -216,10 +222,7 @@ class Mamba2Mixer(nn.Module):
                            self.A_log, self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]),
                            self.n_groups, where.active)
             parts.append(self.norm.normed(y))
-        if where.rows:
-            b = len(where.rows)
-            part = state.take(where.rows, where.row_index)
-            y = self._chunk(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), part, where.mask, True)
-            state.put(where.rows, part, where.row_index)
-            parts.append(y.reshape(-1, self.d_inner))
+        b = where.row_index.shape[0]
+        y = self._chunk_static(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), state, where)
+        parts.append(y.reshape(-1, self.d_inner))
         return self.out_proj(torch.cat(parts) if len(parts) > 1 else parts[0])

@@ -50,9 +50,9 @@ class spy_chunks:
             self.chunks.append((tuple(x.shape[:2]), sum(counts), 0))
             return ext(x, st, rows, starts, counts, **kw)
 
-        def mixed(tokens, st, x, rows, starts, counts, **kw):
-            self.chunks.append((tuple(x.shape[:2]), sum(counts), tokens.shape[0]))
-            return mix(tokens, st, x, rows, starts, counts, **kw)
+        def mixed(tokens, st, active, x, rows, starts, counts):
+            self.chunks.append((tuple(x.shape[:2]), int(counts.sum()), tokens.shape[0]))
+            return mix(tokens, st, active, x, rows, starts, counts)
 
         self.lm.extend, self.lm.mixed = extend, mixed
         return self.chunks

@@ -123,22 +123,21 @@ def test_extend_into_scattered_rows_equals_one_forward(model):
 @pytest.mark.parametrize("pattern", ["M*-M*", "M-M"])
 def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
     """``HybridLM.mixed``: decode tokens of rows [0, n) and a chunk of other rows in one pass give the
-    logits, states and lengths of a ``step`` of those rows followed by an ``extend`` of the chunk."""
+    logits, states and lengths of a ``step`` of those rows followed by an ``extend`` of the chunk; a chunk row
+    may be an inactive one of the first n (row 1 here), and a row of pads only (count 0) stays as it was."""
     model = tiny_lm(tiny_config(hybrid_override_pattern=pattern), seed=7)
     with torch.no_grad():
-        chunk = _chunk_of(model, [11, 4], 11, seed=20)
-        rows, starts, counts = [5, 3], [9, 9], [11, 4]
+        chunk = _chunk_of(model, [11, 4, 0], 11, seed=20)
         toks, active = torch.tensor([4, 9, 30]), torch.tensor([1, 0, 1])
         ref_st = _rows_holding(model, 9, 64)
         ref_dec = model.step(toks, ref_st.rows(3), active)
-        ref_pre = model.extend(chunk, ref_st, rows, starts, counts)
+        ref_pre = model.extend(chunk[:2], ref_st, [5, 1], [9, 9], [11, 4])
         st = _rows_holding(model, 9, 64)
-        dec, pre = model.mixed(toks, st, chunk, rows, starts, counts, active=active)
-        with pytest.raises(ValueError, match="overlap the decode rows"):
-            model.mixed(toks, st, chunk, [1, 4], starts, counts)
-    torch.testing.assert_close(dec, ref_dec, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(pre, ref_pre, atol=1e-5, rtol=1e-5)
-    assert st.lengths.tolist() == ref_st.lengths.tolist() == [10, 9, 10, 13, 9, 20]
+        dec, pre = model.mixed(toks, st, active, chunk, torch.tensor([5, 1, 4]), torch.tensor([9, 9, 9]),
+                               torch.tensor([11, 4, 0]))
+    torch.testing.assert_close(dec[[0, 2]], ref_dec[[0, 2]], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pre[:2], ref_pre, atol=1e-5, rtol=1e-5)
+    assert st.lengths.tolist() == ref_st.lengths.tolist() == [10, 13, 10, 9, 9, 20]
     _assert_same_states(st, ref_st)
 
 
@@ -226,16 +225,19 @@ def test_a_session_turn_prefills_only_the_new_tokens_and_equals_the_whole_histor
     assert s.length == 12 + 5 + 7 + 6 + 3 + 4 - 1 and s.pending == got[0][-1][-1]
 
 
-@pytest.mark.parametrize("mode", ["mixed", "separate", "overlap", "static"])
+@pytest.mark.parametrize("mode", ["mixed", "mixed-fed", "separate", "overlap", "static"])
 def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(model, mode):
-    """mixed: chunks and decode tokens in one pass (``HybridLM.mixed``); separate: a decode step, then the
-    chunk, with short prompts read by decode steps; static: the chunks of ``prefill_graphs`` (bucketed rows and
-    tokens, ``extend_static`` on static buffers; eager here, no CUDA graph); overlap (off CUDA: a chunk is
-    finished one engine step after it ran): rows' lengths are set late and rows of a chunk are not moved
-    before it is finished."""
+    """mixed: chunks and decode tokens in one pass (``HybridLM.mixed`` on the static chunk buffers, eager here),
+    short prompts as chunks too (a mixed engine's default); mixed-fed: the same with short prompts read by the
+    decode steps; separate: a decode step, then the chunk, with short prompts read by decode steps; static: the
+    chunks of ``prefill_graphs`` (bucketed rows and tokens, ``extend_static`` on static buffers; eager here, no
+    CUDA graph); overlap (off CUDA: a chunk is finished one engine step after it ran): rows' lengths are set late
+    and rows of a chunk are not moved before it is finished."""
     agents = [[(_ids(5 + 3 * a + t, seed=10 * a + t), 3 + (a + t) % 4) for t in range(3)] for a in range(5)]
+    mixed = mode.startswith("mixed")
     eng = Engine(model, max_batch=5, max_len=192, prefill_tokens=12, overlap=mode == "overlap",
-                 mixed=mode == "mixed", prefill_graphs=mode == "static")  # chunks span steps
+                 mixed=mixed, prefill_graphs=mode == "static",
+                 step_prompt_max=32 if mode == "mixed-fed" else None)  # chunks span steps
     with spy_chunks(eng) as chunks:
         got, _ = _drive(eng, agents)
     for a, turns in enumerate(agents):
@@ -244,8 +246,9 @@ def test_many_sessions_with_admissions_mixed_into_decoding_equal_each_alone(mode
     assert fed == sum(len(p) for turns in agents for p, _ in turns) + sum(len(turns) - 1 for turns in agents)
     assert eng.prefill_tokens_done > 0 and eng.stats["decode_steps"] > 0
     with_decode = sum(d > 0 for *_, d in chunks)
-    assert eng.stats["forced_tokens"] > 0   # short prompts read by decode steps, in every mode
-    if mode == "mixed":   # the chunks that ran while rows decoded ran in the same pass as the decode tokens
+    # short prompts read by decode steps in every mode but a mixed engine's default
+    assert (eng.stats["forced_tokens"] > 0) == (mode != "mixed")
+    if mixed:   # the chunks that ran while rows decoded ran in the same pass as the decode tokens
         assert with_decode == eng.stats["mixed_steps"] > 0
     elif mode == "static":  # every chunk through extend_static (neither extend nor mixed)
         assert not chunks and eng.stats["mixed_steps"] == 0
@@ -420,22 +423,38 @@ def test_memory_accounting_matches_the_allocated_rows(model):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["graphs", "eager", "mixed", "overlap"])
+@pytest.mark.parametrize("mode", ["graphs", "eager", "mixed", "mixed-eager", "overlap"])
 def test_sessions_on_cuda_graphs_equal_each_alone(mode):
-    """Graph steps with chunks as graphs (the default), eager chunks, mixed passes (chunk + decode tokens),
-    chunks on their own stream (overlap); short prompts read by decode steps, offload."""
+    """Graph steps with chunks as graphs (the default), eager chunks, mixed passes (chunk + decode tokens) as
+    graphs and eagerly, chunks on their own stream (overlap); short prompts read by decode steps, offload. A
+    mixed graph captured while other rows hold sessions changes none of them."""
     model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).cuda()
     agents = [[(_ids(5 + 20 * a + t, seed=10 * a + t).cuda(), 3 + (a + t) % 4 + 3 * a) for t in range(3)]
               for a in range(6)]
-    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=24, overlap=mode == "overlap",
-                 mixed=mode == "mixed", prefill_graphs=None if mode == "graphs" else False)  # 6 agents, 4 rows
-    assert eng.cuda_graph and eng.overlap == (mode == "overlap") and eng.prefill_graphs == (mode == "graphs")
+    mixed = mode.startswith("mixed")
+    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=24, overlap=mode == "overlap", mixed=mixed,
+                 prefill_graphs=None if mode in ("graphs", "mixed") else False, step_prompt_max=32)  # 6 agents, 4 rows
+    if mode == "mixed-eager":
+        eng._mixed_seen = _NeverSeen()
+    assert eng.cuda_graph and eng.overlap == (mode == "overlap")
+    assert eng.prefill_graphs == (mode in ("graphs", "mixed"))
     got, _ = _drive(eng, agents)
     assert eng.prefill_tokens_done > 0 and eng.memory()["sessions"] == 6 and eng.stats["forced_tokens"] > 0
-    assert (eng.stats["mixed_steps"] > 0) == (mode == "mixed")
+    assert (eng.stats["mixed_steps"] > 0) == mixed
+    assert (eng.stats["mixed_captures"] > 0) == (len(eng.mixed_graphs) > 0) == (mode == "mixed")
     assert (eng.stats["chunk_captures"] > 0) == (len(eng.chunk_graphs) > 0) == (mode == "graphs")
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
+
+
+class _NeverSeen(dict):
+    """A ``_mixed_seen`` for which no shape was ever met: every mixed pass runs eagerly."""
+
+    def get(self, key, default=None):
+        return 0
+
+    def __setitem__(self, key, value):
+        pass
 
 
 def _cuda_model(dtype):
@@ -475,8 +494,8 @@ def test_extend_on_cuda_matches_one_forward(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mixed_on_cuda_matches_step_and_extend(dtype):
-    """``HybridLM.mixed`` on CUDA (the decode kernels on the decode rows, the scan and flash attention on the
-    chunk) against a ``step`` and an ``extend``, at the real model's attention head size."""
+    """``HybridLM.mixed`` on CUDA (the decode kernels on the decode rows, the scan and the Triton chunk attention
+    on the chunk) against a ``step`` and an ``extend``, at the real model's attention head size."""
     model = _cuda_model(dtype)
     with torch.no_grad():
         chunk = _chunk_of(model, [70, 33], 70, seed=20)
@@ -485,8 +504,8 @@ def test_mixed_on_cuda_matches_step_and_extend(dtype):
         ref_dec = model.step(toks, ref_st.rows(4), torch.ones(4, dtype=torch.long, device="cuda"))
         ref_pre = model.extend(chunk, ref_st, [5, 4], [40, 40], [70, 33])
         st = _rows_holding(model, 40, 256)
-        dec, pre = model.mixed(toks, st, chunk, [5, 4], [40, 40], [70, 33],
-                               active=torch.ones(4, dtype=torch.long, device="cuda"))
+        dev = lambda v: torch.tensor(v, device="cuda")  # noqa: E731
+        dec, pre = model.mixed(toks, st, dev([1] * 4), chunk, dev([5, 4]), dev([40, 40]), dev([70, 33]))
     _assert_rel(dec, ref_dec, dtype)
     _assert_rel(pre, ref_pre, dtype)
     assert st.lengths.tolist() == ref_st.lengths.tolist() == [41] * 4 + [73, 110]

@@ -1,6 +1,7 @@
-"""Probe: what one engine pass costs at 12B, the host's side and the GPU's: the captured decode step, an
-eager ``extend`` chunk, and a ``mixed`` pass (decode rows + chunk), at the agents benchmark's sizes. Random
-bf16 weights on the GPU; a DecodeState of 128 rows x 4,096 slots with 1,000 tokens of history per row.
+"""Probe: what one engine pass costs at 12B, the host's side and the GPU's: the decode step (captured and eager),
+a chunk (eager ``extend``, ``extend_static`` eager and captured) and a ``mixed`` pass (decode rows + chunk, eager
+and captured), at the agents benchmark's and the serving section's sizes. Random bf16 weights on the GPU; a
+DecodeState of 128 rows x 4,096 slots with 1,000 tokens of history per row.
 
     PYTHONPATH=. python3 dev/probes/pass_cost.py --out $OUT      # (--small: tiny config on the CPU)
 
@@ -88,28 +89,34 @@ def main() -> int:
     def reset():
         st.lengths.fill_(hist)
 
-    graphs = {}
-    if dev.type == "cuda":
-        for n in (64, 100):
+    def graph_of(fn):
+        """fn captured in a CUDA graph (two warm-ups on a side stream first, as the engine does)."""
+        with torch.inference_mode():
             s = torch.cuda.Stream(dev)
             s.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(s), torch.inference_mode():
+            with torch.cuda.stream(s):
                 for _ in range(2):
-                    lm.step(toks[:n], st.rows(n), active[:n])
+                    fn()
             torch.cuda.current_stream(dev).wait_stream(s)
             gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr), torch.inference_mode():
-                lm.step(toks[:n], st.rows(n), active[:n])
-            graphs[n] = gr
+            with torch.cuda.graph(gr):
+                fn()
+        return gr
+
+    cuda = dev.type == "cuda"
+    graphs = {n: graph_of(lambda n=n: lm.step(toks[:n], st.rows(n), active[:n])) for n in (64, 100)} if cuda else {}
     reset()
 
     def chunk(b, t):
         return torch.randn(b, t, D, device=dev, dtype=dtype, generator=g)
 
+    def on_dev(v):
+        return torch.tensor(v, device=dev)
+
     cases = []
     for n in (64, 100):
         if n in graphs:
-            cases.append((f"step graph n={n}", lambda n=n: graphs[n].replay()))
+            cases.append((f"step graph n={n}", graphs[n].replay))
         cases.append((f"step eager n={n}", lambda n=n: lm.step(toks[:n], st.rows(n), active[:n])))
     for b, t, rows in ((1, 16, [110]), (4, 17, [101, 105, 110, 120]), (1, 320, [110]), (3, 320, [101, 110, 120]),
                        (8, 320, list(range(101, 125, 3))), (1, 2048, [110])):
@@ -119,30 +126,29 @@ def main() -> int:
         cases.append((f"extend {b}x{t} rows {'consecutive' if b == 1 else 'scattered'}",
                       lambda x=x, rows=rows, starts=starts, cnt=cnt: lm.extend(x, st, rows, starts, cnt,
                                                                                advance=False)))
-        for n in (64, 100):
-            cases.append((f"mixed n={n} + {b}x{t}",
-                          lambda x=x, rows=rows, starts=starts, cnt=cnt, n=n: lm.mixed(
-                              toks[:n], st, x, rows, starts, cnt, active=active[:n] * 0, advance=False)))
-    if dev.type == "cuda":  # the chunk as a CUDA graph (extend_static), counts 0 at capture as the engine does
-        for b, t in ((1, 16), (1, 320), (3, 384), (16, 384), (2, 3072)):  # history 1,000 + t fits 4,096
+        for n in (64, 100):  # the decode rows inactive (their state stays), the chunk's counts real
+            cases.append((f"mixed eager n={n} + {b}x{t}",
+                          lambda x=x, r=on_dev(rows), s0=on_dev(starts), c=on_dev(cnt), n=n: lm.mixed(
+                              toks[:n], st, active[:n] * 0, x, r, s0, c)))
+    if cuda:  # the chunk and the mixed pass as CUDA graphs, counts 0 at capture as the engine does
+        for b, t in ((1, 16), (3, 16), (1, 320), (3, 384), (16, 384), (2, 3072)):  # history 1,000 + t fits 4,096
             rows_t = torch.arange(101, 101 + b, device=dev)
             starts_t = torch.full((b,), hist, device=dev)
             counts_t = torch.zeros(b, dtype=torch.long, device=dev)
             x = chunk(b, t)
-            with torch.inference_mode():
-                s = torch.cuda.Stream(dev)
-                s.wait_stream(torch.cuda.current_stream(dev))
-                with torch.cuda.stream(s):
-                    for _ in range(2):
-                        lm.extend_static(x, st, rows_t, starts_t, counts_t)
-                torch.cuda.current_stream(dev).wait_stream(s)
-                gr = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(gr):
-                    lm.extend_static(x, st, rows_t, starts_t, counts_t)
+            gr = graph_of(lambda x=x, r=rows_t, s0=starts_t, c=counts_t: lm.extend_static(x, st, r, s0, c))
+            mix = {}
+            if b * t <= 1152:   # the agents' and the serving section's chunks beside 64 / 100 decode rows
+                idle = active * 0
+                for n in (64, 100):
+                    mix[n] = graph_of(lambda x=x, r=rows_t, s0=starts_t, c=counts_t, n=n: lm.mixed(
+                        toks[:n], st, idle[:n], x, r, s0, c))
             counts_t.fill_(t)
             cases.append((f"extend graph {b}x{t}", gr.replay))
             cases.append((f"extend_static eager {b}x{t}",
                           lambda x=x, r=rows_t, s0=starts_t, c=counts_t: lm.extend_static(x, st, r, s0, c)))
+            for n, mg in mix.items():   # the decode rows active: what a mixed engine step runs
+                cases.append((f"mixed graph n={n} + {b}x{t}", lambda mg=mg, n=n: (idle[:n].fill_(1), mg.replay())))
     with torch.inference_mode():
         for name, fn in cases:
             r = measure(fn, dev, reps=2 if args.small else 5)
