@@ -97,7 +97,7 @@ def _(v, weight, groups, eps):
     return torch.empty_like(v)
 
 
-def _kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+def kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
     """The switch and the device allow this module's kernels for x, and autograd records none of x and
     ``params`` (the kernels have no backward)."""
     if _mode == "off" or x.shape[-1] == 0:
@@ -122,7 +122,7 @@ def _weights(x: torch.Tensor, lin: nn.Module) -> tuple[torch.Tensor, torch.Tenso
     if lin.bias is not None or w.dtype not in _WEIGHT_DTYPES or x.dtype not in (torch.bfloat16, torch.float16,
                                                                                     torch.float32):
         return None
-    if not _kernels_ok(x, w) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
+    if not kernels_ok(x, w) or x.numel() // x.shape[-1] > min(FUSED_MAX_ROWS, GEMV_MAX_ROWS):
         return None
     return w, s
 
@@ -169,7 +169,7 @@ def _rows_ok(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module) -> bool:
     the norm's weight and the layer's weight (autograd records none of them)."""
     w = lin.weight_fp8 if isinstance(lin, FP8Linear) else lin.weight
     return x.dtype in (torch.bfloat16, torch.float16) and lin.weight.dtype == x.dtype \
-        and _kernels_ok(x, w, None if norm is None else norm.weight)
+        and kernels_ok(x, w, None if norm is None else norm.weight)
 
 
 def _rows_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: str | None = None,
@@ -217,13 +217,20 @@ def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: st
     return _decode_linear(x, ws[0], ws[1], None, g, eps, act or "", out_dtype or lin.weight.dtype)
 
 
+def group_normed(v: torch.Tensor, gnorm: nn.Module) -> torch.Tensor:
+    """``gnorm.normed(v)``: Mamba2's ``GatedRMSNorm`` of an already gated v (..., K), as one kernel where this
+    module's kernels run and v is 16-bit."""
+    if kernels_ok(v, gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16):
+        return _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps)
+    return gnorm.normed(v.float(), v.dtype)
+
+
 def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | None, gnorm: nn.Module | None = None
                     ) -> torch.Tensor:
     """``residual + lin(v)``, or ``residual + lin(gnorm.normed(v))`` with Mamba2's ``GatedRMSNorm`` (v already
     gated); without ``residual``, ``lin(...)`` alone. v (..., K), residual (..., N)."""
-    kernels = _kernels_ok(v, None if gnorm is None else gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16)
     if gnorm is not None:
-        v = _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps) if kernels else gnorm.normed(v.float(), v.dtype)
+        v = group_normed(v, gnorm)
     ws = _weights(v, lin)
     if ws is None:
         if _rows_ok(v, None, lin):
@@ -251,7 +258,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: 
     The split-over-keys kernel (holotron/kernels/attn_decode_triton.py, reading the filled slots only) where
     it runs (any batch; same switch as the linear ops), else ``F.scaled_dot_product_attention`` with the
     mask of those slots."""
-    ok = _kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
+    ok = kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
         and k.stride(-1) == 1 and v.stride(-1) == 1
     if not ok:
         mask = torch.arange(k.shape[2], device=k.device)[None, :] < n_keys[:, None]

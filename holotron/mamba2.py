@@ -24,6 +24,7 @@ together before the convolution, so the conv window is taken from real tokens).
 from __future__ import annotations
 
 import math
+import os
 import weakref
 
 import torch
@@ -31,11 +32,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import kernels
-from .decode_ops import linear_residual, norm_linear
+from .decode_ops import group_normed, kernels_ok, linear_residual, norm_linear
 from .layers import GatedRMSNorm
 from .state import MambaState, Positions
 
 __all__ = ["Mamba2Mixer", "mamba_step", "neg_A"]
+
+# HOLOTRON_FUSED_PREFILL=1: a chunk of tokens in 16 bits on CUDA takes the conv as one Triton kernel
+# (kernels.conv_seq), the gate inside the scan and the group norm as one kernel (decode_ops.group_normed): fewer
+# launches per Mamba layer. Off by default: measured eagerly on the H200 it was 1-2% faster on 8,000-token
+# chunks and slower on 16-token ones (host launch overhead, docs/benchmarks.md); not yet measured in the
+# engine's CUDA graphs, where the host's launches cost nothing.
+FUSED_PREFILL = os.environ.get("HOLOTRON_FUSED_PREFILL", "0") not in ("", "0", "off", "false")
 
 # id(A_log) -> (a weak reference to that very tensor, its (storage, device, version), -exp(A_log));
 # an entry leaves with its tensor (the weakref's callback), so a later tensor reusing the id never hits it
@@ -110,31 +118,24 @@ class Mamba2Mixer(nn.Module):
         )
 
     def _conv(self, xBC: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None,
-              pads_after: bool = False) -> torch.Tensor:
-        """silu(causal depthwise conv) over (B, T, conv_dim); reads and updates the window in ``state``.
-        ``pads_after``: every row's pads follow its tokens, which are then already in a row."""
+              pads_after: bool = False, fused: bool = False) -> torch.Tensor:
+        """silu(causal depthwise conv) over (B, T, conv_dim) (``kernels.conv_seq``: its Triton kernel when
+        ``fused``, else the PyTorch twin); reads and updates the window in ``state``. ``mask`` (B, T): False at
+        pads, which the conv reads as zeros and leaves out of the window; ``pads_after``: every row's pads follow
+        its tokens, else the real tokens are moved first (stable) and the outputs moved back, so the conv sees
+        each row's real tokens in a row."""
         b, t, c = xBC.shape
-        K = self.d_conv
-        xt = xBC.transpose(1, 2).to(self.conv1d.weight.dtype)           # (B, c, T)
-        order = None
-        if mask is not None and not pads_after:
-            # real tokens first (stable), pads after: the conv then sees each row's real tokens in a row
-            order = torch.sort((~mask).to(torch.uint8), dim=1, stable=True).indices  # (B, T)
-            xt = xt.gather(2, order[:, None, :].expand(b, c, t))
-        prev = state.conv[:, :, 1:] if state is not None else xt.new_zeros(b, c, K - 1)  # the last K-1 inputs
-        seq = torch.cat([prev, xt], dim=2)                                 # (B, c, K-1+T)
-        out = F.conv1d(seq, self.conv1d.weight, self.conv1d.bias, groups=c)  # (B, c, T)
-        if state is not None:
-            full = torch.cat([state.conv, xt], dim=2)                      # (B, c, K+T)
-            if mask is None:
-                state.conv.copy_(full[:, :, -K:])
-            else:  # the last K real inputs: positions r .. r+K-1 of `full`, r = real tokens in this call
-                r = mask.sum(1)
-                idx = r[:, None] + torch.arange(K, device=r.device)
-                state.conv.copy_(full.gather(2, idx[:, None, :].expand(b, c, K)))
+        order = counts = None
+        if mask is not None:
+            if not pads_after:
+                order = torch.sort((~mask).to(torch.uint8), dim=1, stable=True).indices  # (B, T)
+                xBC = xBC.gather(1, order[:, :, None].expand(b, t, c))
+            counts = mask.sum(1)
+        out = kernels.conv_seq(xBC, None if state is None else state.conv, self.conv1d.weight, self.conv1d.bias,
+                               counts, backend=None if fused else "naive")
         if order is not None:
-            out = torch.empty_like(out).scatter_(2, order[:, None, :].expand(b, c, t), out)
-        return F.silu(out).transpose(1, 2).to(xBC.dtype)                   # (B, T, c)
+            out = torch.empty_like(out).scatter_(1, order[:, :, None].expand(b, t, c), out)
+        return out
 
     def step(self, u: torch.Tensor, state: MambaState, where: Positions | None = None, norm: nn.Module | None = None
              ) -> torch.Tensor:
@@ -175,10 +176,11 @@ class Mamba2Mixer(nn.Module):
         -> the gated norm's output (B, T, d_inner); ``state`` (B rows) read and updated in place."""
         b, t, _ = zxbcdt.shape
         H, P, N, G = self.n_heads, self.head_dim, self.d_state, self.n_groups
+        # FUSED_PREFILL, inference in 16 bits: the conv's kernel, the gate inside the scan, the group norm's kernel
+        fused = FUSED_PREFILL and zxbcdt.dtype in (torch.bfloat16, torch.float16) \
+            and kernels_ok(zxbcdt, self.norm.weight, self.D)
         z, xBC, dt = zxbcdt.split([self.d_inner, self.conv_dim, H], dim=-1)
-        if mask is not None:
-            xBC = xBC * mask[..., None].to(xBC.dtype)
-        xBC = self._conv(xBC, state, mask, pads_after)
+        xBC = self._conv(xBC, state, mask, pads_after, fused)
         x, B, C = xBC.split([self.d_inner, G * N, G * N], dim=-1)
 
         dt = F.softplus(dt.float() + self.dt_bias.float())                 # (B, T, H) fp32
@@ -191,10 +193,13 @@ class Mamba2Mixer(nn.Module):
         A = neg_A(self.A_log)                                               # (H,) fp32
 
         y, final = kernels.ssd_scan(x.reshape(b, t, H, P), dt, A, B.reshape(b, t, G, N), C.reshape(b, t, G, N),
-                                    D=self.D, initial_state=None if state is None else state.ssm.float(),
+                                    D=self.D, z=z.reshape(b, t, H, P) if fused else None,
+                                    initial_state=None if state is None else state.ssm.float(),
                                     chunk_size=self.chunk_size)
         if state is not None:
             state.ssm.copy_(final)
+        if fused:
+            return group_normed(y.reshape(b, t, self.d_inner), self.norm)
         return self.norm(y.reshape(b, t, self.d_inner), z)
 
     def _chunk_static(self, zxbcdt: torch.Tensor, state: MambaState, where: Positions) -> torch.Tensor:

@@ -369,3 +369,81 @@ def test_rows_take_the_skinny_product_up_to_mm_rows(mm_rows, monkeypatch, row_ke
     assert row_kernel_calls.count("skinny_mm") == (2 if mm_rows >= 3 else 0)
     assert h1.shape == h0.shape and y1.dtype == y0.dtype == torch.bfloat16
     assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2
+
+
+@pytest.mark.parametrize("pads", ["none", "after", "anywhere"])
+def test_fused_mamba_prefill_is_as_accurate_as_the_plain_one(pads, monkeypatch):
+    _fused_prefill_check(pads, monkeypatch, d=64, heads=4, t=11)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pads", ["none", "after", "anywhere"])
+def test_gpu_fused_mamba_prefill(pads, monkeypatch):
+    """The same on the GPU at a larger mixer (12B-like head and group sizes) and a longer chunk."""
+    _fused_prefill_check(pads, monkeypatch, d=512, heads=16, t=300, head_dim=80, d_state=128, groups=2)
+
+
+def _fused_prefill_check(pads, monkeypatch, d, heads, t, head_dim=16, d_state=16, groups=2):
+    """A bf16 Mamba2 mixer's prefill with the kernels on (the conv as one Triton kernel over the token-major
+    chunk, the gate inside the scan, the group-norm kernel before out_proj) against its fp32 twin, next to
+    the plain bf16 prefill: no further from fp32 on the real tokens, the conv windows equal (the same bf16
+    inputs kept), the SSD states as close as the Triton scan's without the other kernels (the interpreter's
+    scan rounds a bf16 state differently from the chunked one); pads none, after each row's tokens, or
+    anywhere."""
+    from holotron import kernels
+    from holotron.kernels import conv_seq_triton
+    from holotron.mamba2 import Mamba2Mixer
+    from holotron.state import Positions
+
+    monkeypatch.setattr("holotron.mamba2.FUSED_PREFILL", True)   # HOLOTRON_FUSED_PREFILL=1
+    calls = []
+    real = conv_seq_triton.conv_seq_triton
+    monkeypatch.setattr(conv_seq_triton, "conv_seq_triton", lambda *a: calls.append(1) or real(*a))
+    g = torch.Generator().manual_seed(5)
+    m32 = Mamba2Mixer(d, n_heads=heads, head_dim=head_dim, d_state=d_state, n_groups=groups, chunk_size=8).to(DEV)
+    with torch.no_grad():
+        for p in m32.parameters():
+            p.copy_(torch.randn(p.shape, generator=g).to(DEV) * (0.3 if p.dim() > 1 else 0.5))
+        m32.A_log.copy_(torch.rand(heads, generator=g).to(DEV))
+        m32.norm.weight.add_(1.0)
+    m16 = copy.deepcopy(m32).to(torch.bfloat16)
+    for name in ("A_log", "D", "dt_bias"):
+        getattr(m16, name).data = getattr(m32, name).data.clone()
+    b = 3
+    u = torch.randn(b, t, d, generator=g).to(DEV)
+    mask = None
+    if pads == "after":
+        mask = torch.arange(t)[None, :] < torch.tensor([t, t * 2 // 3, 3])[:, None]
+    elif pads == "anywhere":
+        mask = torch.arange(t)[None, :] >= torch.tensor([0, t // 3, t - 3])[:, None]
+    where = None if mask is None else Positions(mask=mask.to(DEV), pads_after=pads == "after")
+    start = m32.new_state(b)
+    start.conv.copy_(torch.randn(start.conv.shape, generator=g).to(DEV))
+    start.ssm.copy_(torch.randn(start.ssm.shape, generator=g).to(DEV))
+    states = {}
+    # Triton's interpreter casts fp32 to bf16 by truncation, not to nearest (a GPU rounds to nearest): on the
+    # CPU the Triton conv's outputs are then further from exact than the PyTorch twin's (measured:
+    # holotron/kernels/README.md, "Numerics"), so there the plain Triton path takes the Triton conv too, and the
+    # states compare the scan's part alone; on a GPU the plain path keeps the PyTorch conv.
+    conv = Mamba2Mixer._conv
+    with torch.inference_mode():
+        for key, mod, mode, backend in (("ref", m32, "off", "chunked"), ("plain", m16, "off", "chunked"),
+                                        ("plain_triton", m16, "off", "triton"), ("fused", m16, "on", "triton")):
+            st = mod.new_state(b)
+            st.conv.copy_(start.conv)
+            st.ssm.copy_(start.ssm)
+            if key == "plain_triton" and DEV == "cpu":
+                monkeypatch.setattr(Mamba2Mixer, "_conv",
+                                    lambda self, x, st, m, after, fused: conv(self, x, st, m, after, True))
+            with fused_decode(mode), kernels.use_backend(backend):
+                states[key] = (mod(u.to(mod.in_proj.weight.dtype), st, where), st)
+            monkeypatch.setattr(Mamba2Mixer, "_conv", conv)
+    assert calls, "the Triton conv did not run"
+    keep = torch.ones(b, t, dtype=torch.bool) if mask is None else mask
+    want = states["ref"][0][keep.to(DEV)]
+    err = {k: _rel(states[k][0][keep.to(DEV)], want) for k in ("plain", "fused")}
+    assert states["fused"][0].dtype == torch.bfloat16
+    assert err["fused"] <= 1.25 * err["plain"] + 1e-3 and err["fused"] < 0.05, err
+    assert torch.equal(states["fused"][1].conv, states["plain"][1].conv)
+    ssm_err = {k: _rel(states[k][1].ssm, states["ref"][1].ssm) for k in ("plain", "plain_triton", "fused")}
+    assert ssm_err["fused"] <= 1.25 * ssm_err["plain_triton"] + 1e-3 and ssm_err["fused"] < 0.05, ssm_err

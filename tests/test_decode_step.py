@@ -82,6 +82,48 @@ def test_conv_step_triton_equals_naive(K, c, bias, dtype):
     torch.testing.assert_close(y1, y2, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("b,t,c,K", [(3, 7, 40, 4), (2, 33, 300, 3), (2, 1, 20, 4)])
+@pytest.mark.parametrize("counts", [None, "short"])
+@pytest.mark.parametrize("window", [True, False])
+def test_conv_seq_triton_equals_naive(dtype, b, t, c, K, counts, window):
+    """The prefill conv: x a strided slice (as in_proj's output), the window in front of it, pads read as zeros
+    and left out of the window; the Triton kernel against the PyTorch twin: windows equal, outputs within
+    rounding."""
+    g = torch.Generator().manual_seed(b * t + c)
+    x = torch.randn(b, t, c + 9, generator=g).to(DEV, dtype)[:, :, 3:3 + c]
+    w = torch.randn(c, 1, K, generator=g).to(DEV, dtype)
+    bias = torch.randn(c, generator=g).to(DEV, dtype)
+    n = None if counts is None else torch.tensor([t, max(t - 3, 0), 1][:b], device=DEV)
+    conv = torch.randn(b, c, K, generator=g).to(DEV, dtype)
+    c1, c2 = (conv.clone(), conv.clone()) if window else (None, None)
+    y1 = kernels.conv_seq(x, c1, w, bias, n, backend="triton")
+    y2 = kernels.conv_seq(x, c2, w, bias, n, backend="naive")
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(y1, y2, rtol=tol, atol=tol)
+    if window:
+        assert torch.equal(c1, c2)
+        last = t if n is None else int(n[0])
+        if last >= K:  # row 0's window: its last K real inputs
+            assert torch.equal(c1[0], x[0, last - K:last].T.to(dtype))
+
+
+def test_conv_seq_checks_its_arguments():
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match=r"conv must have shape \(batch=2, channels=8, K=4\)"):
+        kernels.conv_seq(x, torch.zeros(2, 8, 3), torch.randn(8, 4))
+    with pytest.raises(ValueError, match="counts must be an integer tensor"):
+        kernels.conv_seq(x, None, torch.randn(8, 4), counts=torch.ones(2))
+    with pytest.raises(ValueError, match=r"weight must have shape \(channels=8, K\)"):
+        kernels.conv_seq(x, None, torch.randn(7, 4))
+    w = torch.randn(8, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="has no backward"):
+        kernels.conv_seq(x, None, w, backend="triton")
+    y = kernels.conv_seq(x, None, w)  # autograd: the PyTorch twin
+    y.sum().backward()
+    assert w.grad is not None
+
+
 def test_conv_step_equals_the_prefill_conv(model):
     """The decode conv continues the prefill's causal conv: the Mixer's forward over T tokens in one call
     equals one call of T-1 then a step."""

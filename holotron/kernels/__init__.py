@@ -30,7 +30,7 @@ import os
 
 import torch
 
-__all__ = ["ssd_scan", "ssd_step", "conv_step", "available_backends", "use_backend", "BACKENDS"]
+__all__ = ["ssd_scan", "ssd_step", "conv_step", "conv_seq", "available_backends", "use_backend", "BACKENDS"]
 
 BACKENDS = ("naive", "chunked", "triton")
 
@@ -286,3 +286,34 @@ def conv_step(conv, x, weight, bias=None, backend=None, active=None):
         return conv_step_triton(conv, x, weight.contiguous(), bias, active)
     from .conv_naive import conv_step_naive
     return conv_step_naive(conv, x, weight, bias, active)
+
+
+def conv_seq(x, conv, weight, bias=None, counts=None, backend=None):
+    """Mamba2's causal depthwise conv over a chunk of tokens: x (batch, T, channels) token-major (a strided
+    slice is fine: unit stride over channels); ``conv`` (batch, channels, K) the last K inputs before x, oldest
+    first (its last K - 1 enter the conv), set in place to the last K real inputs; None: zeros before x,
+    nothing kept. ``counts`` (batch,) integer: row i's first counts[i] tokens are real, the rest pads, read as
+    zeros (None: all). Returns silu(causal conv + bias) (batch, T, channels) in x's dtype. weight (channels, K)
+    or (channels, 1, K). Naive twin (and the path when autograd records any input):
+    ``conv_seq_naive`` in ``holotron/kernels/conv_naive.py``; Triton: ``holotron/kernels/conv_seq_triton.py``."""
+    _expect(x.dim() == 3, f"x must have shape (batch, T, channels), got {_shape(x)}")
+    b, t, c = x.shape
+    weight = weight.reshape(weight.shape[0], -1)
+    K = weight.shape[1]
+    _expect(weight.shape[0] == c and K >= 1, f"weight must have shape (channels={c}, K), got {_shape(weight)}")
+    _expect(conv is None or tuple(conv.shape) == (b, c, K),
+            f"conv must have shape (batch={b}, channels={c}, K={K}), got {_shape(conv) if conv is not None else None}")
+    _expect(bias is None or tuple(bias.shape) == (c,), f"bias must have shape (channels={c},), got "
+            f"{_shape(bias) if bias is not None else None}")
+    _expect(counts is None or (tuple(counts.shape) == (b,) and not counts.is_floating_point()),
+            f"counts must be an integer tensor of shape (batch={b},), got "
+            f"{(counts.dtype, _shape(counts)) if counts is not None else None}")
+    grad = torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in (x, weight, bias))
+    name = "naive" if grad and backend is None else _pick(backend, x.device, "conv_seq", "naive")
+    _expect(not (grad and name == "triton"), "conv_seq: backend='triton' has no backward; an input requires grad "
+                                            "(use backend=None or 'naive', or torch.no_grad())")
+    if name == "triton" and (conv is None or conv.stride(-1) == 1):  # the window is updated in place
+        from .conv_seq_triton import conv_seq_triton
+        return conv_seq_triton(x if x.stride(-1) == 1 else x.contiguous(), conv, weight.contiguous(), bias, counts)
+    from .conv_naive import conv_seq_naive
+    return conv_seq_naive(x, conv, weight, bias, counts)

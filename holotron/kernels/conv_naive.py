@@ -1,12 +1,37 @@
-"""The PyTorch twin of the conv-window decode step (``conv_step`` in ``holotron/kernels/__init__.py``;
-the Triton kernel is ``holotron/kernels/conv_step_triton.py``), the ground truth it is tested against."""
+"""The PyTorch twins of Mamba2's causal depthwise conv: over a sequence (``conv_seq`` in
+``holotron/kernels/__init__.py``; Triton: ``holotron/kernels/conv_seq_triton.py``) and for one decode token
+(``conv_step``; Triton: ``holotron/kernels/conv_step_triton.py``): the ground truth the kernels are tested
+against, and the path of training (autograd) and of the CPU."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["conv_step_naive"]
+__all__ = ["conv_seq_naive", "conv_step_naive"]
+
+
+def conv_seq_naive(x: torch.Tensor, conv: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
+                   counts: torch.Tensor | None = None) -> torch.Tensor:
+    """x (b, T, c) token-major; ``conv`` (b, c, K): the last K inputs before x (its last K - 1 enter the
+    conv), updated in place to the last K real inputs; None: zeros before x, nothing kept. ``counts`` (b,):
+    row i's real tokens are its first counts[i], the rest are pads, read as zeros (None: all T). Returns
+    silu(causal depthwise conv(x) + bias) (b, T, c) in x's dtype, the conv in weight's dtype. weight (c, K)."""
+    b, t, c = x.shape
+    K = weight.shape[-1]
+    xt = x.transpose(1, 2).to(weight.dtype)                            # (b, c, T)
+    if counts is not None:
+        xt = xt * (torch.arange(t, device=x.device)[None, :] < counts[:, None]).to(xt.dtype)[:, None, :]
+    prev = conv[:, :, 1:] if conv is not None else xt.new_zeros(b, c, K - 1)
+    out = F.conv1d(torch.cat([prev, xt], dim=2), weight.reshape(c, 1, K), bias, groups=c)  # (b, c, T)
+    if conv is not None:
+        full = torch.cat([conv, xt.to(conv.dtype)], dim=2)             # (b, c, K + T)
+        if counts is None:
+            conv.copy_(full[:, :, -K:])
+        else:  # the last K real inputs: positions r .. r + K - 1 of `full`, r = the row's real tokens
+            idx = counts[:, None] + torch.arange(K, device=x.device)
+            conv.copy_(full.gather(2, idx[:, None, :].expand(b, c, K)))
+    return F.silu(out).transpose(1, 2).to(x.dtype)
 
 
 def conv_step_naive(conv: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
