@@ -39,10 +39,10 @@ from .state import MambaState, Positions
 __all__ = ["Mamba2Mixer", "mamba_step", "neg_A"]
 
 # HOLOTRON_FUSED_PREFILL=1: a chunk of tokens in 16 bits on CUDA takes the conv as one Triton kernel
-# (kernels.conv_seq), the gate inside the scan and the group norm as one kernel (decode_ops.group_normed): fewer
-# launches per Mamba layer. Off by default: measured eagerly on the H200 it was 1-2% faster on 8,000-token
-# chunks and slower on 16-token ones (host launch overhead, docs/benchmarks.md); not yet measured in the
-# engine's CUDA graphs, where the host's launches cost nothing.
+# (kernels.conv_seq), dt's bias and softplus and the gate inside the scan, and the group norm as one kernel
+# (decode_ops.group_normed): fewer launches per Mamba layer. Off by default: measured eagerly on the H200 (conv,
+# gate and norm) it was 1-2% faster on 8,000-token chunks and slower on 16-token ones (host launch overhead,
+# docs/benchmarks.md); not yet measured in the engine's CUDA graphs, where the host's launches cost nothing.
 FUSED_PREFILL = os.environ.get("HOLOTRON_FUSED_PREFILL", "0") not in ("", "0", "off", "false")
 
 # id(A_log) -> (a weak reference to that very tensor, its (storage, device, version), -exp(A_log));
@@ -182,20 +182,24 @@ class Mamba2Mixer(nn.Module):
         z, xBC, dt = zxbcdt.split([self.d_inner, self.conv_dim, H], dim=-1)
         xBC = self._conv(xBC, state, mask, pads_after, fused)
         x, B, C = xBC.split([self.d_inner, G * N, G * N], dim=-1)
-
-        dt = F.softplus(dt.float() + self.dt_bias.float())                 # (B, T, H) fp32
         lo, hi = self.dt_limit
-        if lo > 0.0 or hi < math.inf:
-            dt = dt.clamp(lo, hi)
-        if mask is not None:
-            dt = dt * mask[..., None]
-            x = x * mask[..., None].to(x.dtype)
+        dt_kw = {}
+        if fused and lo == 0.0:  # dt_bias and softplus inside the scan; a pad's dt is -inf there: softplus 0
+            dt = dt if mask is None else dt.masked_fill(~mask[..., None], float("-inf"))
+            dt_kw = dict(dt_bias=self.dt_bias, dt_softplus=True, dt_limit=(lo, hi))
+        else:
+            dt = F.softplus(dt.float() + self.dt_bias.float())             # (B, T, H) fp32
+            if lo > 0.0 or hi < math.inf:
+                dt = dt.clamp(lo, hi)
+            if mask is not None:
+                dt = dt * mask[..., None]
+                x = x * mask[..., None].to(x.dtype)
         A = neg_A(self.A_log)                                               # (H,) fp32
 
         y, final = kernels.ssd_scan(x.reshape(b, t, H, P), dt, A, B.reshape(b, t, G, N), C.reshape(b, t, G, N),
                                     D=self.D, z=z.reshape(b, t, H, P) if fused else None,
                                     initial_state=None if state is None else state.ssm.float(),
-                                    chunk_size=self.chunk_size)
+                                    chunk_size=self.chunk_size, **dt_kw)
         if state is not None:
             state.ssm.copy_(final)
         if fused:
