@@ -74,6 +74,7 @@ from bench_serving import SMALL, Clock, attention_config, build, free_cuda, is_o
 from bench_vision import randomize  # noqa: E402
 from timing import times_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
+from holotron import mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
@@ -529,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "bench_agents", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__, "python": platform.python_version(),
+        "fused_prefill": mamba2.FUSED_PREFILL,  # HOLOTRON_FUSED_PREFILL
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
         "overlap": args.overlap, "mixed": args.mixed, "prefill_graphs": args.prefill_graphs,

@@ -5,6 +5,9 @@
 #   bash dev/probes/agents_gpu.sh graphs    # GPU tests, pass_cost.py, serving A/B, 100 agents (prefill graphs)
 #   bash dev/probes/agents_gpu.sh onetile   # GPU tests, 100 agents one-tile, both models (all graphs)
 #   bash dev/probes/agents_gpu.sh twelve    # twelve-tile at 32 and 100 agents, both models
+#   bash dev/probes/agents_gpu.sh mixed     # GPU tests; pass_cost.py (mixed graphs) with the fused prefill off / on
+#   bash dev/probes/agents_gpu.sh serving   # the serving section's variants, fused prefill off / on
+#   bash dev/probes/agents_gpu.sh agents    # 100 agents one-tile, hybrid: mixed graphs on / off (fused prefill on)
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -50,4 +53,28 @@ if [ "$phase" = twelve ]; then
   timeout 300 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models hybrid,attention \
     --budget 290 --no-plot --out "$OUT/tw100" 2>&1 | tail -5
   cp "$OUT/tw100/bench_agents.json" "$OUT/agents-twelve-100.json"; rm -rf "$OUT/tw32" "$OUT/tw100"
+fi
+if [ "$phase" = mixed ]; then
+  timeout 200 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py tests/test_attn_chunk.py \
+    tests/test_decode_ops.py tests/test_decode_step.py 2>&1 | tail -4
+  for f in 0 1; do
+    HOLOTRON_FUSED_PREFILL=$f timeout 190 python3 dev/probes/pass_cost.py --out "$OUT/pc$f" 2>&1 \
+      | grep -E "graph|n=100 " | head -30
+    cp "$OUT/pc$f/pass_cost.json" "$OUT/pass-cost-fused$f.json"; rm -rf "$OUT/pc$f"
+  done
+fi
+if [ "$phase" = serving ]; then
+  for f in 0 1; do
+    HOLOTRON_FUSED_PREFILL=$f timeout 280 python3 benchmarks/bench_serving.py --serving-only --out "$OUT/s$f" \
+      > "$OUT/serving-fused$f.log" 2>&1
+    grep -E '"(tokens_per_s|steps|mixed|step_prompt_max|ssm_dtype)"' "$OUT/serving-fused$f.log"
+    cp "$OUT/s$f/bench_serving.json" "$OUT/serving-fused$f.json"; rm -rf "$OUT/s$f"
+  done
+fi
+if [ "$phase" = agents ]; then
+  for m in on off; do
+    HOLOTRON_FUSED_PREFILL=1 timeout 280 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
+      --models hybrid --mixed $m --budget 270 --no-plot --out "$OUT/a$m" 2>&1 | tail -4
+    cp "$OUT/a$m/bench_agents.json" "$OUT/agents-mixed-$m.json"; rm -rf "$OUT/a$m"
+  done
 fi

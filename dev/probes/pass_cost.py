@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 from bench_serving import SMALL, build  # noqa: E402
 
+from holotron import mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
 from holotron.state import DecodeState  # noqa: E402
 
@@ -84,6 +85,7 @@ def main() -> int:
     toks = torch.randint(0, cfg.vocab_size, (R,), device=dev, generator=g)
     active = torch.ones(R, dtype=torch.long, device=dev)
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "torch": torch.__version__,
+                 "fused_prefill": mamba2.FUSED_PREFILL,
                  "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cases": []}
 
     def reset():
