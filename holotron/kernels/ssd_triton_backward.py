@@ -81,9 +81,11 @@ from .ssd_triton_common import (
 # a group per program of the dx kernel (a divisor of the heads per group; they share C B^T); warps of the dx
 # and dB / dC kernels, pipeline stages of their loops over heads and of the state pass; tma:
 # tiles of the dx and dB / dC kernels through tensor descriptors (TMA on Hopper) where addresses and strides
-# are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers).
+# are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers); P_LOOP: the dx
+# kernel as one program per (chunk, head) walking the headdim blocks (C B^T and the decays once per head, ddt
+# whole; HEADS must be 1), else one program per (chunk, head, headdim block) (None / False; not yet timed).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
-                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None)
+                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None)
 
 # The compiled kernels of the last launch ("dstates", "state", "dbc", "dx"), for the benchmark's register counts.
 LAST_KERNEL = {}
@@ -226,6 +228,9 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             raise ValueError(f"BWD_CONFIG[{key!r}] must be a power of two >= {_DOT_MIN}, got {v}")
     if hpp < 1 or (h // g) % hpp:
         raise ValueError(f"BWD_CONFIG['HEADS'] must divide the heads per group ({h // g}), got {hpp}")
+    ploop = bool(cfg.get("P_LOOP"))
+    if ploop and hpp != 1:
+        raise ValueError(f"BWD_CONFIG['P_LOOP'] needs BWD_CONFIG['HEADS'] 1, got {hpp}")
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
@@ -252,12 +257,13 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     LAST_KERNEL["tma"] = bool(tma)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
     n_pb, n_nb = triton.cdiv(p, bp), triton.cdiv(n, bn)
+    n_sh = 1 if ploop else n_pb  # the dx kernel's shares of ddt and dA per (token or chunk, head)
     n_blk = triton.cdiv(p * n, STATE_BLOCK)
     dssp = empty(n_rows, h, n_blk, dtype=torch.float32, device=dev)  # the blocks' shares of sum(dS * S)
     vp = empty(n_tok, h, n_nb, dtype=torch.float32, device=dev)  # the dstate blocks' shares of a ddt term
-    ddtp = empty(n_tok, h, n_pb, dtype=torch.float32, device=dev)  # the headdim blocks' shares of ddt
+    ddtp = empty(n_tok, h, n_sh, dtype=torch.float32, device=dev)  # the headdim blocks' shares of ddt
     # per chunk row: rows past the last sequence's chunks stay zero
-    dAp = torch.zeros(n_rows, h, n_pb, dtype=torch.float32, device=dev)
+    dAp = torch.zeros(n_rows, h, n_sh, dtype=torch.float32, device=dev)
     dDp = torch.zeros(n_rows, h, p, dtype=torch.float32, device=dev) if D is not None else None
     dbp = min(_p2(p), DSTATES_BP)
     try:
@@ -279,19 +285,19 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             dC.stride(1), Q=Q, QP=QP, PP=PP, NB=bn, OPS=ops, TMA=bool(tma), NS=int(cfg["stages_dbc"]),
             num_warps=int(cfg["warps_dbc"]),
         )
-        LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_pb)](
+        LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_sh)](
             xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,
             dx, ddtp, dAp, dDp if dDp is not None else A32, n_seq, h, p, n, h // g, n_rows, n_pb, n_nb, n_blk,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
             HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, Q=Q, QP=QP, BP=bp, NP=NP,
             NNB=triton.next_power_of_2(n_nb), NBLK=triton.next_power_of_2(n_blk), OPS=ops, TMA=bool(tma), HPP=hpp,
-            NS=int(cfg["stages_dx"]), num_warps=int(cfg["warps_dx"]),
+            NS=int(cfg["stages_dx"]), P_LOOP=ploop, NPB=n_pb, num_warps=int(cfg["warps_dx"]),
         )
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
                          f"this GPU ({e}); use bf16 / fp16 inputs or backend='chunked'") from None
-    ddt = ddtp[..., 0] if n_pb == 1 else ddtp.sum(-1)
+    ddt = ddtp[..., 0] if n_sh == 1 else ddtp.sum(-1)
     dA = dAp.sum((0, 2))
     dD = None
     if D is not None:
