@@ -353,13 +353,14 @@ def test_dispatch(monkeypatch):
 
 @pytest.mark.parametrize("cfg", [dict(chunk_size=3), dict(BLOCK_P=16), dict(BLOCK_N=16), dict(BLOCK_P=16, chunk_size=3),
                                  dict(warps_dx=2, warps_dbc=2, stages_state=1, stages_dbc=1),
-                                 dict(P_LOOP=True, BLOCK_P=16), dict(P_LOOP=True)],
+                                 dict(P_LOOP=True, BLOCK_P=16), dict(P_LOOP=True), dict(BLOCK_PK=16),
+                                 dict(BLOCK_PK=16, BLOCK_N=16, P_LOOP=True)],
                          ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_bwd_config(monkeypatch, cfg):
     """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the reverse pass (their
     shares of ddt and dA added), several dstate blocks in the dB / dC kernel, other warps and stages, the dx
-    kernel walking the headdim blocks of a head (P_LOOP; 40 columns: three blocks of 16, or two of 32): the same
-    gradients."""
+    kernel walking the headdim blocks of a head (P_LOOP; 40 columns: three blocks of 16, or two of 32), the dB / dC
+    kernel's products over the headdim in blocks (BLOCK_PK; three of 16 for 40): the same gradients."""
     from holotron.kernels import ssd_triton_backward
 
     for k, v in cfg.items():
@@ -401,6 +402,14 @@ def test_bwd_config_bad_block(monkeypatch):
 
     monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "BLOCK_P", 24)
     with pytest.raises(ValueError, match="BLOCK_P"):
+        check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
+
+
+def test_bwd_config_bad_pk(monkeypatch):
+    from holotron.kernels import ssd_triton_backward
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "BLOCK_PK", 20)
+    with pytest.raises(ValueError, match=r"BLOCK_PK.*power of two >= 16, got 20"):
         check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
 
 

@@ -83,9 +83,11 @@ from .ssd_triton_common import (
 # tiles of the dx and dB / dC kernels through tensor descriptors (TMA on Hopper) where addresses and strides
 # are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers); P_LOOP: the dx
 # kernel as one program per (chunk, head) walking the headdim blocks (C B^T and the decays once per head, ddt
-# whole; HEADS must be 1), else one program per (chunk, head, headdim block) (None / False; not yet timed).
+# whole; HEADS must be 1), else one program per (chunk, head, headdim block) (None / False; not yet timed);
+# BLOCK_PK: the dB / dC kernel's products over the headdim in blocks of this many columns (a power of two >= 16;
+# None: one block of the headdim padded to a power of two, 128 for 80; not yet timed).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
-                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None)
+                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None)
 
 # The compiled kernels of the last launch ("dstates", "state", "dbc", "dx"), for the benchmark's register counts.
 LAST_KERNEL = {}
@@ -228,6 +230,9 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             raise ValueError(f"BWD_CONFIG[{key!r}] must be a power of two >= {_DOT_MIN}, got {v}")
     if hpp < 1 or (h // g) % hpp:
         raise ValueError(f"BWD_CONFIG['HEADS'] must divide the heads per group ({h // g}), got {hpp}")
+    pk = _p2(p) if not cfg.get("BLOCK_PK") else int(cfg["BLOCK_PK"])
+    if pk < _DOT_MIN or pk & (pk - 1):
+        raise ValueError(f"BWD_CONFIG['BLOCK_PK'] must be a power of two >= {_DOT_MIN}, got {pk}")
     ploop = bool(cfg.get("P_LOOP"))
     if ploop and hpp != 1:
         raise ValueError(f"BWD_CONFIG['P_LOOP'] needs BWD_CONFIG['HEADS'] 1, got {hpp}")
@@ -283,7 +288,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dB.stride(0), dB.stride(1), dC.stride(0),
             dC.stride(1), Q=Q, QP=QP, PP=PP, NB=bn, OPS=ops, TMA=bool(tma), NS=int(cfg["stages_dbc"]),
-            num_warps=int(cfg["warps_dbc"]),
+            PK=pk, NPK=triton.cdiv(p, pk), num_warps=int(cfg["warps_dbc"]),
         )
         LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_sh)](
             xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,

@@ -28,7 +28,7 @@ def _dbc_chunk(
     vp_ptr, H, P, N, HPG, n_rows, n_nb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g,
     Q: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    NS: tl.constexpr,
+    NS: tl.constexpr, PK: tl.constexpr, NPK: tl.constexpr,
 ):
     """dB and dC of chunk k (of sequence s) for group g, dstate columns nb * NB .. (see _bwd_dbc)."""
     LOG2E: tl.constexpr = 1.4426950408889634
@@ -46,8 +46,8 @@ def _dbc_chunk(
     cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g + n0, n_end, N - n0, s_c_t, QP, NB, TMA)
     Bm = _tile(bd, r0, n_end, N - n0, s_b_t, QP, NB, TMA, True)
     Cm = _tile(cd, r0, n_end, N - n0, s_c_t, QP, NB, TMA, True)
-    sd = _sdesc(st_ptr, n_rows * H, P, N, PP, NB, TMA)
-    dsd = _sdesc(dst_ptr, n_rows * H, P, N, PP, NB, TMA)
+    sd = _sdesc(st_ptr, n_rows * H, P, N, PK, NB, TMA)
+    dsd = _sdesc(dst_ptr, n_rows * H, P, N, PK, NB, TMA)
     dGs = tl.zeros((QP, QP), dtype=tl.float32)
     accB = tl.zeros((QP, NB), dtype=tl.float32)
     accC = tl.zeros((QP, NB), dtype=tl.float32)
@@ -63,21 +63,29 @@ def _dbc_chunk(
         w = tl.where(mq, dt * tl.exp2(cL - cs), 0.0)
         # exp only where t >= s: above the diagonal cs_t - cs_s > 0 could overflow
         Lm = tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))
-        xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h, n_end, P, s_x_t, QP, PP, TMA)
-        dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h, n_end, P, s_dy_t, QP, PP, TMA)
-        x = _tile(xd, r0, n_end, P, s_x_t, QP, PP, TMA, True)
-        dy = _tile(dyd, r0, n_end, P, s_dy_t, QP, PP, TMA, True)
         mat = k * H + h
-        S = _sload(sd, mat, 0, n0, P, N, PP, NB, TMA)  # (p, n block): the state entering the chunk
-        dS = _sload(dsd, mat, 0, n0, P, N, PP, NB, TMA)  # the gradient of the state leaving it
-        dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)
+        # the three products over the headdim, in NPK blocks of PK columns (one of PP: the padded headdim)
+        dW = tl.zeros((QP, QP), dtype=tl.float32)   # dy x^T
+        dyS = tl.zeros((QP, NB), dtype=tl.float32)  # dy S, S (p, n block) the state entering the chunk
+        xdS = tl.zeros((QP, NB), dtype=tl.float32)  # x dS, dS the gradient of the state leaving it
+        for pk in tl.static_range(NPK):
+            p0 = pk * PK
+            xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, PK, TMA)
+            dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_end, P - p0, s_dy_t, QP, PK, TMA)
+            x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, PK, TMA, True)
+            dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, PK, TMA, True)
+            S = _sload(sd, mat, p0, n0, P, N, PK, NB, TMA)
+            dS = _sload(dsd, mat, p0, n0, P, N, PK, NB, TMA)
+            dW += _mm(dy, tl.trans(x), x, OPS)
+            dyS += _mm(dy, S, x, OPS)
+            xdS += _mm(x, dS, x, OPS)
+        dWm = tl.where(causal, dW, 0.0)
         dGs += dWm * dt[None, :] * Lm
-        dyS = _mm(dy, S, x, OPS)  # (Q, n block)
         accC += ecs[:, None] * dyS
         # rowsum(dy * exp(cs) (C S^T)) = exp(cs) rowsum(C * (dy S)), this block's share: a term of ddt's dcs
         tl.store(vp_ptr + ((ts64 + r0 + q) * H + h) * n_nb + nb, ecs * tl.sum(Cm.to(tl.float32) * dyS, axis=1),
                  mask=mq)
-        accB += w[:, None] * _mm(x, dS, x, OPS)
+        accB += w[:, None] * xdS
     dC = accC + _mm(dGs, Bm, Bm, OPS)
     dB = accB + _mm(tl.trans(dGs), Cm, Bm, OPS)
     dbd = _desc(dB_ptr + ts64 * s_db_t + g * s_db_g + n0, n_end, N - n0, s_db_t, QP, NB, TMA)
@@ -92,12 +100,13 @@ def _bwd_dbc(
     vp_ptr, n_seq, H, P, N, HPG, n_rows, n_nb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g,
     Q: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    NS: tl.constexpr,
+    NS: tl.constexpr, PK: tl.constexpr, NPK: tl.constexpr,
 ):
     """One program per (chunk row, group, block of NB dstate columns); rows past the last sequence's chunks
     do nothing. Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none). Also
     writes vp[token, h, nb], its block's share of exp(cs) rowsum(C * (dy S)) (a term of ddt, for _bwd_dx).
-    Tiles are read through descriptors of the sequence's rows up to the chunk's end (zeros past it)."""
+    Tiles are read through descriptors of the sequence's rows up to the chunk's end (zeros past it). The
+    products over the headdim take it in NPK blocks of PK columns (one block of PP: the padded headdim)."""
     k = tl.program_id(0)
     g = tl.program_id(1)
     nb = tl.program_id(2)
@@ -105,7 +114,8 @@ def _bwd_dbc(
     if s < n_seq:
         _dbc_chunk(k, s, g, nb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr,
                    dB_ptr, dC_ptr, vp_ptr, H, P, N, HPG, n_rows, n_nb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
-                   s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g, Q, QP, PP, NB, OPS, TMA, NS)
+                   s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g, Q, QP, PP, NB, OPS, TMA, NS,
+                   PK, NPK)
 
 
 @triton.jit
