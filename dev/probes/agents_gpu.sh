@@ -7,7 +7,8 @@
 #   bash dev/probes/agents_gpu.sh twelve    # twelve-tile at 32 and 100 agents, both models
 #   bash dev/probes/agents_gpu.sh mixed     # GPU tests; pass_cost.py (mixed graphs) with the fused prefill off / on
 #   bash dev/probes/agents_gpu.sh serving   # the serving section's variants, fused prefill off / on
-#   bash dev/probes/agents_gpu.sh agents    # 100 agents one-tile, hybrid: mixed graphs on / off (fused prefill on)
+#   bash dev/probes/agents_gpu.sh agents    # 100 agents one-tile, hybrid, fused prefill on: mixed graphs with 8,192 /
+#                                           # 1,024 / 512 prefill tokens a step, then separate steps
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -71,10 +72,11 @@ if [ "$phase" = serving ]; then
     cp "$OUT/s$f/bench_serving.json" "$OUT/serving-fused$f.json"; rm -rf "$OUT/s$f"
   done
 fi
-if [ "$phase" = agents ]; then
-  for m in on off; do
-    HOLOTRON_FUSED_PREFILL=1 timeout 280 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
-      --models hybrid --mixed $m --budget 270 --no-plot --out "$OUT/a$m" 2>&1 | tail -4
-    cp "$OUT/a$m/bench_agents.json" "$OUT/agents-mixed-$m.json"; rm -rf "$OUT/a$m"
+if [ "$phase" = agents ]; then   # mixed graphs at three prefill budgets per step, then separate steps (8,192)
+  for cfg in "on 8192" "on 1024" "on 512" "off 8192"; do
+    set -- $cfg
+    HOLOTRON_FUSED_PREFILL=1 timeout 140 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
+      --models hybrid --mixed $1 --prefill-tokens $2 --budget 130 --no-plot --out "$OUT/a$1$2" 2>&1 | tail -3
+    cp "$OUT/a$1$2/bench_agents.json" "$OUT/agents-mixed-$1-$2.json"; rm -rf "$OUT/a$1$2"
   done
 fi
