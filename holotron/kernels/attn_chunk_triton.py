@@ -11,8 +11,8 @@ graph whatever the rows' lengths.
 Query t of row i (t < counts[i]) attends to slots [0, starts[i] + t] of cache row rows[i] (causal, aligned
 to the end of the row's cache); pads (t >= counts[i]) give zeros. Query head h reads KV head h // (Hq / Hkv).
 One program per (block of BLOCK_M queries, row, query head): the keys in blocks of BLOCK_N, online softmax
-in fp32, bf16 / fp16 operands into fp32 accumulators (fp32 inputs: IEEE fp32 products). Scale 1 / sqrt(hd),
-as ``F.scaled_dot_product_attention``. No host sync.
+in fp32 (``attn_block_triton.py``), bf16 / fp16 operands into fp32 accumulators (fp32 inputs: IEEE fp32
+products). Scale 1 / sqrt(hd), as ``F.scaled_dot_product_attention``. No host sync.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import math
 import torch
 import triton
 import triton.language as tl
+
+from .attn_block_triton import online_softmax_block
 
 BLOCK_M, BLOCK_N = 64, 64
 
@@ -58,24 +60,8 @@ def _chunk_attn(q_ptr, k_ptr, v_ptr, o_ptr, rows_ptr, starts_ptr, counts_ptr, T,
     for n0 in range(0, end, BLOCK_N):
         ns = n0 + tl.arange(0, BLOCK_N)
         mn = ns < end
-        k = tl.load(kbase + ns[:, None] * s_kl + ds[None, :], mask=mn[:, None] & md[None, :], other=0.0)
-        if F32:
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
-        else:
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                      # (BLOCK_M, BLOCK_N)
-        s = tl.where(mn[None, :] & (ns[None, :] <= pos[:, None]), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a pad query sees no key
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(vbase + ns[:, None] * s_vl + ds[None, :], mask=mn[:, None] & md[None, :], other=0.0)
-        if F32:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v).to(tl.float32)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_block(q, kbase, vbase, ns, mn, mn[None, :] & (ns[None, :] <= pos[:, None]),
+                                             ds, md, s_kl, s_vl, scale, m_i, l_i, acc, F32)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     out = tl.where(mt[:, None], out, 0.0)
     tl.store(obase + ts[:, None] * s_ot + ds[None, :], out.to(o_ptr.dtype.element_ty),

@@ -7,16 +7,18 @@ holotron/decode_ops.py's ``decode_attention``).
 
 Pass 1, one program per (row, KV head, chunk of CHUNK slots): the r queries (padded to 16 rows for
 ``tl.dot``; bf16 / fp16 operands, fp32 accumulation) against the chunk's keys in blocks of BLOCK_L, online
-softmax in fp32, partial output, running max and sum stored in fp32. Chunks at or past n_keys only store
-an empty partial, so the keys read are the filled slots, not the cache's capacity. Pass 2, one program per
-(row, KV head): the partials rescaled to the largest max and summed. Scale 1 / sqrt(hd), as
-``F.scaled_dot_product_attention``. No host sync (CUDA-graph safe)."""
+softmax in fp32 (``attn_block_triton.py``), partial output, running max and sum stored in fp32. Chunks at or
+past n_keys only store an empty partial, so the keys read are the filled slots, not the cache's capacity.
+Pass 2, one program per (row, KV head): the partials rescaled to the largest max and summed. Scale
+1 / sqrt(hd), as ``F.scaled_dot_product_attention``. No host sync (CUDA-graph safe)."""
 
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
+
+from .attn_block_triton import online_softmax_block
 
 CHUNK, BLOCK_L = 256, 64
 
@@ -45,23 +47,8 @@ def _attn_chunk(q_ptr, k_ptr, v_ptr, n_ptr, o_ptr, ml_ptr, R, HD, S, scale,
     for l0 in range(start, end, BLOCK_L):
         ls = l0 + tl.arange(0, BLOCK_L)
         ml = ls < end
-        k = tl.load(kbase + ls[:, None] * s_kl + ds[None, :], mask=ml[:, None] & md[None, :], other=0.0)
-        if F32:
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
-        else:
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                   # (R_PAD, BLOCK_L)
-        s = tl.where(ml[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(vbase + ls[:, None] * s_vl + ds[None, :], mask=ml[:, None] & md[None, :], other=0.0)
-        if F32:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v).to(tl.float32)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_block(q, kbase, vbase, ls, ml, ml[None, :], ds, md, s_kl, s_vl, scale,
+                                             m_i, l_i, acc, F32)
     part = ((b * tl.num_programs(1) + h) * S + c)
     tl.store(o_ptr + part * R_PAD * HD_PAD + rs[:, None] * HD_PAD + ds[None, :], acc)
     tl.store(ml_ptr + part * 2 * R_PAD + rs, m_i)
