@@ -329,7 +329,7 @@ def test_pointer_targets_name_the_answering_position_and_the_tokens_on_each_ques
 
 def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_every_answer_position(
         tok_dir, micro_vision):
-    from holotron.train import attention_pointer_loss
+    from holotron.train import attention_pointer_loss, pointer_layout
 
     vocab = Processor.from_pretrained(tok_dir).vocab_size
     cfg = make_config("micro", vocab)
@@ -386,7 +386,8 @@ def test_the_attention_pointer_is_the_layers_own_attention_on_the_element_at_eve
     every = torch.tensor([(j, m) for j, (b, _) in enumerate(q.tolist()) for m in range(int(prompt[b].sum()) - 2)])
     for cand, targets in ((is_img, t), (prompt, every)):
         for heads in (n_h, 2):
-            loss, acc = attention_pointer_loss(block, h, cand, q, targets, keep, heads=heads)
+            loss, acc = attention_pointer_loss(block, h, pointer_layout(keep, q, targets, cand), heads=heads)
+            acc = float(acc)
             want, share, n = brute(targets, heads, cand)
             assert n > 4 * heads * q.shape[0]  # every answer is several tokens long
             assert float(loss.detach()) == pytest.approx(want, rel=1e-4)
@@ -564,6 +565,43 @@ def test_colour_augmentation_permutes_inverts_and_scales_but_keeps_the_shapes_of
                               groups=torch.tensor([3, 2]))[[0, 3]].flatten().tolist())
              for k in range(4)}
     assert len(draws) > 1
+
+
+def test_colour_augmentation_per_screen_repeats_each_screens_draw_over_its_tiles_as_a_loop_would():
+    from holotron.train import colour_aug
+
+    x = torch.randint(0, 256, (6, 3, 4, 4), dtype=torch.uint8)
+    groups = torch.tensor([1, 3, 2])
+    got = colour_aug(x, torch.Generator().manual_seed(5), groups=groups)
+    g = torch.Generator().manual_seed(5)  # the same draws, one per screen, applied screen by screen
+    perm = torch.argsort(torch.rand(3, 3, generator=g), dim=1)
+    inv = torch.rand(3, generator=g) < 0.5
+    gain = 0.6 + 0.8 * torch.rand(3, generator=g)
+    off = 0.2 * (torch.rand(3, generator=g) - 0.5)
+    tile = 0
+    for s, n in enumerate(groups.tolist()):
+        for _ in range(n):
+            want = x[tile].float()[perm[s]] / 255.0
+            want = 1.0 - want if inv[s] else want
+            torch.testing.assert_close(got[tile], (want * gain[s] + off[s]).clamp(0, 1))
+            tile += 1
+
+
+def test_the_loss_log_keeps_its_moving_average_on_the_device_and_reads_it_with_each_entry():
+    from holotron.train.loop import _Meter
+
+    history = []
+    meter = _Meter(history, 0.0, batch_size=4)
+    losses = [2.0, 1.5, 1.25, 1.1, 0.9, 0.7]
+    ema = 0.0
+    for step, value in enumerate(losses, 1):
+        meter.add(step, torch.tensor(value), 1e-3, torch.tensor(0.5), 10, None, logged=step % 3 == 0)
+        ema = 0.95 * ema + 0.05 * float(torch.tensor(value))  # the float32 loss, as the loop had it
+        if step % 3 == 0:
+            assert history[-1]["loss"] == round(float(torch.tensor(value)), 5) and history[-1]["grad_norm"] == 0.5
+            assert history[-1]["loss_ema"] == round(ema / (1 - 0.95**step), 5)
+            assert meter.ema == pytest.approx(ema / (1 - 0.95**step), rel=1e-12)
+    assert len(history) == 2
 
 
 def test_grounding_with_colour_augmentation_changes_the_pixels_not_the_targets(tok_dir, micro_vision):
@@ -1055,3 +1093,20 @@ def test_the_step_traffic_tool_attributes_a_grounding_steps_bytes_to_the_modules
     # the CUDA grouping is put back afterwards
     from holotron.kernels.ssd_chunked import CHUNKED_CONFIG
     assert CHUNKED_CONFIG["group_bytes"]["cpu"] == 0
+
+
+def test_a_ground_step_reads_nothing_back_from_the_device_and_its_ops_do_not_grow_with_the_batch(tmp_path):
+    """dev/probes/ground_step_ops.py on the micro preset with the recipe's ground options: a plain step (no log
+    entry) makes the host wait for the device nowhere, and dispatches as many ops at 2 screens as at 3; a logged
+    step reads the device three times (the loss's terms, the matching terms, the loss log)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ground_step_ops", PROBES / "ground_step_ops.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    word = build_task_tokenizer(tmp_path / "word", n=40, kind="word")
+    two, three = (tool.measure(b, queries=3, tokenizer=word, config="micro") for b in (2, 3))
+    assert two["waits"] == three["waits"] == 0, (two["waits_by_cause"], three["waits_by_cause"])
+    assert two["ops"] == three["ops"] and two["device_ops"] > 1000
+    logged = tool.measure(2, queries=3, logged=True, tokenizer=word, config="micro")
+    assert logged["waits"] == 3 and all(".tolist()" in w for w, _, _ in logged["waits_by_cause"])

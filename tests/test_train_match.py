@@ -226,7 +226,8 @@ def test_the_in_box_answer_loss_is_the_mass_of_every_value_in_the_box_plus_a_pul
     coords = torch.tensor([[0, 3, 90, 110, 100], [0, 4, 195, 205, 200], [0, 9, 280, 330, 300], [0, 10, 400, 400, 400]])
     logits = torch.randn(int(keep.sum()), V) * 3
     parts = {}
-    loss = _answer_with_boxes(logits, target, keep, coords, coord_ids, parts)
+    at = torch.tensor([0, 1, 3, 4])  # the coordinates' rows among the labelled positions 2, 3, 5, 8, 9
+    loss = _answer_with_boxes(logits, target[keep], at, coords, coord_ids, parts)
     # brute force
     rows = {2: 0, 3: 1, 5: 2, 8: 3, 9: 4}
     terms = []
@@ -248,8 +249,8 @@ def test_the_in_box_answer_loss_is_the_mass_of_every_value_in_the_box_plus_a_pul
     for r, v in ((0, 105), (1, 150), (3, 300), (4, 400)):
         sure[r, coord_ids[v]] = 10.0
     parts = {}
-    _answer_with_boxes(sure, target, keep, coords, coord_ids, parts)
-    assert parts["inbox_x"] == 1.0 and parts["inbox_y"] == 0.5 and parts["inbox"] == 0.5
+    _answer_with_boxes(sure, target[keep], at, coords, coord_ids, parts)
+    assert float(parts["inbox_x"]) == 1.0 and float(parts["inbox_y"]) == 0.5 and float(parts["inbox"]) == 0.5
 
 
 def test_coordinate_targets_of_a_batch_are_the_values_the_scorer_accepts(word_tok):
@@ -360,3 +361,130 @@ def test_colour_and_pad_augmented_match_batches_keep_targets_on_the_padded_scree
     assert not torch.equal(plain["pixel_values"], padded["pixel_values"])
     assert padded["match_words"].shape[0] > 0
     assert F.one_hot(padded["match_screen"]).sum(0).min() > 0
+
+
+# ------------------------------------------------------------------- the step's positions, found on the host
+
+def _ground_batch(word_tok, n=3, seed=3):
+    p = Processor.from_pretrained(word_tok)
+    cfg = make_config("micro", p.vocab_size)
+    sb = ScreenBatches(word_tok, cfg.vision, n, seed=seed, queries=3, short_followups=True, chars=True, match=True)
+    return p, cfg, sb[0]
+
+
+def test_the_batchs_host_side_indices_are_the_positions_the_boolean_masks_pick_row_by_row(word_tok):
+    from holotron.train.batches import step_indices
+
+    p, cfg, batch = _ground_batch(word_tok)
+    ids, labels = batch["input_ids"], batch["labels"]
+    B, T = ids.shape
+    answer, image = [], []
+    for b in range(B):  # row by row, position by position
+        answer += [(b, t) for t in range(T - 1) if int(labels[b, t + 1]) != -100]
+        image += [b * T + t for t in range(T) if int(ids[b, t]) == cfg.image_token_id]
+    assert batch["answer_index"].tolist() == [b * T + t for b, t in answer]
+    assert batch["answer_labels"].tolist() == [int(labels[b, t + 1]) for b, t in answer]
+    assert batch["image_index"].tolist() == image
+    coords = batch["coord_targets"].tolist()
+    assert batch["coord_rows"].tolist() == [answer.index((b, pos - 1)) for b, pos, *_ in coords]
+    # the same from the batch alone (a batch made by hand): what loss_fn works out when they are missing
+    again = step_indices({k: v for k, v in batch.items() if k in ("input_ids", "labels", "coord_targets",
+                                                                    "pointer_queries", "pointer_targets")}, 18)
+    for k, v in again.items():
+        assert torch.equal(torch.as_tensor(v), torch.as_tensor(batch[k])), k
+    # matching: each query's place among its screen's queries, each token's place in the padded keys, the words
+    slot, seen = [], {}
+    for b in batch["match_screen"].tolist():
+        slot.append(seen.get(b, 0))
+        seen[b] = slot[-1] + 1
+    assert batch["match_slot"].tolist() == slot and batch["match_slots"] == max(seen.values())
+    n_max = int(batch["match_tokens"].max())
+    assert batch["match_token_at"].tolist() == [b * n_max + j for b, n in enumerate(batch["match_tokens"].tolist())
+                                                for j in range(n)]
+    assert batch["word_index"].tolist() == [i for i, w in enumerate(batch["image_words"].tolist()) if w != -100]
+
+
+def test_the_grounding_loss_equals_its_boolean_mask_reference_terms_and_gradients(word_tok):
+    """The loss with the host-side indices against the same terms found with boolean masks on the device
+    (``embed_inputs``, ``h[:, :-1][keep]``, ``x[is_img]``, row by row for the coordinates' rows)."""
+    from holotron.train import IGNORE, attention_pointer_loss, normalize_tiles, pointer_layout
+    from holotron.train.losses import _answer_with_boxes
+
+    p, cfg, batch = _ground_batch(word_tok)
+    coord_ids = torch.tensor(coordinate_token_ids(p))
+    torch.manual_seed(0)
+    model = init_weights(Holotron(cfg), 0)
+    aux = AuxHeads(cfg)
+    parts = {}
+    loss, n = loss_fn(model, batch, "cpu", aux, 0.5, parts, 1.0, 1.0, pointer_heads=2, match_weight=0.5,
+                      coord_ids=coord_ids)
+    loss.backward()
+    grads = [prm.grad.clone() for prm in (*model.parameters(), *aux.parameters()) if prm.grad is not None]
+    model.zero_grad(), aux.zero_grad()
+
+    # the reference
+    ids, labels = batch["input_ids"], batch["labels"]
+    emb = model.embed_inputs(ids, normalize_tiles(batch["pixel_values"], cfg.vision, None, batch["num_tiles"]))
+    seen = {}
+    hook = model.language_model.backbone.layers[aux.layer].register_forward_hook(
+        lambda m, a, o: seen.__setitem__("h", o))
+    h = model.language_model.hidden_states(inputs_embeds=emb)
+    hook.remove()
+    keep, is_img = labels[:, 1:] != IGNORE, ids == cfg.image_token_id
+    rows = []  # the row of h[:, :-1][keep] of each coordinate, counted row by row
+    for b, pos, *_ in batch["coord_targets"].tolist():
+        rows.append(int(keep[:b].sum()) + int(keep[b, :pos - 1].sum()))
+    logits = model.language_model.lm_head(h[:, :-1][keep]).float()
+    answer = _answer_with_boxes(logits, labels[:, 1:][keep], torch.tensor(rows), batch["coord_targets"], coord_ids,
+                                None)
+    img, hm = emb[is_img], seen["h"][is_img]
+    cls = batch["image_classes"]
+    l_in = F.cross_entropy(aux.label_in(img), cls, ignore_index=IGNORE)
+    l_mid = F.cross_entropy(aux.label_mid(hm), cls, ignore_index=IGNORE)
+    l_pos = 0.2 * 10 * F.l1_loss(aux.pos_mid(hm), batch["image_positions"]) + 10 * F.l1_loss(
+        aux.centre_mid(hm), batch["image_centres"])
+    bare = {k: v for k, v in batch.items() if k not in ("match_slot", "match_slots", "match_token_at", "word_index")}
+    l_match = match_loss(aux.match, model.language_model.backbone.embeddings, img, bare, "cpu")
+    l_char = F.cross_entropy(aux.chars(img), batch["image_chars"].reshape(-1), ignore_index=IGNORE)
+    block = model.language_model.backbone.layers[aux.layer + 1]
+    layout = pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets"], is_img)
+    l_ptr, _ = attention_pointer_loss(block, seen["h"], layout, 2)
+    want = {"answer": answer, "label_in": l_in, "label_mid": l_mid, "position": l_pos, "char": l_char,
+            "pointer": l_ptr}
+    for k, v in want.items():
+        assert parts[k] == pytest.approx(float(v.detach()), rel=1e-5, abs=1e-6), k
+    total = answer + 0.5 * (l_in + l_mid + l_pos) + 0.25 * l_match + 0.5 * l_char + 0.5 * l_ptr
+    assert float(loss.detach()) == pytest.approx(float(total.detach()), rel=1e-5)
+    assert n == int(keep.sum())
+    total.backward()
+    ref = [prm.grad for prm in (*model.parameters(), *aux.parameters()) if prm.grad is not None]
+    assert len(ref) == len(grads)
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_match_loss_words_and_centres_equal_their_boolean_mask_reference(word_tok):
+    cfg, batch = _batch(word_tok, n=3, seed=4)
+    torch.manual_seed(1)
+    heads = AuxHeads(cfg).match
+    emb = torch.nn.Embedding(cfg.text.vocab_size, cfg.text.hidden_size)
+    img = torch.randn(int(batch["match_tokens"].sum()), cfg.text.hidden_size)
+    parts = {}
+    match_loss(heads, emb, img, batch, "cpu", parts)
+    words = batch["image_words"]
+    has = words != -100
+    logits = (heads.word(img[has]) @ emb.weight.T).detach()
+    assert parts["word"] == pytest.approx(float(F.cross_entropy(logits, words[has])), rel=1e-5)
+    assert parts["word_acc"] == pytest.approx(float((logits.argmax(-1) == words[has]).float().mean()))
+    want = 5 * F.l1_loss(heads.centre(img), batch["image_centres"])
+    assert parts["centre"] == pytest.approx(float(want.detach()), rel=1e-5)
+    # the keys padded screen by screen, as the loop over the screens padded them
+    counts = batch["match_tokens"].tolist()
+    kpad = torch.zeros(len(counts), max(counts), heads.key.out_features)
+    start = 0
+    for b, c in enumerate(counts):
+        kpad[b, :c] = heads.key(img[start:start + c])
+        start += c
+    flat = torch.zeros(len(counts) * max(counts), heads.key.out_features).index_copy(
+        0, batch["match_token_at"], heads.key(img))
+    torch.testing.assert_close(flat.view_as(kpad), kpad)

@@ -43,7 +43,7 @@ scan (autograd). ``HOLOTRON_SSD_BACKEND=chunked`` in the environment forces the 
 
 The package, one concept a file (the names below are re-exported here):
   cli.py         the command line: ``parser``, ``main`` (``python -m holotron.train`` runs __main__.py)
-  loop.py        ``train(args)``: the run, top to bottom
+  loop.py        ``train(args)``: the run, top to bottom; ``train_step``: one optimiser step
   inputs.py      --out, the tokenizer, --init-from and the device, checked before any work
   presets.py     ``PRESETS``, ``make_config``, ``init_weights`` (``Holotron.init_weights``)
   optim.py       ``make_optimizer``, ``lr_at`` (cosine or WSD), ``schedule_progress`` (one schedule over jobs)
@@ -53,10 +53,11 @@ The package, one concept a file (the names below are re-exported here):
   questions.py   ``answer_ids``, ``followup_text``, ``extra_targets``
   targets.py     ``IGNORE``, ``label_class``, ``char_class``, ``char_classes_at``, ``text_classes_at``,
                  ``image_token_targets``, ``pointer_tokens``
-  batches.py     ``ScreenBatches``, ``collate``
+  batches.py     ``ScreenBatches``, ``collate``, ``step_indices`` (the loss's positions, found on the host)
   heads.py       ``AuxHeads``
   losses.py      ``loss_fn``
-  pointer.py     ``pointer_loss``, ``attention_scores``, ``attention_pointer_loss``, ``answer_spans``
+  pointer.py     ``pointer_loss``, ``attention_scores``, ``attention_pointer_loss``, ``answer_spans``,
+                 ``pointer_layout``
   reading.py     ``reading_tile``, ``ReadingBatches``, ``reading_loss_fn``, ``tiling_scale``
   matching.py    ``--stage match`` and ``--match-weight``: ``match_targets``, ``match_loss``, ``MatchBatches``
   evals.py       the evals during a run
@@ -82,7 +83,7 @@ from .inputs import check_out
 from .loop import train
 from .losses import loss_fn
 from .optim import lr_at, make_optimizer
-from .pointer import answer_spans, attention_pointer_loss, attention_scores, pointer_loss
+from .pointer import answer_spans, attention_pointer_loss, attention_scores, pointer_layout, pointer_loss
 from .presets import PRESETS, init_weights, make_config
 from .questions import answer_ids, extra_targets, followup_text
 from .reading import FIT_JITTER, ReadingBatches, reading_loss_fn, reading_tile, tiling_scale

@@ -10,11 +10,12 @@ import torch
 from ..processor import Processor
 from ..vision.config import VisionConfig
 from .matching import collate_match, element_core_tokens, element_tokens, match_targets, token_cell
+from .pointer import pointer_layout
 from .questions import answer_ids, extra_targets, followup_text
 from .targets import IGNORE, image_token_targets, pointer_tokens
 from .tiles import augmented_grid, uint8_tiles
 
-__all__ = ["ScreenBatches", "collate"]
+__all__ = ["ScreenBatches", "collate", "step_indices"]
 
 
 class ScreenBatches(torch.utils.data.Dataset):
@@ -124,7 +125,7 @@ class ScreenBatches(torch.utils.data.Dataset):
             if self.pad is not None:
                 sample = self.pad(sample, random.Random(seed + 1))
             rows.append(self.row(sample, random.Random(seed)))
-        return collate(rows, self.processor.pad_token_id)
+        return collate(rows, self.processor.pad_token_id, self.processor.image_token_id)
 
     def _coord_targets(self, start: int, ans: list[int], box, size) -> list[tuple]:
         """(label position, lo, hi, centre) for the coordinate tokens of an answer whose tokens ``ans`` start at
@@ -148,23 +149,49 @@ class ScreenBatches(torch.utils.data.Dataset):
         return [(px, min(x_lo, x), max(x_hi, x), x), (py, min(y_lo, y), max(y_hi, y), y)]
 
 
-def collate(rows, pad_id: int) -> dict:
+def collate(rows, pad_id: int, image_token_id: int | None = None) -> dict:
     """Right-pad rows of (ids, labels, tiles, num_tiles[, targets]) into one batch (targets as
     ``ScreenBatches.row``'s; the pointer's become "pointer_queries" (Q, 2): (row, sequence position) per
-    question, and "pointer_targets" (M, 2): (question, image token of its row) per token on its element)."""
+    question, and "pointer_targets" (M, 2): (question, image token of its row) per token on its element).
+    With ``image_token_id`` also ``step_indices``' tensors, so the loss finds its positions without reading
+    the device (they are worked out here, in the data workers)."""
     T = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
     for b, (i, l, *_) in enumerate(rows):
         ids[b, :len(i)] = torch.tensor(i)
         labels[b, :len(l)] = torch.tensor(l)
-    return {
+    out = {
         "input_ids": ids, "labels": labels,
         "pixel_values": torch.cat([r[2] for r in rows]),
         "num_tiles": torch.tensor([n for r in rows for n in r[3]], dtype=torch.long),
         "tokens": int(sum(len(r[0]) for r in rows)),
         **_collate_targets([r[4] for r in rows] if all(len(r) > 4 for r in rows) else []),
     }
+    if image_token_id is not None:
+        out.update(step_indices(out, image_token_id))
+    return out
+
+
+def step_indices(batch: dict, image_token_id: int) -> dict:
+    """What the grounding loss (holotron/train/losses.py) would otherwise find on the device with boolean masks
+    (each a wait for the device), from the batch's host tensors: "answer_index", the flat positions b * T + t of
+    ``input_ids`` (B, T) that predict a labelled token (t < T - 1, row-major: the order of ``h[:, :-1][keep]``),
+    and "answer_labels", those labels; "image_index", the flat positions of the image tokens (row-major);
+    with "coord_targets", "coord_rows": the answer position of each coordinate (its row among "answer_index");
+    with the pointer's targets, ``pointer.pointer_layout``'s tensors."""
+    ids, labels = batch["input_ids"], batch["labels"]
+    keep = labels[:, 1:] != IGNORE
+    T = ids.shape[1]
+    flat = (torch.arange(ids.shape[0])[:, None] * T + torch.arange(T - 1)[None, :])[keep]
+    out = {"answer_index": flat, "answer_labels": labels.reshape(-1)[flat + 1],
+           "image_index": (ids.reshape(-1) == image_token_id).nonzero().squeeze(1)}
+    if "coord_targets" in batch:
+        c = batch["coord_targets"]
+        out["coord_rows"] = torch.searchsorted(flat, c[:, 0] * T + c[:, 1] - 1)
+    if "pointer_queries" in batch:
+        out.update(pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets"], ids == image_token_id))
+    return out
 
 
 def _collate_targets(targets: list[dict]) -> dict:

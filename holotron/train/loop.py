@@ -32,7 +32,7 @@ from .presets import init_weights, make_config
 from .profiling import PROFILE_SKIP, start_profiler, write_profile
 from .reading import ReadingBatches, reading_loss_fn
 
-__all__ = ["train"]
+__all__ = ["train", "train_step"]
 
 
 def log(message: str) -> None:
@@ -116,28 +116,16 @@ def train(args) -> dict:
                 for group in opt.param_groups:
                     group["lr"] = lr
                 parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
-                with amp:
-                    if reading:
-                        loss, _ = reading_loss_fn(model, aux, batch, device, parts,
-                                                  label_weight=float(progress >= labels_after),
-                                                  char_weight=args.char_weight, augment=aug_gen)
-                    elif matching:
-                        loss, _ = match_stage_loss(model, aux, batch, device, parts, args.char_weight, aug_gen)
-                    else:
-                        loss, _ = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
-                                          args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads,
-                                          match_weight=args.match_weight, coord_ids=coord_ids)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
-                opt.step()
+                loss, gnorm = train_step(args, model, aux, trainable, opt, batch, device, amp, parts,
+                                         aug_gen=aug_gen, coord_ids=coord_ids,
+                                         label_weight=float(progress >= labels_after))
                 step += 1
                 if prof is not None:
                     prof.step()
                     if step == prof_end:
                         write_profile(prof, out / "profile.txt", device, args.profile, log)
                         prof = None
-                meter.add(step, float(loss.detach()), lr, gnorm, batch["tokens"], parts,
+                meter.add(step, loss, lr, gnorm, batch["tokens"], parts,
                           logged=step % args.log_every == 0 or step == args.steps)
                 _show(bar, step, meter, lr, "tiles/s" if reading else "screens/s",
                       t_start + budget_s if budget_s else None)
@@ -179,6 +167,30 @@ def train(args) -> dict:
     log(f"stopped after step {step} ({stop_reason}); {format_seconds(train_s)} training, {meter.tokens_seen:,} tokens; "
         f"checkpoint in {out}")
     return state
+
+
+def train_step(args, model: Holotron, aux: AuxHeads | None, trainable: nn.Module, opt, batch: dict,
+               device: torch.device, amp, parts: dict | None = None, *, aug_gen: torch.Generator | None = None,
+               coord_ids: torch.Tensor | None = None, label_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimiser step of the stage ``args.stage`` on ``batch``: its loss under ``amp`` (``parts`` receives
+    the terms), backward, gradient clipping, the optimiser's step. Returns the loss (detached) and the gradient
+    norm as device tensors, so the step itself reads nothing back from the device (the loss log reads them).
+    ``label_weight``: the reading stage's label term (0 during its characters-only start)."""
+    with amp:
+        if args.stage == "read":
+            loss, _ = reading_loss_fn(model, aux, batch, device, parts, label_weight=label_weight,
+                                      char_weight=args.char_weight, augment=aug_gen)
+        elif args.stage == "match":
+            loss, _ = match_stage_loss(model, aux, batch, device, parts, args.char_weight, aug_gen)
+        else:
+            loss, _ = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
+                              args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads,
+                              match_weight=args.match_weight, coord_ids=coord_ids)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
+    opt.step()
+    return loss.detach(), gnorm
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,7 +302,9 @@ def _sigterm_flag():
 
 class _Meter:
     """The loss log: a bias-corrected moving average of the loss, and per log entry the throughput and the
-    share of the time spent waiting for data since the previous entry. Appends to ``history``."""
+    share of the time spent waiting for data since the previous entry. Appends to ``history``. The average
+    is kept on the loss's device and read with the log entries alone (``ema`` is the one of the last entry):
+    a read of the device every step would make the host wait for each step to finish before queueing the next."""
 
     def __init__(self, history: list[dict], elapsed_before: float, batch_size: int):
         self.history, self.elapsed_before, self.batch_size = history, elapsed_before, batch_size
@@ -306,10 +320,11 @@ class _Meter:
     def waited(self, seconds: float) -> None:
         self.w_wait += seconds
 
-    def add(self, step: int, loss: float, lr: float, gnorm, tokens: int, parts: dict | None, logged: bool) -> None:
-        self.ema_sum = 0.95 * self.ema_sum + 0.05 * loss
+    def add(self, step: int, loss: torch.Tensor, lr: float, gnorm: torch.Tensor, tokens: int, parts: dict | None,
+            logged: bool) -> None:
+        """One step's loss and gradient norm (0-d tensors, on the device)."""
+        self.ema_sum = 0.95 * self.ema_sum + 0.05 * loss.detach().double()
         self.n += 1
-        self.ema = self.ema_sum / (1 - 0.95**self.n)
         self.tokens_seen += tokens
         self.w_tokens += tokens
         self.w_samples += self.batch_size
@@ -317,8 +332,10 @@ class _Meter:
         if not logged:
             return
         dt = now - self.t_prev
+        loss, ema_sum, gnorm = torch.stack([loss.detach().double(), self.ema_sum, gnorm.double()]).tolist()
+        self.ema = ema_sum / (1 - 0.95**self.n)
         self.history.append({"step": step, "loss": round(loss, 5), "loss_ema": round(self.ema, 5), "lr": lr,
-                             "grad_norm": round(float(gnorm), 4), "tokens_per_s": round(self.w_tokens / dt),
+                             "grad_norm": round(gnorm, 4), "tokens_per_s": round(self.w_tokens / dt),
                              "screens_per_s": round(self.w_samples / dt, 2), "data_wait": round(self.w_wait / dt, 3),
                              **{k: round(v, 5) for k, v in (parts or {}).items()},
                              "seconds": round(self.seconds(now), 2)})

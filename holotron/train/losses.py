@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import Holotron
+from .batches import step_indices
 from .heads import AuxHeads
 from .matching import match_loss
 from .pointer import attention_pointer_loss, pointer_loss
@@ -37,12 +38,16 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     cross-entropy toward the centre. With "image_centres" in the batch the position term becomes the element
     centre (``aux.centre_mid``) plus 0.2 x the token's own position; with ``match_weight`` > 0 and the batch's
     matching targets, ``aux_weight * match_weight`` x ``matching.match_loss`` on the projector output.
-    ``parts`` (a dict) receives each term as a float."""
+    ``parts`` (a dict) receives each term as a float. The positions of the answer and image tokens come from
+    the batch's host-side indices (``batches.step_indices``, worked out in the data workers), so the step reads
+    nothing back from the device but, with ``parts``, the terms (in two reads)."""
+    if "answer_index" not in batch:  # a batch not made by batches.collate: its indices worked out here
+        batch = {**batch, **step_indices(batch, model.config.image_token_id)}
     ids = batch["input_ids"].to(device, non_blocking=True)
-    labels = batch["labels"].to(device, non_blocking=True)
+    image_index = batch["image_index"].to(device, non_blocking=True)
     pixel_values = normalize_tiles(batch["pixel_values"].to(device, non_blocking=True), model.config.vision,
                                    augment, batch["num_tiles"])
-    emb = model.embed_inputs(ids, pixel_values)                  # (B, T, D)
+    emb, img = _embed(model, ids, pixel_values, image_index)      # (B, T, D); the image tokens' rows (n, D)
     use_aux = aux is not None and aux_weight > 0 and "image_classes" in batch
     mid, hook = {}, None
     if use_aux:
@@ -53,71 +58,83 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     finally:
         if hook is not None:
             hook.remove()
-    target = labels[:, 1:]                                       # position t predicts token t + 1
-    keep = target != IGNORE
-    logits = model.language_model.lm_head(h[:, :-1][keep])       # (n, V): only where there is a label
+    # the positions that predict a labelled token (the rows of h[:, :-1][labels[:, 1:] != IGNORE]) and their labels
+    answer = batch["answer_index"].to(device, non_blocking=True)
+    target = batch["answer_labels"].to(device, non_blocking=True)
+    logits = model.language_model.lm_head(h.flatten(0, 1).index_select(0, answer))   # (n, V)
+    terms = {}
     if coord_ids is not None and "coord_targets" in batch and len(batch["coord_targets"]):
-        loss = _answer_with_boxes(logits.float(), target, keep, batch["coord_targets"].to(device), coord_ids,
-                                  parts)
+        loss = _answer_with_boxes(logits.float(), target, batch["coord_rows"].to(device, non_blocking=True),
+                                  batch["coord_targets"].to(device, non_blocking=True), coord_ids,
+                                  terms if parts is not None else None)
     else:
-        loss = F.cross_entropy(logits.float(), target[keep])
-    if parts is not None:
-        parts["answer"] = float(loss.detach())
+        loss = F.cross_entropy(logits.float(), target)
+    terms["answer"] = loss
     if use_aux:
-        is_img = ids == model.config.image_token_id
         cls = batch["image_classes"].to(device, non_blocking=True)
         pos = batch["image_positions"].to(device, non_blocking=True)
-        if int(is_img.sum()) != cls.numel():
-            raise ValueError(f"{int(is_img.sum())} image tokens but {cls.numel()} image-token targets")
-        l_in = F.cross_entropy(aux.label_in(emb[is_img].to(aux.label_in.weight.dtype)).float(), cls,
-                               ignore_index=IGNORE)
-        hm = mid["h"][is_img].to(aux.label_mid.weight.dtype)
+        if image_index.numel() != cls.numel():
+            raise ValueError(f"{image_index.numel()} image tokens but {cls.numel()} image-token targets")
+        l_in = F.cross_entropy(aux.label_in(img.to(aux.label_in.weight.dtype)).float(), cls, ignore_index=IGNORE)
+        hm = mid["h"].flatten(0, 1).index_select(0, image_index).to(aux.label_mid.weight.dtype)
         l_mid = F.cross_entropy(aux.label_mid(hm).float(), cls, ignore_index=IGNORE)
         l_pos = 10 * F.l1_loss(aux.pos_mid(hm).float(), pos)
         if "image_centres" in batch:  # the element centre on the value path; own position as a weaker term
-            l_pos = 0.2 * l_pos + 10 * F.l1_loss(aux.centre_mid(hm).float(), batch["image_centres"].to(device))
+            centres = batch["image_centres"].to(device, non_blocking=True)
+            l_pos = 0.2 * l_pos + 10 * F.l1_loss(aux.centre_mid(hm).float(), centres)
         loss = loss + aux_weight * (l_in + l_mid + l_pos)
-        if parts is not None:
-            parts.update(label_in=float(l_in.detach()), label_mid=float(l_mid.detach()), position=float(l_pos.detach()))
+        terms.update(label_in=l_in, label_mid=l_mid, position=l_pos)
         if match_weight > 0 and "match_words" in batch:
             sub = {} if parts is not None else None
-            l_match = match_loss(aux.match, model.language_model.backbone.embeddings, emb[is_img], batch, device, sub)
+            l_match = match_loss(aux.match, model.language_model.backbone.embeddings, img, batch, device, sub)
             loss = loss + aux_weight * match_weight * l_match
             if parts is not None:
-                parts.update({k: v for k, v in sub.items() if k != "centre"})
+                terms.update({k: v for k, v in sub.items() if k != "centre"})
         if "image_chars" in batch and char_weight > 0:
             chars = batch["image_chars"].to(device, non_blocking=True).reshape(-1)
-            l_char = F.cross_entropy(aux.chars(emb[is_img]), chars, ignore_index=IGNORE)
+            l_char = F.cross_entropy(aux.chars(img), chars, ignore_index=IGNORE)
             loss = loss + aux_weight * char_weight * l_char
-            if parts is not None:
-                parts["char"] = float(l_char.detach())
+            terms["char"] = l_char
         if "pointer_queries" in batch and pointer_weight > 0:
             if pointer_heads > 0:
                 block = model.language_model.backbone.layers[aux.layer + 1]
-                l_ptr, acc = attention_pointer_loss(block, mid["h"], is_img, batch["pointer_queries"].to(device),
-                                                    batch["pointer_targets"].to(device), keep, pointer_heads)
+                l_ptr, acc = attention_pointer_loss(block, mid["h"], batch, pointer_heads)  # (its layout)
             else:
-                l_ptr, acc = pointer_loss(aux, mid["h"], is_img, batch["pointer_queries"].to(device),
-                                          batch["pointer_targets"].to(device))
+                l_ptr, acc = pointer_loss(aux, mid["h"], ids == model.config.image_token_id,
+                                          batch["pointer_queries"].to(device), batch["pointer_targets"].to(device))
             loss = loss + aux_weight * pointer_weight * l_ptr
-            if parts is not None:
-                parts.update(pointer=float(l_ptr.detach()), pointer_acc=acc)
-    return loss, int(keep.sum())
+            terms.update(pointer=l_ptr, pointer_acc=acc)
+    if parts is not None:  # the device's terms in one read (the matching terms are read already)
+        on_device = {k: v for k, v in terms.items() if isinstance(v, torch.Tensor)}
+        read = dict(zip(on_device, torch.stack([v.detach().float() for v in on_device.values()]).tolist()))
+        parts.update({k: read.get(k, v) for k, v in terms.items()})
+    return loss, int(batch["answer_index"].numel())
 
 
-def _answer_with_boxes(logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, coords: torch.Tensor,
+def _embed(model: Holotron, ids: torch.Tensor, pixel_values: torch.Tensor,
+           image_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model.embed_inputs(ids, pixel_values)`` (B, T, D) with the image positions given as flat indices
+    (``batches.step_indices``' "image_index") instead of found with a boolean mask, and the image tokens' rows
+    of it (n, D): the same values, no read of the device."""
+    x = model.language_model.backbone.embeddings(ids)
+    feats = model.embed_images(pixel_values).reshape(-1, x.shape[-1]).to(x.dtype)
+    if feats.shape[0] != image_index.numel():
+        raise ValueError(f"input_ids hold {image_index.numel()} <image> positions but the images give "
+                         f"{feats.shape[0]} embeddings: build the batch with holotron.train.batches")
+    return x.flatten(0, 1).index_copy(0, image_index, feats).view_as(x), feats
+
+
+def _answer_with_boxes(logits: torch.Tensor, target: torch.Tensor, at: torch.Tensor, coords: torch.Tensor,
                        coord_ids: torch.Tensor, parts: dict | None) -> torch.Tensor:
-    """The answer loss with the coordinates scored as the metric scores them: mean over answer tokens of the
-    cross-entropy, except at an x or y token (``coords`` rows: batch row, label position, lo, hi, centre),
-    where it is minus the log of the probability of all values lo..hi (every one lands in the box) plus
-    ``GAUSS_WEIGHT`` x the cross-entropy toward a Gaussian around the centre (sigma a quarter of the box's
-    half-size, at least 1 unit), so the answer prefers the middle of the box without being punished for
+    """The answer loss with the coordinates scored as the metric scores them: mean over answer tokens (``logits``
+    (n, V), their labels ``target`` (n,)) of the cross-entropy, except at an x or y token (``coords`` rows:
+    batch row, label position, lo, hi, centre; ``at``: the row of ``logits`` of each, ``batches.step_indices``'
+    "coord_rows"), where it is minus the log of the probability of all values lo..hi (every one lands in the
+    box) plus ``GAUSS_WEIGHT`` x the cross-entropy toward a Gaussian around the centre (sigma a quarter of the
+    box's half-size, at least 1 unit), so the answer prefers the middle of the box without being punished for
     another point inside it. ``parts`` gets "inbox_x", "inbox_y" and "inbox" (both): the teacher-forced share
-    of coordinates whose most likely token lies in the range."""
-    ce = F.cross_entropy(logits, target[keep], reduction="none")                  # (n,)
-    index = torch.full(target.shape, -1, dtype=torch.long, device=logits.device)
-    index[keep] = torch.arange(int(keep.sum()), device=logits.device)
-    at = index[coords[:, 0], coords[:, 1] - 1]                                     # the rows of logits
+    of coordinates whose most likely token lies in the range, as 0-d device tensors (read by the caller)."""
+    ce = F.cross_entropy(logits, target, reduction="none")                         # (n,)
     lo, hi, centre = coords[:, 2:3], coords[:, 3:4], coords[:, 4:5]
     logp = torch.log_softmax(logits[at], -1)[:, coord_ids]                         # (K, 1001)
     k = torch.arange(coord_ids.numel(), device=logits.device)[None, :]
@@ -132,6 +149,7 @@ def _answer_with_boxes(logits: torch.Tensor, target: torch.Tensor, keep: torch.T
         value[coord_ids] = torch.arange(coord_ids.numel(), device=logits.device)
         v = value[logits[at].argmax(-1)]                                           # -1: not a coordinate
         hit = (v >= lo[:, 0]) & (v <= hi[:, 0])
-        parts["inbox_x"], parts["inbox_y"] = float(hit[0::2].float().mean()), float(hit[1::2].float().mean())
-        parts["inbox"] = float((hit[0::2] & hit[1::2]).float().mean())
+        parts["inbox_x"], parts["inbox_y"] = hit[0::2].float().mean(), hit[1::2].float().mean()
+        parts["inbox"] = (hit[0::2] & hit[1::2]).float().mean()
     return ce.mean()
+

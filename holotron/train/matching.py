@@ -219,15 +219,23 @@ def collate_match(targets: list[dict], tokens_per_screen: list[int]) -> dict:
     qs = [(b, q) for b, t in enumerate(targets) for q in t["queries"]]
     L = max([len(q[0]) for _, q in qs], default=1)
     words = torch.full((len(qs), L), -1, dtype=torch.long)
-    pairs = []
+    pairs, slots, per = [], [], [0] * len(targets)
     for j, (b, (ids, _, toks)) in enumerate(qs):
         words[j, :len(ids)] = torch.tensor(ids)
         pairs += [(j, int(i)) for i in toks]
+        slots.append(per[b])  # the query's place among its screen's
+        per[b] += 1
+    image_words = torch.cat([t["words"] for t in targets])
+    n_max = max(tokens_per_screen, default=0)
     return {"match_words": words, "match_role": torch.tensor([q[1] for _, q in qs], dtype=torch.long),
             "match_screen": torch.tensor([b for b, _ in qs], dtype=torch.long),
+            "match_slot": torch.tensor(slots, dtype=torch.long), "match_slots": max(per, default=0),
             "match_pairs": torch.tensor(pairs, dtype=torch.long).reshape(-1, 2),
             "match_tokens": torch.tensor(tokens_per_screen, dtype=torch.long),
-            "image_words": torch.cat([t["words"] for t in targets]),
+            # each image token's place in the (screens, n_max) grid of match_loss's keys
+            "match_token_at": torch.cat([b * n_max + torch.arange(n, dtype=torch.long)
+                                         for b, n in enumerate(tokens_per_screen)]),
+            "image_words": image_words, "word_index": (image_words != IGNORE).nonzero().squeeze(1),
             "image_centres": torch.cat([t["centres"] for t in targets])}
 
 
@@ -245,56 +253,64 @@ def match_loss(heads: MatchHeads, embeddings: nn.Embedding, img: torch.Tensor, b
     whose best token is a positive; "word_acc")."""
     E = embeddings.weight
     dt = heads.key.weight.dtype
-    counts = batch["match_tokens"].tolist()
-    n_max = max(counts)
+    if "match_token_at" not in batch:  # a batch not made by collate_match: its indices worked out here
+        batch = {**batch, **_match_indices(batch)}
+    counts = batch["match_tokens"]                                             # (host)
+    B, n_max = len(counts), int(counts.max())
     x = img.to(dt)
-    # keys per screen, padded to the longest screen: (B, n_max, dim)
+    # keys per screen, padded to the longest screen: (B, n_max, dim), each token at its place worked out by the host
     keys = heads.key(x)
-    kpad = keys.new_zeros(len(counts), n_max, keys.shape[1])
-    valid = torch.zeros(len(counts), n_max, dtype=torch.bool, device=x.device)
-    start = 0
-    for b, c in enumerate(counts):
-        kpad[b, :c] = keys[start:start + c]
-        valid[b, :c] = True
-        start += c
-    words = batch["match_words"].to(device)
+    at = batch["match_token_at"].to(device, non_blocking=True)
+    kpad = keys.new_zeros(B * n_max, keys.shape[1]).index_copy(0, at, keys).view(B, n_max, -1)
+    valid = torch.arange(n_max, device=x.device) < counts.to(device, non_blocking=True)[:, None]
+    words = batch["match_words"].to(device, non_blocking=True)
     mask = words >= 0
     wemb = E[words.clamp(min=0)] * mask[..., None]
     mean = wemb.sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
-    q = heads.q_words(mean.to(dt)) + heads.q_role(E[batch["match_role"].to(device)].to(dt))   # (Q, dim)
-    screen = batch["match_screen"].to(device)
-    terms = []
+    q = heads.q_words(mean.to(dt)) + heads.q_role(E[batch["match_role"].to(device, non_blocking=True)].to(dt))
+    terms = {}
     if q.shape[0]:
         # queries grouped by screen (padded), one batched product with their screen's keys: (Q, n_max)
-        per = torch.bincount(screen, minlength=len(counts))
-        slot = torch.arange(len(screen), device=x.device) - torch.cumsum(per, 0)[screen] + per[screen]
-        qpad = q.new_zeros(len(counts), int(per.max()), q.shape[1])
+        screen = batch["match_screen"].to(device, non_blocking=True)
+        slot = batch["match_slot"].to(device, non_blocking=True)
+        qpad = q.new_zeros(B, batch["match_slots"], q.shape[1])
         qpad[screen, slot] = q
         scores = torch.bmm(qpad.float(), kpad.float().transpose(1, 2))[screen, slot] / math.sqrt(q.shape[1])
         scores = scores.masked_fill(~valid[screen], float("-inf"))
-        pairs = batch["match_pairs"].to(device)
+        pairs = batch["match_pairs"].to(device, non_blocking=True)
         on = torch.zeros_like(scores, dtype=torch.bool)
         on[pairs[:, 0], pairs[:, 1]] = True
         l_match = (torch.logsumexp(scores, 1) - torch.logsumexp(scores.masked_fill(~on, float("-inf")), 1)).mean()
-        terms.append(l_match)
+        terms["match"] = l_match
         if parts is not None:
-            parts["match"] = float(l_match.detach())
-            parts["match_acc"] = float(on.gather(1, scores.argmax(1, keepdim=True)).float().mean())
-    target = batch["image_words"].to(device)
-    has = target != IGNORE
-    if bool(has.any()):
-        logits = heads.word(x[has]).float() @ E.float().T
-        l_word = F.cross_entropy(logits, target[has])
-        terms.append(l_word)
+            terms["match_acc"] = on.gather(1, scores.argmax(1, keepdim=True)).float().mean()
+    has = batch["word_index"]                                                  # the tokens with a word (host)
+    if len(has):
+        has = has.to(device, non_blocking=True)
+        target = batch["image_words"].to(device, non_blocking=True).index_select(0, has)
+        logits = heads.word(x.index_select(0, has)).float() @ E.float().T
+        l_word = F.cross_entropy(logits, target)
+        terms["word"] = l_word
         if parts is not None:
-            parts["word"] = float(l_word.detach())
-            parts["word_acc"] = float((logits.argmax(-1) == target[has]).float().mean())
+            terms["word_acc"] = (logits.argmax(-1) == target).float().mean()
     src = x if centre_from is None else centre_from.to(dt)
-    l_ctr = 5 * F.l1_loss(heads.centre(src).float(), batch["image_centres"].to(device))
-    terms.append(l_ctr)
-    if parts is not None:
-        parts["centre"] = float(l_ctr.detach())
-    return sum(terms)
+    l_ctr = 5 * F.l1_loss(heads.centre(src).float(), batch["image_centres"].to(device, non_blocking=True))
+    terms["centre"] = l_ctr
+    if parts is not None:  # one read of the device for all of them
+        parts.update(zip(terms, torch.stack([v.detach().float() for v in terms.values()]).tolist()))
+    return sum(v for k, v in terms.items() if not k.endswith("_acc"))
+
+
+def _match_indices(batch: dict) -> dict:
+    """``collate_match``'s host-side indices of a batch that lacks them: each query's place among its screen's,
+    each image token's place in the (screens, longest screen) grid, the image tokens with a word."""
+    screen, counts = batch["match_screen"], batch["match_tokens"]
+    per = torch.bincount(screen, minlength=len(counts))
+    n_max = int(counts.max())
+    return {"match_slot": torch.arange(len(screen)) - (torch.cumsum(per, 0) - per)[screen],
+            "match_slots": int(per.max()) if len(screen) else 0,
+            "match_token_at": torch.cat([b * n_max + torch.arange(int(n)) for b, n in enumerate(counts)]),
+            "word_index": (batch["image_words"] != IGNORE).nonzero().squeeze(1)}
 
 
 # ----------------------------------------------------------------------------------------------

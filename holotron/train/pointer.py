@@ -11,7 +11,7 @@ from torch import nn
 
 from .heads import AuxHeads
 
-__all__ = ["pointer_loss", "answer_spans", "attention_scores", "attention_pointer_loss"]
+__all__ = ["pointer_loss", "answer_spans", "pointer_layout", "attention_scores", "attention_pointer_loss"]
 
 
 def pointer_loss(aux: AuxHeads, h: torch.Tensor, is_img: torch.Tensor, queries: torch.Tensor,
@@ -72,8 +72,48 @@ def attention_scores(block: nn.Module, h: torch.Tensor, positions: torch.Tensor,
     return scores.masked_fill(~visible[:, None], float("-inf"))
 
 
-def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tensor, queries: torch.Tensor,
-                           targets: torch.Tensor, keep: torch.Tensor, heads: int) -> tuple[torch.Tensor, float]:
+def pointer_layout(keep: torch.Tensor, queries: torch.Tensor, targets: torch.Tensor, is_img: torch.Tensor) -> dict:
+    """Where ``attention_pointer_loss`` scores, worked out on the host from the batch alone (the data workers do
+    it in ``batches.collate``): each row's answer positions (``answer_spans``) side by side, padded to the row
+    with the most. ``keep`` (B, T - 1): position t predicts a labelled token; ``queries`` (Q, 2) and ``targets``
+    (M, 2): the batch's "pointer_queries" / "pointer_targets"; ``is_img`` (B, T): the image tokens. Returns
+    "pointer_rows" (R,): the rows with a question; "pointer_at" (R, P): each slot's sequence position (0 in the
+    padding); "pointer_valid" (R, P); "pointer_on" (K,): the flat indices into (R, P, ``pointer_len``) of
+    (slot, image token of its question's element, as a sequence position of the row); "pointer_len": the
+    tokens each row is scored over (the last answer position + 1); "pointer_slots": the valid slots."""
+    keep, queries, targets, is_img = (t.detach().cpu() for t in (keep, queries, targets, is_img))
+    qs, rows, pos = answer_spans(keep, queries)
+    row_ids = sorted(set(rows))
+    index = {b: i for i, b in enumerate(row_ids)}
+    slot, filled = [], [0] * len(row_ids)
+    for b in rows:                                                               # the position's slot in its row
+        slot.append(filled[index[b]])
+        filled[index[b]] += 1
+    R, P, T = len(row_ids), max(filled, default=1), max(pos, default=0) + 1
+    r_of, s_of = torch.tensor([index[b] for b in rows], dtype=torch.long), torch.tensor(slot, dtype=torch.long)
+    at = torch.zeros(R, P, dtype=torch.long)
+    at[r_of, s_of] = torch.tensor(pos, dtype=torch.long)
+    valid = torch.zeros(R, P, dtype=torch.bool)
+    valid[r_of, s_of] = True
+    # per slot, the (question, token) pairs of its question: the targets sorted by question, each slot's run of them
+    q_of = torch.tensor(qs, dtype=torch.long)
+    order = torch.argsort(targets[:, 0], stable=True)
+    n = torch.bincount(targets[:, 0], minlength=queries.shape[0])
+    first = torch.cumsum(n, 0) - n
+    per_slot = n[q_of]
+    slot_rep = torch.repeat_interleave(torch.arange(len(qs)), per_slot)
+    k = torch.arange(int(per_slot.sum())) - torch.repeat_interleave(torch.cumsum(per_slot, 0) - per_slot, per_slot)
+    token = targets[order[first[q_of[slot_rep]] + k], 1]                          # image token index in its row
+    img = is_img[torch.tensor(row_ids, dtype=torch.long), :T].nonzero()           # (n, 2): row, pos
+    img_first = torch.searchsorted(img[:, 0].contiguous(), torch.arange(R))       # row -> its first image token
+    r, sl = r_of[slot_rep], s_of[slot_rep]
+    on = (r * P + sl) * T + img[img_first[r] + token, 1]
+    return {"pointer_rows": torch.tensor(row_ids, dtype=torch.long), "pointer_at": at, "pointer_valid": valid,
+            "pointer_on": on, "pointer_len": T, "pointer_slots": len(qs)}
+
+
+def attention_pointer_loss(block: nn.Module, h: torch.Tensor, layout: dict, heads: int) -> tuple[torch.Tensor,
+                                                                                               torch.Tensor]:
     """The pointer on the model's own attention: for the first ``heads`` query heads of the attention
     layer ``block`` (whose input residual stream is ``h``, (B, T, D)), at every position that predicts a
     token of a question's answer (``answer_spans``), the softmax of that head's scores over the tokens the
@@ -81,49 +121,25 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, is_img: torch.Tens
     and minus the log of the probability it puts on the image tokens of the question's element; mean over
     heads and positions. So the layer that feeds the answer attends to the element and its values carry
     the element's position (which one tile's ViT position code states) into the digits. Also the share of
-    (head, position) pairs whose most-attended token is on the element.
+    (head, position) pairs whose most-attended token is on the element (a 0-d device tensor).
 
-    All rows at once: each row's answer positions side by side (padded to the row with the most), scored
-    against that row's tokens up to the last of them, so the work is a fixed number of kernels and four reads
-    of device values (the answer spans, the image tokens, the question-token pairs, the hit count) whatever
-    the batch size, where a loop over the rows read two more per row."""
-    qs, rows, pos = answer_spans(keep, queries)                                  # host lists
+    ``layout``: ``pointer_layout``'s, worked out on the host (in the data workers), its tensors on the host or
+    on ``h``'s device. All rows at once, each row's answer positions side by side: a fixed number of kernels
+    and no read of a device value whatever the batch size (the slots of a padded row count through masks)."""
     dev = h.device
-    row_ids = sorted(set(rows))
-    index = {b: i for i, b in enumerate(row_ids)}
-    slot, filled = [], [0] * len(row_ids)
-    for b in rows:                                                               # the position's slot in its row
-        slot.append(filled[index[b]])
-        filled[index[b]] += 1
-    R, P, T = len(row_ids), max(filled), max(pos) + 1
-    r_of = torch.tensor([index[b] for b in rows], device=dev)
-    s_of = torch.tensor(slot, device=dev)
-    at = torch.zeros(R, P, dtype=torch.long, device=dev)                          # slot -> sequence position
-    at[r_of, s_of] = torch.tensor(pos, device=dev)
-    valid = torch.zeros(R, P, dtype=torch.bool, device=dev)
-    valid[r_of, s_of] = True
-    question = torch.full((R, P), -1, dtype=torch.long, device=dev)
-    question[r_of, s_of] = torch.tensor(qs, device=dev)
-
+    rows, at, valid, on_index = (layout[k].to(dev, non_blocking=True)
+                                 for k in ("pointer_rows", "pointer_at", "pointer_valid", "pointer_on"))
+    R, P = layout["pointer_at"].shape
+    T, count = layout["pointer_len"], layout["pointer_slots"]
     heads = min(heads, block.mixer.n_heads)
-    row_t = torch.tensor(row_ids, device=dev)
-    scores = attention_scores(block, h[row_t, :T], at, heads)                                  # (R, heads, P, T)
-    visible = torch.isfinite(scores[:, 0])                                                     # (R, P, T)
-
-    # the element's image tokens of each position's question, as sequence positions of its row
-    img = is_img[row_t, :T].nonzero()                                                          # (n, 2): row, pos
-    first = torch.searchsorted(img[:, 0].contiguous(), torch.arange(R, device=dev))             # row -> its first
-    flat_q = question.reshape(-1)
-    pi, ti = (flat_q[:, None] == targets[None, :, 0]).nonzero(as_tuple=True)                   # (slot, pair)
-    pr = torch.div(pi, P, rounding_mode="floor")
-    on = torch.zeros(R * P, T, dtype=torch.bool, device=dev)
-    on[pi, img[first[pr] + targets[ti, 1], 1]] = True
+    scores = attention_scores(block, h[:, :T].index_select(0, rows), at, heads)             # (R, heads, P, T)
+    visible = torch.isfinite(scores[:, 0])                                                 # (R, P, T)
+    on = torch.zeros(R * P * T, dtype=torch.bool, device=dev).index_fill_(0, on_index, True)
     on = on.view(R, P, T) & visible & valid[..., None]
-
-    lse = torch.logsumexp(scores, -1)                                                          # (R, heads, P)
+    lse = torch.logsumexp(scores, -1)                                                      # (R, heads, P)
     lse_on = torch.logsumexp(scores.masked_fill(~on[:, None], float("-inf")), -1)
-    keep_slot = valid[:, None].expand(-1, heads, -1)
-    loss = (lse - lse_on)[keep_slot].mean()
-    top = scores.argmax(-1, keepdim=True)                                                      # (R, heads, P, 1)
-    hits = on[:, None].expand(-1, heads, -1, -1).gather(3, top).squeeze(3)[keep_slot]
-    return loss, int(hits.sum()) / hits.numel()
+    padding = ~valid[:, None]                                                              # (R, 1, P)
+    loss = (lse - lse_on).masked_fill(padding, 0.0).sum() / (heads * count)
+    top = scores.argmax(-1, keepdim=True)                                                  # (R, heads, P, 1)
+    hits = on[:, None].expand(-1, heads, -1, -1).gather(3, top).squeeze(3).masked_fill(padding, False)
+    return loss, hits.sum() / (heads * count)

@@ -4,6 +4,7 @@ augmentation (``colour_aug``); and ``--grid-aug``'s random tiling grids (``augme
 
 from __future__ import annotations
 
+import functools
 import random
 
 import numpy as np
@@ -57,9 +58,16 @@ def normalize_tiles(x: torch.Tensor, cfg: VisionConfig, augment: torch.Generator
         xf = x.to(torch.float32) / 255.0
     else:
         xf = colour_aug(x, augment if isinstance(augment, torch.Generator) else None, groups)
-    mean = torch.tensor(cfg.norm_mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(cfg.norm_std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+    mean, std = _channel_stats(tuple(cfg.norm_mean), tuple(cfg.norm_std), x.device)
     return (xf - mean) / std
+
+
+@functools.lru_cache(maxsize=16)
+def _channel_stats(mean: tuple, std: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``normalize_tiles``' mean and std (1, 3, 1, 1) on ``device``, made once: a tensor built from a list on
+    the device is a blocking copy, which waits for everything queued on it."""
+    with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, whatever mode the first call ran in
+        return tuple(torch.tensor(v, dtype=torch.float32).view(1, 3, 1, 1).to(device) for v in (mean, std))
 
 
 def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None,
@@ -74,9 +82,10 @@ def colour_aug(x: torch.Tensor, generator: torch.Generator | None = None,
     inv = torch.rand(n, 1, 1, 1, generator=generator, device=dev) < 0.5
     gain = 0.6 + 0.8 * torch.rand(n, 1, 1, 1, generator=generator, device=dev)
     off = 0.2 * (torch.rand(n, 1, 1, 1, generator=generator, device=dev) - 0.5)
-    if groups is not None:
-        counts = groups.to(dev)
-        perm, inv, gain, off = (t.repeat_interleave(counts, dim=0) for t in (perm, inv, gain, off))
+    if groups is not None:  # the total is known on the host: repeat_interleave then reads nothing back
+        counts = groups.to(dev, non_blocking=True)
+        perm, inv, gain, off = (t.repeat_interleave(counts, dim=0, output_size=x.shape[0])
+                                for t in (perm, inv, gain, off))
     xf = x.float() / 255.0
     xf = torch.gather(xf, 1, perm[:, :, None, None].expand_as(xf))
     xf = torch.where(inv, 1.0 - xf, xf)
