@@ -114,25 +114,34 @@ class CapturedChunks:
         t0 = time.perf_counter()
         x = self._cx[:b * T].view(b, T, -1)
         rows, starts, counts = self._cmeta[0, :b], self._cmeta[1, :b], self._cmeta[2, :b]
+        g = self._capture_static(b, lambda: self._clogits[:b].copy_(
+            self.lm.extend_static(x, self.state, rows, starts, counts)))
+        self.chunk_graphs[(b, T)] = g
+        self.stats["chunk_captures"] += 1
+        self.stats["capture_s"] += time.perf_counter() - t0
+        return g
+
+    def _capture_static(self, b: int, body, generator: bool = False) -> torch.cuda.CUDAGraph:
+        """``body`` (a pass on the static chunk buffers of b rows) captured in a CUDA graph in the chunk graphs'
+        pool, after two warm-ups on a side stream, with the chunk's rows 0 .. b-1 and counts 0, which change no
+        row (see the module docstring). ``generator``: the graph draws from the engine's sampling generator."""
         with torch.inference_mode():
-            rows.copy_(torch.arange(b, device=self.device))   # counts 0: no row changes (see the module docstring)
-            starts.zero_()
-            counts.zero_()
+            self._cmeta[0, :b].copy_(torch.arange(b, device=self.device))
+            self._cmeta[1:, :b].zero_()
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(2):
-                    self._clogits[:b].copy_(self.lm.extend_static(x, self.state, rows, starts, counts))
+                    body()
             torch.cuda.current_stream(self.device).wait_stream(side)
             if self._chunk_pool is None:
                 self._chunk_pool = torch.cuda.graph_pool_handle()
             g = torch.cuda.CUDAGraph()
+            if generator and self.generator is not None:
+                g.register_generator_state(self.generator)
             with torch.cuda.graph(g, pool=self._chunk_pool):
-                self._clogits[:b].copy_(self.lm.extend_static(x, self.state, rows, starts, counts))
+                body()
             torch.cuda.synchronize(self.device)
-        self.chunk_graphs[(b, T)] = g
-        self.stats["chunk_captures"] += 1
-        self.stats["capture_s"] += time.perf_counter() - t0
         return g
 
     def capture_chunks(self, shapes: list[tuple[int, int]]) -> None:

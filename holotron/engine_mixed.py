@@ -116,29 +116,12 @@ class MixedSteps:
         if g is not None:
             return g
         t0 = time.perf_counter()
-        rows, starts, counts = self._cmeta[0, :b], self._cmeta[1, :b], self._cmeta[2, :b]
         with torch.inference_mode():
             tokens, active = self.tokens.clone(), self.active.clone()   # put back after (see the docstring)
             self.active.zero_()
-            rows.copy_(torch.arange(b, device=self.device))
-            starts.zero_()
-            counts.zero_()
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._mixed_body(nb, b, T)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            if self._chunk_pool is None:
-                self._chunk_pool = torch.cuda.graph_pool_handle()
-            g = torch.cuda.CUDAGraph()
-            if self.generator is not None:
-                g.register_generator_state(self.generator)
-            with torch.cuda.graph(g, pool=self._chunk_pool):
-                self._mixed_body(nb, b, T)
+            g = self._capture_static(b, lambda: self._mixed_body(nb, b, T), generator=True)
             self.tokens.copy_(tokens)
             self.active.copy_(active)
-            torch.cuda.synchronize(self.device)
         self.mixed_graphs[(nb, b, T)] = g
         self.stats["mixed_captures"] += 1
         self.stats["capture_s"] += time.perf_counter() - t0

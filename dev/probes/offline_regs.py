@@ -83,7 +83,8 @@ BWD_INTS = dict(n_seq=2, H=128, P=80, N=128, HPG=16, n_rows=32, s_x_t=10240, s_x
 
 def bwd_info(kernel="seq", **over):
     """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64, headdim blocks
-    of 32, dstate blocks of 64 (dB / dC kernel), 4 warps, 2 stages. Pointer dtypes not named
+    of 32 (dx kernel: NPB=3 for BWD_CONFIG's P_LOOP), dstate blocks of 64 and the headdim whole (dB / dC kernel:
+    PK=32 NPK=3 for BLOCK_PK 32), 4 warps, 2 stages. Pointer dtypes not named
     below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the inputs)
     or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
@@ -93,7 +94,7 @@ def bwd_info(kernel="seq", **over):
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, Q=64, QP=64, PP=128, NP=128,
-                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024, HPP=1)
+                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024, HPP=1, NPB=1, PK=128, NPK=1)
     warps = over.pop("num_warps", 4)
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)

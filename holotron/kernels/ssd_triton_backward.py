@@ -82,8 +82,8 @@ from .ssd_triton_common import (
 # and dB / dC kernels, pipeline stages of their loops over heads and of the state pass; tma:
 # tiles of the dx and dB / dC kernels through tensor descriptors (TMA on Hopper) where addresses and strides
 # are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers); P_LOOP: the dx
-# kernel as one program per (chunk, head) walking the headdim blocks (C B^T and the decays once per head, ddt
-# whole; HEADS must be 1), else one program per (chunk, head, headdim block) (None / False; not yet timed);
+# kernel as one program per (chunk, HEADS heads) walking the headdim blocks (C B^T and the decays once per head,
+# ddt whole), else one program per (chunk, HEADS heads, headdim block) (None / False; not yet timed);
 # BLOCK_PK: the dB / dC kernel's products over the headdim in blocks of this many columns (a power of two >= 16;
 # None: one block of the headdim padded to a power of two, 128 for 80; not yet timed).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
@@ -234,8 +234,6 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     if pk < _DOT_MIN or pk & (pk - 1):
         raise ValueError(f"BWD_CONFIG['BLOCK_PK'] must be a power of two >= {_DOT_MIN}, got {pk}")
     ploop = bool(cfg.get("P_LOOP"))
-    if ploop and hpp != 1:
-        raise ValueError(f"BWD_CONFIG['P_LOOP'] needs BWD_CONFIG['HEADS'] 1, got {hpp}")
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
@@ -292,12 +290,12 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
         )
         LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_sh)](
             xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,
-            dx, ddtp, dAp, dDp if dDp is not None else A32, n_seq, h, p, n, h // g, n_rows, n_pb, n_nb, n_blk,
+            dx, ddtp, dAp, dDp if dDp is not None else A32, n_seq, h, p, n, h // g, n_rows, n_sh, n_nb, n_blk,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dx.stride(0), dx.stride(1),
             HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, Q=Q, QP=QP, BP=bp, NP=NP,
             NNB=triton.next_power_of_2(n_nb), NBLK=triton.next_power_of_2(n_blk), OPS=ops, TMA=bool(tma), HPP=hpp,
-            NS=int(cfg["stages_dx"]), P_LOOP=ploop, NPB=n_pb, num_warps=int(cfg["warps_dx"]),
+            NS=int(cfg["stages_dx"]), NPB=n_pb if ploop else 1, num_warps=int(cfg["warps_dx"]),
         )
     except OutOfResources as e:
         raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "

@@ -10,8 +10,8 @@ and the state gradients the pass stored:
   The program walks the group's heads (the loop's loads pipelined like a matrix product's K loop) adding
   sum_h dG_h and the two state terms in fp32 registers, then multiplies the summed dG by B and C once; dB,
   dC are written once, in B's dtype, without partial sums.
-- ``_bwd_dx``: dx, and the shares of ddt and dA, of one chunk, head and block of headdim columns; or
-  (``BWD_CONFIG["P_LOOP"]``) dx, ddt and dA of one chunk and head, the headdim blocks in a loop (``_dx_head``).
+- ``_bwd_dx``: dx, and the shares of ddt and dA, of one chunk, head and block of headdim columns (or, with
+  ``BWD_CONFIG["P_LOOP"]``, of every headdim block of the head in a loop).
 """
 
 from __future__ import annotations
@@ -125,15 +125,12 @@ def _dx_chunk(
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
     NP: tl.constexpr, NNB: tl.constexpr, NBLK: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    HPP: tl.constexpr, NS: tl.constexpr,
+    HPP: tl.constexpr, NS: tl.constexpr, NPB: tl.constexpr,
 ):
-    """dx of chunk k (of sequence s) for heads hs * HPP .. of group g, headdim columns pb * BP ..; this block's
-    shares of ddt and dA (and of dD); see _bwd_dx."""
+    """dx of chunk k (of sequence s) for heads hs * HPP .. of group g, headdim columns from (pb * NPB) * BP in
+    NPB blocks of BP; this program's shares of ddt and dA (and of dD); see _bwd_dx."""
     LOG2E: tl.constexpr = 1.4426950408889634
-    p0 = pb * BP
     q = tl.arange(0, QP)
-    ps = p0 + tl.arange(0, BP)
-    mp = ps < P
     causal = q[:, None] >= q[None, :]
     last = q == QP - 1
     ts = tl.load(cu_ptr + s)
@@ -148,7 +145,7 @@ def _dx_chunk(
     Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
     G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # C B^T, the group's
     dsd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
-    first = (pb == 0).to(tl.float32)  # the terms summed over the whole headdim are added by block 0 only
+    first = (pb == 0).to(tl.float32)  # the terms summed over the whole headdim are added by the first program
     nbs = tl.arange(0, NNB)
     bls = tl.arange(0, NBLK)
     for j in tl.range(0, HPP, num_stages=NS):
@@ -160,28 +157,36 @@ def _dx_chunk(
         dec = tl.exp2(cL - cs)  # decay from token s (excluded) to the chunk's end
         w = tl.where(mq, dt * dec, 0.0)
         M = G * tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))  # (C B^T) * L
-        xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, BP, TMA)
-        dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_end, P - p0, s_dy_t, QP, BP, TMA)
-        x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
-        dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
+        Mdt = M * dt[None, :]
         mat = k * H + h
-        dS = _sload(dsd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the gradient of the state leaving
-        dWm = tl.where(causal, _mm(dy, tl.trans(x), x, OPS), 0.0)  # this block's share
-        dxv = _mm(tl.trans(M * dt[None, :]), dy, x, OPS)
-        R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T, (Q, its columns)
-        xf = x.to(tl.float32)
-        dw = tl.sum(xf * R, axis=1)  # x_s . R_s, this block's share
-        dxv += w[:, None] * R
-        if HAS_D:
-            dyf = dy.to(tl.float32)
-            if D_PER_CHANNEL:
-                dxv += tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :] * dyf
-            else:
-                dxv += tl.load(D_ptr + h).to(tl.float32) * dyf
-            tl.store(dDp_ptr + mat.to(tl.int64) * P + ps, tl.sum(dyf * xf, axis=0), mask=mp)
-        dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_end, P - p0, s_dx_t, QP, BP, TMA)
-        _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
-        E = dWm * dt[None, :] * M
+        dW = tl.zeros((QP, QP), dtype=tl.float32)   # dy x^T over this program's columns
+        dw = tl.zeros((QP,), dtype=tl.float32)      # x_s . R_s over this program's columns
+        for i in tl.range(0, NPB, num_stages=NS):
+            p0 = (pb * NPB + i) * BP
+            ps = p0 + tl.arange(0, BP)
+            mp = ps < P
+            xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, BP, TMA)
+            dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_end, P - p0, s_dy_t, QP, BP, TMA)
+            x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
+            dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
+            dS = _sload(dsd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the state gradient leaving
+            dW += _mm(dy, tl.trans(x), x, OPS)
+            dxv = _mm(tl.trans(Mdt), dy, x, OPS)
+            R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T, (Q, its columns)
+            xf = x.to(tl.float32)
+            dw += tl.sum(xf * R, axis=1)
+            dxv += w[:, None] * R
+            if HAS_D:
+                dyf = dy.to(tl.float32)
+                if D_PER_CHANNEL:
+                    dxv += tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :] * dyf
+                else:
+                    dxv += tl.load(D_ptr + h).to(tl.float32) * dyf
+                tl.store(dDp_ptr + mat.to(tl.int64) * P + ps, tl.sum(dyf * xf, axis=0), mask=mp)
+            dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_end, P - p0, s_dx_t, QP, BP, TMA)
+            _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
+        dWm = tl.where(causal, dW, 0.0)
+        E = dWm * Mdt
         dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) - dw * w
         dcL = tl.sum(dw * w, axis=0)
         vptr = vp_ptr + ((ts64 + r0 + q) * H + h)[:, None] * n_nb + nbs[None, :]
@@ -196,116 +201,30 @@ def _dx_chunk(
 
 
 @triton.jit
-def _dx_head(
-    k, s, g, h, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, vp_ptr,
-    dssp_ptr, dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, n_rows, n_nb, n_blk,
-    s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-    HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
-    NP: tl.constexpr, NNB: tl.constexpr, NBLK: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    NPB: tl.constexpr, NS: tl.constexpr,
-):
-    """dx of chunk k (of sequence s) for head h of group g, every headdim column in NPB blocks of BP, and the
-    head's whole ddt and dA terms (no shares; see _bwd_dx with P_LOOP): C B^T, the decays and (C B^T) * L
-    once per head, dy x^T and x . R summed over the blocks in fp32."""
-    LOG2E: tl.constexpr = 1.4426950408889634
-    q = tl.arange(0, QP)
-    causal = q[:, None] >= q[None, :]
-    last = q == QP - 1
-    ts = tl.load(cu_ptr + s)
-    te = tl.load(cu_ptr + s + 1)
-    r0 = (k - tl.load(choff_ptr + s)) * Q
-    n_end = tl.minimum(te - ts, r0 + Q)
-    ts64 = ts.to(tl.int64)
-    mq = r0 + q < n_end
-    bd = _desc(B_ptr + ts64 * s_b_t + g * s_b_g, n_end, N, s_b_t, QP, NP, TMA)
-    cd = _desc(C_ptr + ts64 * s_c_t + g * s_c_g, n_end, N, s_c_t, QP, NP, TMA)
-    Bm = _tile(bd, r0, n_end, N, s_b_t, QP, NP, TMA, True)
-    Cm = _tile(cd, r0, n_end, N, s_c_t, QP, NP, TMA, True)
-    G = _mm(Cm, tl.trans(Bm), Bm, OPS)  # C B^T, the group's
-    dsd = _sdesc(dst_ptr, n_rows * H, P, N, BP, NP, TMA)
-    A = tl.load(A_ptr + h).to(tl.float32)
-    dt = tl.load(dt_ptr + (ts64 + r0 + q) * s_dt_t + h * s_dt_h, mask=mq, other=0.0).to(tl.float32)
-    cs = tl.sum(tl.where(causal, (dt * (A * LOG2E))[None, :], 0.0), axis=1)
-    cL = tl.sum(tl.where(last, cs, 0.0), axis=0)
-    dec = tl.exp2(cL - cs)
-    w = tl.where(mq, dt * dec, 0.0)
-    M = G * tl.exp2(tl.where(causal, cs[:, None] - cs[None, :], float("-inf")))  # (C B^T) * L
-    Mdt = M * dt[None, :]
-    mat = k * H + h
-    dW = tl.zeros((QP, QP), dtype=tl.float32)   # dy x^T over the whole headdim
-    dw = tl.zeros((QP,), dtype=tl.float32)      # x_s . R_s over the whole headdim
-    for pb in tl.range(0, NPB, num_stages=NS):
-        p0 = pb * BP
-        ps = p0 + tl.arange(0, BP)
-        mp = ps < P
-        xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, BP, TMA)
-        dyd = _desc(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, n_end, P - p0, s_dy_t, QP, BP, TMA)
-        x = _tile(xd, r0, n_end, P - p0, s_x_t, QP, BP, TMA, True)
-        dy = _tile(dyd, r0, n_end, P - p0, s_dy_t, QP, BP, TMA, True)
-        dS = _sload(dsd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the gradient of the state leaving
-        dW += _mm(dy, tl.trans(x), x, OPS)
-        dxv = _mm(tl.trans(Mdt), dy, x, OPS)
-        R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T, (Q, its columns)
-        xf = x.to(tl.float32)
-        dw += tl.sum(xf * R, axis=1)
-        dxv += w[:, None] * R
-        if HAS_D:
-            dyf = dy.to(tl.float32)
-            if D_PER_CHANNEL:
-                dxv += tl.load(D_ptr + h * P + ps, mask=mp, other=0.0).to(tl.float32)[None, :] * dyf
-            else:
-                dxv += tl.load(D_ptr + h).to(tl.float32) * dyf
-            tl.store(dDp_ptr + mat.to(tl.int64) * P + ps, tl.sum(dyf * xf, axis=0), mask=mp)
-        dxd = _desc(dx_ptr + ts64 * s_dx_t + h * s_dx_h + p0, n_end, P - p0, s_dx_t, QP, BP, TMA)
-        _put(dxd, r0, n_end, P - p0, s_dx_t, dxv.to(dx_ptr.dtype.element_ty), QP, BP, TMA, True)
-    dWm = tl.where(causal, dW, 0.0)
-    E = dWm * dt[None, :] * M
-    dcs = tl.sum(E, axis=1) - tl.sum(E, axis=0) - dw * w
-    dcL = tl.sum(dw * w, axis=0)
-    nbs = tl.arange(0, NNB)
-    bls = tl.arange(0, NBLK)
-    vptr = vp_ptr + ((ts64 + r0 + q) * H + h)[:, None] * n_nb + nbs[None, :]
-    dcs += tl.sum(tl.load(vptr, mask=mq[:, None] & (nbs < n_nb)[None, :], other=0.0), axis=1)
-    dSS = tl.sum(tl.load(dssp_ptr + mat.to(tl.int64) * n_blk + bls, mask=bls < n_blk, other=0.0), axis=0)
-    dcL += tl.exp2(cL) * dSS
-    dcs += tl.where(last, dcL, 0.0)  # cL = cs of the padded block's last row
-    da = tl.sum(tl.where(causal, dcs[:, None], 0.0), axis=0)  # da_s = sum_{t >= s} dcs_t
-    ddt = tl.sum(dWm * M, axis=0) + dec * dw + A * da
-    tl.store(ddtp_ptr + (ts64 + r0 + q) * H + h, ddt, mask=mq)
-    tl.store(dAp_ptr + mat.to(tl.int64), tl.sum(dt * da, axis=0))
-
-
-@triton.jit
 def _bwd_dx(
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr, vp_ptr, dssp_ptr,
     dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, n_seq, H, P, N, HPG, n_rows, n_pb, n_nb, n_blk,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, Q: tl.constexpr, QP: tl.constexpr, BP: tl.constexpr,
     NP: tl.constexpr, NNB: tl.constexpr, NBLK: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    HPP: tl.constexpr, NS: tl.constexpr, P_LOOP: tl.constexpr = False, NPB: tl.constexpr = 1,
+    HPP: tl.constexpr, NS: tl.constexpr, NPB: tl.constexpr,
 ):
-    """With P_LOOP: one program per (chunk row, head), every headdim column in NPB blocks of BP (_dx_head); ddt
-    and dA written whole (ddtp (tokens, H, 1), dAp (rows, H, 1)). Else:
-    one program per (chunk row, HPP heads of a group, headdim block), all chunks in parallel: dx of its
-    columns (every term of dx is column by column) and its block's shares of ddt (at ddtp[token, h, pb]), of
-    dA (dAp[k, h, pb]) and of dD (dDp[k, h, its columns]): every term of ddt is a sum over the headdim (dy x^T,
-    x . R) or, for the two that _bwd_dbc (vp) and _bwd_spass (dssp) computed whole, added by block 0, so the
-    shares add up. Needs the state gradients of _bwd_spass. The heads share C B^T (computed once); their
-    loop's loads are pipelined over NS stages. Rows past the last sequence's chunks do nothing."""
+    """One program per (chunk row, HPP heads of a group, NPB headdim blocks of BP), all chunks in parallel (NPB 1:
+    a program per headdim block; NPB covering the headdim, BWD_CONFIG["P_LOOP"]: one per head, C B^T and the
+    decays computed once for all its columns): dx of its columns (every term of dx is column by column) and its
+    shares of ddt (at ddtp[token, h, pb]), of dA (dAp[k, h, pb]) and of dD (dDp[k, h, its columns]): every term
+    of ddt is a sum over the headdim (dy x^T, x . R) or, for the two that _bwd_dbc (vp) and _bwd_spass (dssp)
+    computed whole, added by the first program of the head, so the shares add up. Needs the state gradients of
+    _bwd_spass. The heads share C B^T (computed once); their loop's loads are pipelined over NS stages. Rows
+    past the last sequence's chunks do nothing."""
     k = tl.program_id(0)
     gh = tl.program_id(1)
     pb = tl.program_id(2)
     g = gh // (HPG // HPP)
     hs = gh % (HPG // HPP)
     s = tl.load(cseq_ptr + k)
-    if P_LOOP:
-        if s < n_seq:
-            _dx_head(k, s, gh // HPG, gh, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr,
-                     choff_ptr, vp_ptr, dssp_ptr, dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, n_rows, n_nb, n_blk,
-                     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-                     HAS_D, D_PER_CHANNEL, Q, QP, BP, NP, NNB, NBLK, OPS, TMA, NPB, NS)
-    elif s < n_seq:
+    if s < n_seq:
         _dx_chunk(k, s, g, hs, pb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr,
                   vp_ptr, dssp_ptr, dx_ptr, ddtp_ptr, dAp_ptr, dDp_ptr, H, P, N, HPG, n_rows, n_pb, n_nb, n_blk,
                   s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_dx_t, s_dx_h,
-                  HAS_D, D_PER_CHANNEL, Q, QP, BP, NP, NNB, NBLK, OPS, TMA, HPP, NS)
+                  HAS_D, D_PER_CHANNEL, Q, QP, BP, NP, NNB, NBLK, OPS, TMA, HPP, NS, NPB)
