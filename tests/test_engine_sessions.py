@@ -442,7 +442,9 @@ def test_sessions_on_cuda_graphs_equal_each_alone(mode):
     assert eng.prefill_tokens_done > 0 and eng.memory()["sessions"] == 6 and eng.stats["forced_tokens"] > 0
     assert (eng.stats["mixed_steps"] > 0) == mixed
     assert (eng.stats["mixed_captures"] > 0) == (len(eng.mixed_graphs) > 0) == (mode == "mixed")
-    assert (eng.stats["chunk_captures"] > 0) == (len(eng.chunk_graphs) > 0) == (mode == "graphs")
+    assert (eng.stats["chunk_captures"] > 0) == (len(eng.chunk_graphs) > 0)
+    if mode != "mixed":   # (a mixed engine's chunks that run alone may be graphs too)
+        assert (len(eng.chunk_graphs) > 0) == (mode == "graphs")
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns), f"agent {a}"
 
