@@ -49,6 +49,35 @@ def _tiny_ui_vision(vocab: int):
     return make_config("tiny-ui", vocab).vision
 
 
+def test_tokens_in_boxes_equals_testing_every_sub_point():
+    """``_tokens_in`` tests only the tokens near the boxes: the same tokens as every sub-point of every token
+    against every box, on real screens (with tiles and their thumbnail) and random boxes, boxes on token
+    edges, slivers, boxes off the screen and several boxes at once."""
+    from holotron.train.matching import _sub_points, _tokens_in
+    from holotron.train.targets import _last_box
+
+    vis = _tiny_ui_vision(500)
+    rng = random.Random(3)
+    for seed in range(4):
+        s = generate_sample(seed)
+        cls, pos = image_token_targets(s, vis)
+        cell = token_cell(s.size, vis)
+        points = _sub_points(pos, s.size, cell)
+        tile = cls != -100
+        w, h = s.size
+        boxes = [e.box for e in s.elements[:6]] + [(0, 0, cell[0], cell[1]), (w - 1, h - 1, w + 50, h + 50),
+                                                   (-40, -40, -1, -1), (10, 10, 10.5, 300)]
+        for _ in range(20):
+            x0, y0 = rng.uniform(-20, w), rng.uniform(-20, h)
+            boxes.append((x0, y0, x0 + rng.uniform(0.2, 300), y0 + rng.uniform(0.2, 120)))
+        for k in (1, 2, 3):
+            for i in range(0, len(boxes) - k + 1, k):
+                group = boxes[i:i + k]
+                last = _last_box(np.array(group, dtype=np.float64).reshape(-1, 4), *points).reshape(points[0].shape)
+                want = torch.from_numpy((last >= 0).any(axis=1)) & tile
+                assert torch.equal(_tokens_in(group, points, tile), want), (seed, group)
+
+
 def test_queries_cover_each_unique_element_with_its_box_and_label_text(word_tok):
     p = Processor.from_pretrained(word_tok)
     vis = _tiny_ui_vision(p.vocab_size)

@@ -96,12 +96,23 @@ def _first_hit(values: np.ndarray, invalid: int) -> np.ndarray:
 
 
 def _tokens_in(boxes, points, tile: torch.Tensor) -> torch.Tensor:
-    """The tokens (bool, n) one of whose sub-points lies in one of ``boxes`` (x1 / y1 exclusive)."""
+    """The tokens (bool, n) one of whose sub-points lies in one of ``boxes`` (x1 / y1 exclusive). Only the
+    tokens whose sub-points' bounding box meets a box are tested point by point (every token's sub-points
+    share one pattern of offsets, so its extreme columns bound them): a box covers a few of a screen's
+    thousands of tokens, and this runs for every element of every screen in the data workers."""
     px, py = points
-    if not len(boxes):
+    if not len(boxes) or not px.shape[0]:
         return torch.zeros_like(tile)
-    last = _last_box(np.array(boxes, dtype=np.float64).reshape(-1, 4), px, py).reshape(px.shape)
-    return torch.from_numpy((last >= 0).any(axis=1)) & tile
+    b = np.array(boxes, dtype=np.float64).reshape(-1, 4)
+    x0, x1 = px[:, px[0].argmin()], px[:, px[0].argmax()]
+    y0, y1 = py[:, py[0].argmin()], py[:, py[0].argmax()]
+    near = np.nonzero(((x1[:, None] >= b[:, 0]) & (x0[:, None] < b[:, 2])
+                       & (y1[:, None] >= b[:, 1]) & (y0[:, None] < b[:, 3])).any(axis=1))[0]
+    sx, sy = px[near][..., None], py[near][..., None]                       # (m, SUB * SUB, 1)
+    hit = ((sx >= b[:, 0]) & (sx < b[:, 2]) & (sy >= b[:, 1]) & (sy < b[:, 3])).any(axis=(1, 2))
+    out = np.zeros(px.shape[0], dtype=bool)
+    out[near[hit]] = True
+    return torch.from_numpy(out) & tile
 
 
 def element_tokens(sample, element, positions: torch.Tensor, classes: torch.Tensor,
