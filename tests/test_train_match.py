@@ -23,16 +23,9 @@ from holotron.model import Holotron
 from holotron.processor import Processor
 from holotron.tokenizer import build_task_tokenizer, coordinate_token_ids
 from holotron.train import AuxHeads, ScreenBatches, image_token_targets, init_weights, loss_fn, main, make_config
+from holotron.train.element_tokens import element_core_tokens, element_tokens, token_cell
 from holotron.train.losses import GAUSS_WEIGHT
-from holotron.train.matching import (
-    MatchBatches,
-    element_core_tokens,
-    element_tokens,
-    match_loss,
-    match_stage_loss,
-    match_targets,
-    token_cell,
-)
+from holotron.train.matching import MatchBatches, match_loss, match_stage_loss, match_targets
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +46,7 @@ def test_tokens_in_boxes_equals_testing_every_sub_point():
     """``_tokens_in`` tests only the tokens near the boxes: the same tokens as every sub-point of every token
     against every box, on real screens (with tiles and their thumbnail) and random boxes, boxes on token
     edges, slivers, boxes off the screen and several boxes at once."""
-    from holotron.train.matching import _sub_points, _tokens_in
+    from holotron.train.element_tokens import _sub_points, _tokens_in
     from holotron.train.targets import _last_box
 
     vis = _tiny_ui_vision(500)

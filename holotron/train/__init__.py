@@ -60,6 +60,7 @@ The package, one concept a file (the names below are re-exported here):
                  ``pointer_layout``
   reading.py     ``reading_tile``, ``ReadingBatches``, ``reading_loss_fn``, ``tiling_scale``
   matching.py    ``--stage match`` and ``--match-weight``: ``match_targets``, ``match_loss``, ``MatchBatches``
+  element_tokens.py  which image tokens show an element: ``element_tokens``, ``element_core_tokens``, ``token_cell``
   evals.py       the evals during a run
   checkpoint.py  ``save_checkpoint``, ``init_from``, ``load_training_state``, ``AUX_FILE``, ``TOKENIZER_FILES``
   profiling.py   ``--profile``

@@ -9,7 +9,8 @@ import torch
 
 from ..processor import Processor
 from ..vision.config import VisionConfig
-from .matching import collate_match, element_core_tokens, element_tokens, match_targets, token_cell
+from .element_tokens import element_core_tokens, element_tokens, token_cell
+from .matching import collate_match, match_targets
 from .pointer import pointer_layout
 from .questions import answer_ids, extra_targets, followup_text
 from .targets import IGNORE, image_token_targets, pointer_tokens
@@ -29,7 +30,7 @@ class ScreenBatches(torch.utils.data.Dataset):
     element centre each token carries); ``pad``: a function (sample, rng) -> sample applied to each screen
     (``augment.pad_sample``); ``seeds``: fixed screen seeds (the batch of every step), e.g. for a dev batch;
     ``pointer_core``: a question's pointer tokens are those whose centre lies on its element or the element's
-    label text (``matching.element_core_tokens``) instead of those one of whose sub-points does.
+    label text (``element_tokens.element_core_tokens``) instead of those one of whose sub-points does.
     With a tokenizer that has single-token coordinates (``holotron.tokenizer.coordinate_token_ids``) each
     answer also carries, for its x and y tokens, the range of values that land in the element's box
     ("coord_targets": row, label position, lo, hi, centre; ``coords.coordinate_box_range``)."""

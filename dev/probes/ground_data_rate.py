@@ -1,0 +1,62 @@
+"""How fast one data worker makes the ground stage's batches: screens rendered, tiled and turned into every
+target the recipe's ground options ask for (scripts/train_tiny_ui_v2.sh: 16 short questions a screen, the
+pointer's tokens, the matching targets), one thread, as a DataLoader worker runs. The training loop runs
+``--workers`` of them; when their screens/s times the workers falls below the step's, the GPU waits for data.
+
+    python dev/probes/ground_data_rate.py [--batch 8] [--batches 6] [--repeats 3] [--tokenizer runs/tok-word]
+
+Prints the best of ``--repeats`` timings of ``--batches`` batches (after one untimed batch) as seconds per batch
+and screens/s; a word tokenizer is built in a temporary folder when none is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from ground_step_ops import GROUND
+
+from holotron.processor import Processor
+from holotron.tokenizer import build_task_tokenizer, coordinate_token_ids
+from holotron.train.cli import check_args, parser
+from holotron.train.loop import _build_model, _dataset
+from holotron.train.presets import make_config
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=8, help="screens per batch")
+    ap.add_argument("--batches", type=int, default=6, help="batches per timing")
+    ap.add_argument("--repeats", type=int, default=3, help="timings (the best is printed)")
+    ap.add_argument("--tokenizer", default=None, help="a word tokenizer folder (default: one built here)")
+    ap.add_argument("--config", default="tiny-ui")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    tok = Path(a.tokenizer) if a.tokenizer else build_task_tokenizer(Path(tempfile.mkdtemp()) / "tok", n=200,
+                                                                     kind="word")
+    args = parser().parse_args([*GROUND, "--batch-size", str(a.batch), "--out", "unused", "--tokenizer", str(tok),
+                                "--config", a.config])
+    check_args(args)
+    processor = Processor.from_pretrained(tok)
+    config = make_config(args.config, processor.vocab_size, args.set)
+    _, aux, _ = _build_model(args, config, torch.device("cpu"), None, coordinate_token_ids(processor))
+    data = _dataset(args, config.vision, tok, aux)  # the aux heads switch the matching targets on
+    data[0]
+    times = []
+    for r in range(a.repeats):
+        t = time.perf_counter()
+        for i in range(a.batches):
+            data[1 + r * a.batches + i]
+        times.append((time.perf_counter() - t) / a.batches)
+    best = min(times)
+    print(f"{a.batch} screens a batch, {a.config}: {best:.3f} s per batch, {a.batch / best:.1f} screens/s per worker "
+          f"(one thread; best of {a.repeats} x {a.batches} batches)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
