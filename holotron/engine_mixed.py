@@ -80,7 +80,7 @@ class MixedSteps:
         shape = self._graph_shape(len(take), T)
         if shape is None or shape[0] != len(take):
             return None
-        return next(s for s in self.batch_sizes if s >= n), shape[0], shape[1]
+        return self._step_batch(n), shape[0], shape[1]
 
     def _mixed_pass(self, n: int, chunk, shape: tuple[int, int, int]) -> list[tuple[Request, int]]:
         """One ``HybridLM.mixed`` pass (its graph, or eagerly): the next token of decoding rows [0, n) and the
@@ -136,5 +136,5 @@ class MixedSteps:
         for n, b, t in shapes:
             shape = self._graph_shape(min(b, self.max_batch), min(t, self.prefill_tokens))
             if shape is not None:
-                self._mixed_graph(next(s for s in self.batch_sizes if s >= min(n, self.max_batch)), *shape)
+                self._mixed_graph(self._step_batch(min(n, self.max_batch)), *shape)
         self.stats["mixed_captures"], self.stats["capture_s"] = before

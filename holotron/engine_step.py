@@ -30,7 +30,8 @@ log = logging.getLogger("holotron.engine")
 
 
 class CapturedStep:
-    """``Engine._step``, ``_capture_all``, ``_decode`` (the decode phase of an engine step), ``_emit``, ``_finish``."""
+    """``Engine._step``, ``_capture_all``, ``_decode`` (the decode phase of an engine step), ``_step_batch``,
+    ``_emit``, ``_finish``."""
 
     def _step(self, b: int) -> None:
         """One token for rows [0, b): reads ``tokens``, writes the next ``tokens``; static shapes, no sync."""
@@ -109,12 +110,16 @@ class CapturedStep:
         n = self._compact()
         if n == 0:
             return pre
-        b = next(s for s in self.batch_sizes if s >= n)
+        b = self._step_batch(n)
         if self.cuda_graph:
             self.graphs[b].replay()
         else:
             self._step(b)
         return pre + self._after_decode(n)
+
+    def _step_batch(self, n: int) -> int:
+        """The captured batch size a step of n decoding rows runs at: the smallest one >= n."""
+        return next(s for s in self.batch_sizes if s >= n)
 
     def _after_decode(self, n: int) -> list[tuple[Request, int]]:
         """Host bookkeeping of a decode token of rows [0, n): lengths, prompts read by the steps, emitted tokens."""
