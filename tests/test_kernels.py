@@ -605,13 +605,16 @@ def test_gpu_graph_capture_step_and_scan():
 
 @pytest.mark.parametrize("cfg", [dict(BLOCK_P=16), dict(BLOCK_P=32, num_stages=1), dict(BLOCK_P=128, num_warps=8),
                                  dict(Q=32, num_stages=3), dict(Q=64, BLOCK_P=64), dict(tma=True),
-                                 dict(tma=True, Q=32, BLOCK_P=32), dict(tma=False)],
+                                 dict(tma=True, Q=32, BLOCK_P=32), dict(tma=False), dict(FLAT=True, BLOCK_P=64),
+                                 dict(FLAT=True, BLOCK_P=16, tma=False), dict(FLAT=True, BLOCK_P=128, tma=True),
+                                 dict(FLAT=True, BLOCK_P=32, tma=True, Q=32)],
                          ids=["P16", "P32-stages1", "P128-warps8", "Q32-stages3", "Q64-P64", "tma", "tma-Q32-P32",
-                              "no-tma"])
+                              "no-tma", "flat-P64", "flat-P16-pointers", "flat-P128-tma", "flat-P32-tma-Q32"])
 def test_triton_scan_configs(monkeypatch, cfg):
     """The scan's launch settings (headdim blocks of 16 to 128 columns, the kernel's own chunk length,
-    pipelining depth, warps, tiles through tensor descriptors or pointers) compute the same function: P=80
-    (ragged last block), packed sequences with boundaries inside chunks, Q=100 unless overridden (its power
+    pipelining depth, warps, tiles through tensor descriptors or pointers, blocks across the heads of a
+    group) compute the same function: P=80 (ragged last block; across heads: blocks of one, two or three
+    heads), packed sequences with boundaries inside chunks, Q=100 unless overridden (its power
     of two below), several chunks per sequence."""
     from holotron.kernels import ssd_triton_scan
 
@@ -636,16 +639,19 @@ def test_triton_scan_bad_config(monkeypatch, cfg, match):
                                               (True, 24, 16, 1), (False, 6, None, 2), (True, 16, None, 4)],
                          ids=["pointers", "tma-P16", "tma-P20-ragged", "tma-P24-16+16", "every-2nd", "tma-every-4th"])
 @pytest.mark.parametrize("cu", [None, [0, 9, 10, 40]], ids=["batch", "packed"])
-def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block, every):
+@pytest.mark.parametrize("flat", [False, True], ids=["per-head", "flat"])
+def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block, every, flat):
     """``store_states`` (what the backward reads): row choff[s] + c is the state of sequence s entering
     its chunk c, equal to the naive scan's final state over the tokens before that chunk; also with tiles
     through tensor descriptors (P=16: the states too; P=20 in blocks of 16: a ragged rest block, its states
     through pointers; P=24: a full block and a ragged one), and at the boundaries of chunks 2 or 4 times
-    the kernel's own (``states_chunk``, the training path's)."""
+    the kernel's own (``states_chunk``, the training path's); also with blocks across a group's heads
+    (``FLAT``: 3 heads of 20 in blocks of 16 are 4 blocks: two of two heads, the last ragged)."""
     from holotron.kernels import ssd_triton_scan
     from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
 
-    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "tma": tma, "BLOCK_P": block})
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "tma": tma, "BLOCK_P": block,
+                                                         "FLAT": flat})
     Q = 16  # the kernel's chunks are powers of two >= 16
     Qs = Q * every
     kw = make_inputs(2 if cu is None else 1, 40, 3, p, 1, 4, chunk_size=Q, seed=31, cu_seqlens=cu, D="head",
@@ -687,8 +693,11 @@ REAL_PACKED = [0, 1000, 1001, 2500, 4096]
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(), dict(BLOCK_P=128, Q=128, num_warps=8), dict(BLOCK_P=32, Q=64),
                                  dict(BLOCK_P=16, Q=64), dict(Q=64, BLOCK_P=64), dict(BLOCK_P=128, Q=32),
-                                 dict(tma=False), dict(BLOCK_P=64, Q=32)],
-                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-P64", "P128-Q32", "no-tma", "P64-Q32"])
+                                 dict(tma=False), dict(BLOCK_P=64, Q=32), dict(FLAT=True, BLOCK_P=64),
+                                 dict(FLAT=True, BLOCK_P=32), dict(FLAT=True, BLOCK_P=128, num_warps=8),
+                                 dict(FLAT=True, BLOCK_P=64, tma=False)],
+                         ids=["auto", "P128-Q128", "P32-Q64", "P16-Q64", "Q64-P64", "P128-Q32", "no-tma", "P64-Q32",
+                              "flat-P64", "flat-P32", "flat-P128-w8", "flat-P64-no-tma"])
 def test_gpu_real_size_packed_and_graph(monkeypatch, cfg):
     """The scan's settings at the real size: packed (boundaries inside chunks) against float64, and
     captured in a CUDA graph (no host sync) whose replay equals the eager call."""

@@ -2,6 +2,7 @@
 GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the GPU machine's.
 
     python dev/probes/offline_regs.py scan [KEY=VALUE ...]     # the forward scan at the 12B sizes
+    python dev/probes/offline_regs.py flat [KEY=VALUE ...]     # the forward across a group's heads (FLAT)
     python dev/probes/offline_regs.py dx [KEY=VALUE ...]       # the backward's dx / ddt kernel (_bwd_dx)
     python dev/probes/offline_regs.py dbc [KEY=VALUE ...]      # the backward's dB / dC kernel (_bwd_dbc)
     python dev/probes/offline_regs.py dstates [KEY=VALUE ...]  # the chunks' own state-gradient terms
@@ -46,11 +47,13 @@ def compile_info(fn, signature: dict, constexprs: dict, num_warps: int, num_stag
     return dict(regs=regs, spill_st=int(st.group(1)), spill_ld=int(st.group(2)), shared=k.metadata.shared)
 
 
-def scan_info(**over):
+def scan_info(flat=False, **over):
+    from holotron.kernels.ssd_triton_flat import _scan_flat, heads_per_block
     from holotron.kernels.ssd_triton_scan import _scan_seq
 
+    fn = _scan_flat if flat else _scan_seq
     sig = {}
-    names = list(_scan_seq.arg_names)
+    names = list(fn.arg_names)
     ptrs = {"x_ptr": "*bf16", "dt_ptr": "*bf16", "A_ptr": "*fp32", "B_ptr": "*bf16", "C_ptr": "*bf16",
             "D_ptr": "*fp32", "z_ptr": "*bf16", "bias_ptr": "*fp32", "init_ptr": "*fp32", "y_ptr": "*bf16",
             "final_ptr": "*fp32", "states_ptr": "*bf16", "cu_ptr": "*i32", "choff_ptr": "*i32",
@@ -60,6 +63,8 @@ def scan_info(**over):
                  TMA=True, OPS="half", NS=3)
     warps = over.pop("num_warps", 4)
     maxnreg = over.pop("maxnreg", None)
+    if flat:
+        const.update(MASK_P=False, NH=heads_per_block(80, 16, over.get("BP", 64)))
     const.update(over)
     for n in names:
         if n in const:
@@ -70,7 +75,7 @@ def scan_info(**over):
             sig[n] = "fp32"
         else:
             sig[n] = "i32"
-    return compile_info(_scan_seq, sig, const, warps, const["NS"], maxnreg)
+    return compile_info(fn, sig, const, warps, const["NS"], maxnreg)
 
 
 # the backward's integer arguments at the 12B sizes (batch 2 x 1000 tokens, contiguous tensors): as at a launch,
@@ -134,8 +139,8 @@ def _val(v):
 if __name__ == "__main__":
     what = sys.argv[1]
     over = {k: _val(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])}
-    if what == "scan":
-        print(scan_info(**over))
+    if what in ("scan", "flat"):
+        print(scan_info(what == "flat", **over))
     elif what in ("dx", "dbc", "dstates", "state"):
         print(bwd_info(what, **over))
     else:

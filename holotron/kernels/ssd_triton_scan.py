@@ -46,6 +46,8 @@ from .ssd_triton_common import (
     _tokens,
     empty,
 )
+from .ssd_triton_flat import _scan_flat, heads_per_block
+from .ssd_triton_flat import grid as flat_grid
 
 
 @triton.jit
@@ -164,7 +166,9 @@ def _scan_seq(
 #              where the tensors' addresses and strides are 16-byte multiples: None = on a CUDA GPU of
 #              compute capability >= 9, True = also elsewhere (the interpreter), False = never
 #   num_warps, num_stages (software pipelining of the chunk loop), maxnreg (registers per thread cap)
-SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None)
+#   FLAT       headdim blocks of BLOCK_P columns laid across a group's heads end to end (ssd_triton_flat.py:
+#              no padded columns at P = 80; a product per head a block touches for the intra-chunk part)
+SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None, FLAT=False)
 
 # The compiled kernel of the last launch (``LAST_KERNEL["scan"]``): the benchmark reads its registers,
 # spills and shared memory from it.
@@ -214,8 +218,12 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     if bp < _DOT_MIN or bp & (bp - 1):
         raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
 
+    flat = bool(cfg.get("FLAT"))
     xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
     zt = None if z is None else _tokens(z)
+    if flat:  # a group's columns as one run of each token's row: heads contiguous
+        xt = xt if xt.stride(1) == p else xt.contiguous()
+        zt = zt if zt is None or zt.stride(1) == p else zt.contiguous()
     y = empty(b, l, h, p, dtype=x.dtype, device=dev)
     yt = y.view(b * l, h, p)
     final = empty(n_seq, h, p, n, dtype=torch.float32, device=dev)
@@ -251,12 +259,28 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     if tma:  # only where the addresses allow
         es = x.element_size()
         tiles = [xt, Bt, Ct, yt] + ([zt] if zt is not None else [])
-        offsets = [xt.stride(1), Bt.stride(1), Ct.stride(1), yt.stride(1), bp]
+        offsets = [xt.stride(1), Bt.stride(1), Ct.stride(1), yt.stride(1), bp] + ([(h // g) * p] if flat else [])
         offsets += [zt.stride(1)] if zt is not None else []
         tma = _tma_ok(es, tiles, offsets) and (states is None or _tma_ok(states.element_size(), [states], [n]))
     if tma:
         _ensure_allocator()
     extra = {} if cfg.get("maxnreg") is None else dict(maxnreg=int(cfg["maxnreg"]))
+    if flat:
+        LAST_KERNEL["scan"] = _scan_flat[flat_grid(p, h, g, n_seq, bp)](
+            xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
+            bias if bias is not None else A32, init if init is not None else final, yt, final,
+            states if states is not None else final, cu, choff,
+            l, h, p, n, h // g, n_max, lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
+            xt.stride(0), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
+            zt.stride(0) if zt is not None else 0, yt.stride(0),
+            HAS_D=D is not None, D_PER_CHANNEL=D is not None and D.dim() == 2, HAS_Z=z is not None,
+            HAS_INIT=init is not None, HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
+            VARLEN=varlen, STORE_STATES=bool(store_states), EVERY=every, Q=Q, BP=bp, BN=_p2(n),
+            NH=heads_per_block(p, h // g, bp), MASK_P=(h // g) * p % bp != 0, MASK_N=_p2(n) != n, TMA=bool(tma),
+            OPS=_dot_ops(x.dtype), NS=int(cfg["num_stages"]), num_warps=int(cfg["num_warps"]), **extra,
+        )
+        return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, states_Q=Qs,
+                               n_max=n_max, config=dict(cfg, tma=bool(tma)))
 
     LAST_KERNEL["scan"] = _scan_seq[(triton.cdiv(p, bp), h, n_seq)](
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
