@@ -9,7 +9,10 @@ The mask is built once per forward by the model (``causal_mask``) and shared by 
 ``forward`` with ``Positions.rows`` prefills new tokens into rows of the engine's ``DecodeState``
 (``HybridLM.extend``): each row's keys and values go to its own slots, and each row attends with
 causal attention aligned to the end of its cache (a lower-right causal bias, so the fused SDPA kernels
-read the cache in place: no mask is built and no cache row is copied).
+read the cache in place: no mask is built and no cache row is copied). An FP8 cache (``KVCache.quantized``,
+holotron/kv_cache.py) is written quantized on every path, and every path attends to the keys and values as
+stored (the Triton kernels read codes and scales, the SDPA paths dequantize the slots they read), so a token's
+key counts the same whether it came in this call or an earlier one.
 """
 
 from __future__ import annotations
@@ -68,11 +71,13 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(n_heads * head_dim, d_model, bias=False)
 
-    def new_state(self, batch_size: int, capacity: int, zero: bool = True) -> KVCache:
+    def new_state(self, batch_size: int, capacity: int, zero: bool = True, kv_dtype: torch.dtype | None = None
+                  ) -> KVCache:
+        """The layer's KV cache: in the weights' dtype, or FP8 with per-slot scales (``kv_dtype``
+        torch.float8_e4m3fn, holotron/kv_cache.py)."""
         w = self.k_proj.weight
-        new = torch.zeros if zero else torch.empty
         shape = (batch_size, self.n_kv_heads, capacity, self.head_dim)
-        return KVCache(k=new(shape, device=w.device, dtype=w.dtype), v=new(shape, device=w.device, dtype=w.dtype))
+        return KVCache.allocate(shape, w.device, w.dtype, kv_dtype, zero)
 
     def forward(self, u: torch.Tensor, cache: KVCache | None = None, where: Positions | None = None) -> torch.Tensor:
         """u (B, T, D) -> (B, T, D). With ``cache``: writes slots [pos, pos+T) and attends to [0, pos+T).
@@ -87,7 +92,10 @@ class Attention(nn.Module):
         q = rearrange(self.q_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hq, T, hd)
         k = rearrange(self.k_proj(u), "b t (h d) -> b h t d", d=self.head_dim)  # (B, Hkv, T, hd)
         v = rearrange(self.v_proj(u), "b t (h d) -> b h t d", d=self.head_dim)
-        if cache is not None:
+        if cache is not None and cache.quantized:  # FP8: written quantized, attended as stored
+            cache.write((slice(None), slice(None), slice(pos, pos + t)), k, v)
+            k, v = cache.read((slice(None), slice(None), slice(0, pos + t)), q.dtype)
+        elif cache is not None:
             cache.k[:, :, pos:pos + t] = k
             cache.v[:, :, pos:pos + t] = v
             k, v = cache.k[:, :, :pos + t], cache.v[:, :, :pos + t]
@@ -122,12 +130,13 @@ class Attention(nn.Module):
         pos = torch.arange(t, device=q.device)[None, :]
         slots = torch.where(pos < where.counts_t[:, None], where.starts_t[:, None] + pos, cache.k.shape[2] - 1)
         rows = where.row_index[:, None].expand(b, t)
-        cache.k.transpose(1, 2).index_put_((rows, slots), k)   # (R, L, Hkv, hd)[rows, slots] = (b, t, Hkv, hd)
-        cache.v.transpose(1, 2).index_put_((rows, slots), v)
-        if q.is_cuda:
-            y = chunk_attention_triton(q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t)
+        if cache.quantized:
+            cache.put(rows, slots, k, v)
         else:
-            y = chunk_attention_reference(q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t)
+            cache.k.transpose(1, 2).index_put_((rows, slots), k)   # (R, L, Hkv, hd)[rows, slots] = (b, t, Hkv, hd)
+            cache.v.transpose(1, 2).index_put_((rows, slots), v)
+        args = (q, cache.k, cache.v, where.row_index, where.starts_t, where.counts_t, cache.k_scale, cache.v_scale)
+        y = chunk_attention_triton(*args) if q.is_cuda else chunk_attention_reference(*args)
         return y.reshape(b, t, self.n_heads * hd)
 
     def _attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, where: Positions
@@ -142,9 +151,13 @@ class Attention(nn.Module):
         for i, (r, s0, n) in enumerate(zip(where.rows, where.starts, where.counts)):
             if n == 0:
                 continue
-            cache.k[r, :, s0:s0 + n] = k[i, :, :n]
-            cache.v[r, :, s0:s0 + n] = v[i, :, :n]
-            kr, vr = cache.k[r:r + 1, :, :s0 + n], cache.v[r:r + 1, :, :s0 + n]
+            if cache.quantized:  # FP8: written quantized, the row's slots read back dequantized
+                cache.write((r, slice(None), slice(s0, s0 + n)), k[i, :, :n], v[i, :, :n])
+                kr, vr = cache.read((slice(r, r + 1), slice(None), slice(0, s0 + n)), q.dtype)
+            else:
+                cache.k[r, :, s0:s0 + n] = k[i, :, :n]
+                cache.v[r, :, s0:s0 + n] = v[i, :, :n]
+                kr, vr = cache.k[r:r + 1, :, :s0 + n], cache.v[r:r + 1, :, :s0 + n]
             qr = q[i:i + 1, :, :n]
             if s0 == 0 or n == 1:  # plain causal over the row's own tokens, or one query that sees all
                 out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=n > 1, enable_gqa=gqa)
@@ -161,6 +174,11 @@ class Attention(nn.Module):
         hkv, hd = self.n_kv_heads, self.head_dim
         slot = where.lengths.view(b, 1, 1, 1).expand(b, hkv, 1, hd)
         ck, cv = cache.k[:b], cache.v[:b]
+        if cache.quantized:  # FP8: codes and scales written, the attention reads both
+            cache.put_step(slot, k.reshape(b, hkv, 1, hd), v.reshape(b, hkv, 1, hd))
+            y = decode_attention(q.reshape(b, hkv, self.n_heads // hkv, hd), ck, cv, where.n_keys,
+                                 cache.k_scale[:b], cache.v_scale[:b])
+            return y.reshape(b, self.n_heads * hd)
         ck.scatter_(2, slot, k.reshape(b, hkv, 1, hd))
         cv.scatter_(2, slot, v.reshape(b, hkv, 1, hd))
         y = decode_attention(q.reshape(b, hkv, self.n_heads // hkv, hd), ck, cv, where.n_keys)  # (b, Hkv, r, hd)

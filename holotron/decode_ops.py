@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import quant
+from .kv_cache import dequantize_kv
 from .quant import GEMV_MAX_ROWS, FP8Linear, gemv
 
 __all__ = ["norm_linear", "linear_residual", "decode_attention", "fused_decode", "MODES"]
@@ -242,25 +243,30 @@ def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | No
 
 
 @torch.library.custom_op("holotron::attn_decode", mutates_args=())
-def _attn_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+def _attn_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor,
+                 k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> torch.Tensor:
     from .kernels.attn_decode_triton import attn_decode_triton
 
-    return attn_decode_triton(q, k, v, n_keys)
+    return attn_decode_triton(q, k, v, n_keys, k_scale, v_scale)
 
 
 @_attn_decode.register_fake
-def _(q, k, v, n_keys):
+def _(q, k, v, n_keys, k_scale, v_scale):
     return torch.empty_like(q)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: torch.Tensor,
+                     k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """q (b, Hkv, r, hd) against the cache k, v (b, Hkv, L, hd): row i attends to its slots [0, n_keys[i]).
     The split-over-keys kernel (holotron/kernels/attn_decode_triton.py, reading the filled slots only) where
     it runs (any batch; same switch as the linear ops), else ``F.scaled_dot_product_attention`` with the
-    mask of those slots."""
+    mask of those slots. An FP8 cache (e4m3 k, v with ``k_scale`` / ``v_scale`` (b, Hkv, L), holotron/kv_cache.py):
+    the kernel reads codes and scales; the plain path dequantizes the rows' slots (all L: static shapes)."""
     ok = kernels_ok(q, k, v) and q.dtype in (torch.bfloat16, torch.float16, torch.float32) \
         and k.stride(-1) == 1 and v.stride(-1) == 1
     if not ok:
+        if k_scale is not None:
+            k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
         mask = torch.arange(k.shape[2], device=k.device)[None, :] < n_keys[:, None]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None])
-    return _attn_decode(q, k, v, n_keys)
+    return _attn_decode(q, k, v, n_keys, k_scale, v_scale)

@@ -82,18 +82,21 @@ class HybridLM(nn.Module):
 
     # ------------------------------------------------------------------ state
     def layer_states(self, batch_size: int, capacity: int, ssm_dtype: torch.dtype = torch.float32,
-                     zero: bool = True) -> list:
+                     zero: bool = True, kv_dtype: torch.dtype | None = None) -> list:
         """Each layer's own decode state (MambaState, KVCache of ``capacity`` slots, None for an MLP):
-        the one allocator of ``new_state`` and ``DecodeState.allocate``."""
+        the one allocator of ``new_state`` and ``DecodeState.allocate``. ``kv_dtype``: None (the weights'
+        dtype) or torch.float8_e4m3fn (FP8 codes with per-slot scales, holotron/kv_cache.py)."""
         return [blk.mixer.new_state(batch_size, ssm_dtype, zero) if blk.kind == "mamba"
-                else blk.mixer.new_state(batch_size, capacity, zero) if blk.kind == "attention" else None
+                else blk.mixer.new_state(batch_size, capacity, zero, kv_dtype) if blk.kind == "attention" else None
                 for blk in self.backbone.layers]
 
-    def new_state(self, batch_size: int, capacity: int = 0, ssm_dtype: torch.dtype = torch.float32) -> InferenceState:
+    def new_state(self, batch_size: int, capacity: int = 0, ssm_dtype: torch.dtype = torch.float32,
+                  kv_dtype: torch.dtype | None = None) -> InferenceState:
         """An empty inference state; ``capacity`` reserves KV slots up front (it grows when exceeded).
-        ``ssm_dtype``: the Mamba state's dtype (float32; float16 / bfloat16 halve its bytes)."""
+        ``ssm_dtype``: the Mamba state's dtype (float32; float16 / bfloat16 halve its bytes). ``kv_dtype``: the
+        KV caches' (None: the weights' dtype; torch.float8_e4m3fn: FP8, holotron/kv_cache.py)."""
         valid = torch.ones(batch_size, capacity, dtype=torch.bool, device=self.backbone.embeddings.weight.device)
-        return InferenceState(self.layer_states(batch_size, capacity, ssm_dtype), valid)
+        return InferenceState(self.layer_states(batch_size, capacity, ssm_dtype, kv_dtype=kv_dtype), valid)
 
     # ------------------------------------------------------------------ one decode step
     def step(self, tokens: torch.Tensor, state: DecodeState, active: torch.Tensor | None = None) -> torch.Tensor:

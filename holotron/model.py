@@ -176,8 +176,9 @@ class Holotron(nn.Module):
         return x
 
     # ------------------------------------------------------------------ forward
-    def new_state(self, batch_size: int, capacity: int = 0, ssm_dtype: torch.dtype = torch.float32) -> InferenceState:
-        return self.language_model.new_state(batch_size, capacity, ssm_dtype)
+    def new_state(self, batch_size: int, capacity: int = 0, ssm_dtype: torch.dtype = torch.float32,
+                  kv_dtype: torch.dtype | None = None) -> InferenceState:
+        return self.language_model.new_state(batch_size, capacity, ssm_dtype, kv_dtype)
 
     def forward(self, input_ids: torch.Tensor | None = None, pixel_values: torch.Tensor | None = None, *,
                 image_embeds: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,

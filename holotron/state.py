@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .kv_cache import KVCache
 from .state_snapshot import RowSnapshot, _pinned_take
 
 __all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions", "RowSnapshot", "device_ints"]
@@ -77,37 +78,6 @@ class MambaState:
         idx = device_ints(rows, self.conv.device) if index is None else index
         self.conv.index_copy_(0, idx, part.conv)
         self.ssm.index_copy_(0, idx, part.ssm)
-
-
-@dataclass
-class KVCache:
-    """One attention layer: keys and values of every consumed position (slots [0, seqlen) are filled)."""
-
-    k: torch.Tensor  # (B, Hkv, capacity, head_dim)
-    v: torch.Tensor  # (B, Hkv, capacity, head_dim)
-
-    @property
-    def capacity(self) -> int:
-        return self.k.shape[2]
-
-    def nbytes(self, used: int | None = None) -> int:
-        if used is None:
-            return self.k.nbytes + self.v.nbytes
-        per_slot = (self.k.nbytes + self.v.nbytes) // max(self.capacity, 1)
-        return per_slot * used
-
-    def grow(self, capacity: int, keep: int) -> None:
-        """Reallocate to ``capacity`` slots, keeping the first ``keep``."""
-        b, h, _, d = self.k.shape
-        k = self.k.new_zeros(b, h, capacity, d)
-        v = self.v.new_zeros(b, h, capacity, d)
-        k[:, :, :keep] = self.k[:, :, :keep]
-        v[:, :, :keep] = self.v[:, :, :keep]
-        self.k, self.v = k, v
-
-    def select(self, index: torch.Tensor) -> None:
-        self.k = self.k.index_select(0, _rows(index, self.k))
-        self.v = self.v.index_select(0, _rows(index, self.v))
 
 
 class InferenceState:
@@ -227,11 +197,12 @@ class DecodeState:
 
     @classmethod
     def allocate(cls, lm, max_batch: int, max_len: int, ssm_dtype: torch.dtype = torch.float32,
-                 zero: bool = True) -> "DecodeState":
+                 zero: bool = True, kv_dtype: torch.dtype | None = None) -> "DecodeState":
         """For a ``HybridLM`` (its layers' own ``new_state``, the one allocator). ``zero=False`` leaves the
         tensors uninitialised (benchmarks that time steps on synthetic states; masked KV slots must
-        otherwise be finite, so the default zeroes)."""
-        layers = lm.layer_states(max_batch, -(-(max_len + 1) // 64) * 64, ssm_dtype, zero=zero)
+        otherwise be finite, so the default zeroes). ``kv_dtype``: None (the model's dtype) or
+        torch.float8_e4m3fn (holotron/kv_quant.py)."""
+        layers = lm.layer_states(max_batch, -(-(max_len + 1) // 64) * 64, ssm_dtype, zero=zero, kv_dtype=kv_dtype)
         lengths = torch.zeros(max_batch, dtype=torch.long, device=lm.backbone.embeddings.weight.device)
         return cls(layers, lengths, max_len)
 
@@ -252,7 +223,7 @@ class DecodeState:
             if isinstance(s, MambaState):
                 out.append(MambaState(conv=s.conv[:b], ssm=s.ssm[:b]))
             elif isinstance(s, KVCache):
-                out.append(KVCache(k=s.k[:b], v=s.v[:b]))
+                out.append(s.rows(b))
             else:
                 out.append(None)
         return out
@@ -269,13 +240,14 @@ class DecodeState:
                 d.conv[row].copy_(s.conv[src_row])
                 d.ssm[row].copy_(s.ssm[src_row])
             elif isinstance(d, KVCache):
-                if n == src.seqlen:
-                    d.k[row, :, :n].copy_(s.k[src_row, :, :n])
-                    d.v[row, :, :n].copy_(s.v[src_row, :, :n])
-                else:
-                    idx = keep.to(s.k.device)
-                    d.k[row, :, :n].copy_(s.k[src_row].index_select(1, idx))
-                    d.v[row, :, :n].copy_(s.v[src_row].index_select(1, idx))
+                if d.quantized != s.quantized:
+                    raise ValueError("DecodeState.load: the source's KV cache and this state's differ in format "
+                                     "(FP8 and not); prefill the source with the same kv_dtype")
+                for dt, st in zip(d.tensors(), s.tensors()):
+                    if n == src.seqlen:
+                        dt[row, :, :n].copy_(st[src_row, :, :n])
+                    else:
+                        dt[row, :, :n].copy_(st[src_row].index_select(1, keep.to(st.device)))
         self.lengths[row] = n
         return n
 
@@ -286,8 +258,8 @@ class DecodeState:
                 s.conv[dst].copy_(s.conv[src])
                 s.ssm[dst].copy_(s.ssm[src])
             elif isinstance(s, KVCache):
-                s.k[dst, :, :used].copy_(s.k[src, :, :used])
-                s.v[dst, :, :used].copy_(s.v[src, :, :used])
+                for t in s.tensors():
+                    t[dst, :, :used].copy_(t[src, :, :used])
         self.lengths[dst] = self.lengths[src]
 
     def swap(self, a: int, b: int, used_a: int, used_b: int) -> None:
@@ -299,7 +271,7 @@ class DecodeState:
                     t[a].copy_(t[b])
                     t[b].copy_(tmp)
             elif isinstance(s, KVCache):
-                for t in (s.k, s.v):
+                for t in s.tensors():
                     tmp = t[a, :, :used_a].clone()
                     t[a, :, :used_b].copy_(t[b, :, :used_b])
                     t[b, :, :used_a].copy_(tmp)
@@ -324,12 +296,12 @@ class DecodeState:
             if isinstance(s, MambaState):
                 srcs.append((s.conv[row], s.ssm[row]))
             elif isinstance(s, KVCache):
-                srcs.append((s.k[row, :, :used], s.v[row, :, :used]))
+                srcs.append(tuple(t[row, :, :used] for t in s.tensors()))  # FP8: codes and scales
             else:
                 srcs.append(None)
         if not (torch.device(device).type == "cpu" and self.lengths.is_cuda):
-            return RowSnapshot([None if p is None else (p[0].to(device, copy=True), p[1].to(device, copy=True))
-                                for p in srcs], used)
+            return RowSnapshot([None if p is None else tuple(t.to(device, copy=True) for t in p) for p in srcs],
+                               used)
         sizes = [(-(-t.nbytes // 256) * 256) for p in srcs if p is not None for t in p]  # 256-byte aligned parts
         buf = _pinned_take(sum(sizes))
         parts, off = [], 0
@@ -357,8 +329,8 @@ class DecodeState:
                 s.conv[row].copy_(part[0], non_blocking=True)
                 s.ssm[row].copy_(part[1], non_blocking=True)
             elif isinstance(s, KVCache):
-                s.k[row, :, :n].copy_(part[0], non_blocking=True)
-                s.v[row, :, :n].copy_(part[1], non_blocking=True)
+                for t, p in zip(s.tensors(), part, strict=True):
+                    t[row, :, :n].copy_(p, non_blocking=True)
         self.lengths[row] = n
         if release:
             snap.release()
@@ -367,14 +339,9 @@ class DecodeState:
         """Bytes one row holds: Mamba (constant) and KV for ``length`` tokens (default ``max_len``)."""
         length = self.max_len if length is None else length
         mamba = sum((s.conv[0].nbytes + s.ssm[0].nbytes) for s in self.layers if isinstance(s, MambaState))
-        kv = sum(2 * s.k[0, :, 0].nbytes * length for s in self.layers if isinstance(s, KVCache))
+        kv = sum(s.slot_bytes() * length for s in self.layers if isinstance(s, KVCache))
         return {"mamba": mamba, "attention": kv, "total": mamba + kv}
 
     def nbytes(self) -> int:
         n = self.lengths.nbytes
-        for s in self.layers:
-            if isinstance(s, MambaState):
-                n += s.nbytes()
-            elif isinstance(s, KVCache):
-                n += s.nbytes()
-        return n
+        return n + sum(s.nbytes() for s in self.layers if s is not None)

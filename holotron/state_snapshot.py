@@ -30,7 +30,8 @@ def _pinned_give(buf: torch.Tensor) -> None:
 @dataclass(eq=False)
 class RowSnapshot:
     """One sequence's state outside the decode state (``DecodeState.snapshot``): per layer (conv, ssm),
-    (k, v) of its ``length`` filled slots, or None; on the host or on a device."""
+    (k, v) of its ``length`` filled slots (an FP8 cache: (codes k, codes v, k scales, v scales), the codes as
+    uint8, holotron/kv_cache.py), or None; on the host or on a device."""
 
     parts: list
     length: int
@@ -38,7 +39,7 @@ class RowSnapshot:
     refs: int = 1                       # sessions sharing it (forks of a saved session)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes + b.nbytes for p in self.parts if p is not None for a, b in [p])
+        return sum(t.nbytes for p in self.parts if p is not None for t in p)
 
     def release(self) -> None:
         """One sharer is done with it; the last one gives the pinned buffer back to the pool."""
