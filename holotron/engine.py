@@ -52,6 +52,7 @@ from .engine_requests import Prefix, Request, Session, default_batch_sizes
 from .engine_sessions import Sessions, row_bytes
 from .engine_step import CapturedStep
 from .engine_vision import CapturedVision
+from .kv_cache import kv_dtype_for
 from .sampling import choose_tokens
 from .state import DecodeState
 
@@ -95,7 +96,10 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
     state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default
     float32; bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32
-    and rounds the stored state once per token). ``compile``: ``torch.compile`` the whole
+    and rounds the stored state once per token). ``kv_dtype``: the attention layers' KV cache, None (the
+    model's dtype) or ``torch.float8_e4m3fn``: e4m3 codes with one fp32 scale per (row, KV head, slot), about
+    half the bytes of a bf16 cache (holotron/kv_cache.py; every write quantizes, the attention kernels read the
+    codes; CUDA needs compute capability 8.9+). ``compile``: ``torch.compile`` the whole
     ``HybridLM.step`` (True, or the name of a torch.compile backend; off by default: the first capture
     then costs the compile); the Mamba kernels stay one opaque op (``mamba_step`` in
     ``holotron/mamba2.py``). A step that cannot be compiled falls back to the eager one, with a warning in
@@ -108,7 +112,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
                  keep_logits: bool = False, zero_state: bool = True, compile: bool | str = False,
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
                  step_prompt_max: int | None = None, overlap: bool = False, prefill_min_tokens: int = 0,
-                 prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None):
+                 prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None,
+                 kv_dtype: torch.dtype | None = None):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -120,6 +125,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
             raise EngineUnsupported(f"Engine: {type(model).__name__} is neither a HybridLM nor a model with one "
                                     "as .language_model")
         self.device = self.lm.device
+        self.kv_dtype = kv_dtype_for(kv_dtype, self.device, self.lm.dtype)  # None: the model's dtype
         self.vocab = self.lm.config.vocab_size
         self.max_len = -(-max_len // _ALIGN) * _ALIGN
         self.sampling = bool(sampling)
@@ -156,7 +162,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
 
         dev, R = self.device, max_batch
         with torch.inference_mode():
-            self.state = DecodeState.allocate(self.lm, R, self.max_len, ssm_dtype, zero=zero_state)
+            self.state = DecodeState.allocate(self.lm, R, self.max_len, ssm_dtype, zero=zero_state,
+                                              kv_dtype=self.kv_dtype)
             self.tokens = torch.zeros(R, dtype=torch.long, device=dev)       # each row's next input token
             self.active = torch.zeros(R, dtype=torch.long, device=dev)       # 1 on decoding rows
             self.temperature = torch.zeros(R, dtype=torch.float32, device=dev)
@@ -326,7 +333,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     def __repr__(self) -> str:
         return (f"Engine(max_batch={self.max_batch}, max_len={self.max_len}, sampling={self.sampling}, "
                 f"cuda_graph={self.cuda_graph}, batch_sizes={self.batch_sizes}, live={self.live}, "
-                f"state={self.state.nbytes() / 2**30:.2f} GiB)")
+                f"kv_dtype={self.kv_dtype}, state={self.state.nbytes() / 2**30:.2f} GiB)")
 
 
 # ---------------------------------------------------------------------------- one engine per model
@@ -340,18 +347,20 @@ def _fingerprint(model) -> tuple:
 
 
 def engine_for(model, batch: int, max_len: int, sampling: bool = False,
-               ssm_dtype: torch.dtype = torch.float32) -> Engine:
-    """The model's cached engine when it fits (batch, length, sampling, state dtype, weights unmoved), else
-    a new one (the old one is released first). ``release(model)`` frees it."""
+               ssm_dtype: torch.dtype = torch.float32, kv_dtype: torch.dtype | None = None) -> Engine:
+    """The model's cached engine when it fits (batch, length, sampling, state and KV dtypes, weights unmoved),
+    else a new one (the old one is released first). ``release(model)`` frees it."""
     fp = _fingerprint(model)
     hit = _engines.get(model)
     if hit is not None:
         key, eng = hit
         if (key == fp and eng.idle and eng.sampling == sampling and eng.ssm_dtype == ssm_dtype
+                and eng.kv_dtype == kv_dtype_for(kv_dtype, eng.device, eng.lm.dtype)
                 and eng.max_batch >= batch and eng.max_len >= max_len):
             return eng
         release(model)
-    eng = Engine(model, max_batch=batch, max_len=-(-max_len // 256) * 256, sampling=sampling, ssm_dtype=ssm_dtype)
+    eng = Engine(model, max_batch=batch, max_len=-(-max_len // 256) * 256, sampling=sampling, ssm_dtype=ssm_dtype,
+                 kv_dtype=kv_dtype)
     _engines[model] = (fp, eng)
     return eng
 

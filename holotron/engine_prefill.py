@@ -41,7 +41,7 @@ class Admission:
         """Prefill (n, T, D) left-padded embeddings (mask (n, T)) into a new InferenceState in chunks of
         about ``prefill_tokens`` tokens. Returns the state and the last logits (n, V)."""
         n, T, _ = x.shape
-        tmp = self.lm.new_state(n, capacity=T)
+        tmp = self.lm.new_state(n, capacity=T, kv_dtype=self.kv_dtype)  # the rows' KV format: copied as it is
         cs = self.lm.config.chunk_size
         chunk = max(cs, (self.prefill_tokens // n) // cs * cs)
         for c0 in range(0, T, chunk):

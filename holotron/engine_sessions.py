@@ -21,14 +21,18 @@ from __future__ import annotations
 import torch
 
 from .engine_requests import Request, Session
+from .kv_cache import kv_dtype_for, kv_slot_bytes
 from .state import MambaState, device_ints
 
 __all__ = ["Sessions", "row_bytes"]
 
 
-def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32) -> dict[str, int]:
+def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32,
+              kv_dtype: torch.dtype | None = None) -> dict[str, int]:
     """Bytes one engine row holds for a ``HybridLM``: the Mamba states (constant) and the KV of
-    ``max_len`` tokens, from the layer shapes (nothing is allocated)."""
+    ``max_len`` tokens, from the layer shapes (nothing is allocated); ``kv_dtype`` torch.float8_e4m3fn: the
+    FP8 cache's codes and scales (holotron/kv_cache.py)."""
+    kv_dtype = kv_dtype_for(kv_dtype, lm.device, lm.dtype, who="row_bytes")
     mamba = kv = 0
     for blk in lm.backbone.layers:
         m = blk.mixer
@@ -37,7 +41,7 @@ def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32) -> dict[
             mamba += m.conv_dim * m.d_conv * w.element_size()
             mamba += m.n_heads * m.head_dim * m.d_state * torch.empty(0, dtype=ssm_dtype).element_size()
         elif blk.kind == "attention":
-            kv += 2 * m.n_kv_heads * m.head_dim * max_len * m.k_proj.weight.element_size()
+            kv += kv_slot_bytes(m.n_kv_heads, m.head_dim, kv_dtype, m.k_proj.weight.dtype) * max_len
     return {"mamba": mamba, "attention": kv, "total": mamba + kv}
 
 
@@ -111,17 +115,18 @@ class Sessions:
         on_host = [s for s in self.sessions.values() if s.snapshot is not None]
         return {"rows": self.max_batch, "rows_held": sum(r is not None for r in self.rows),
                 "row_bytes": per_row["total"], "row_mamba_bytes": per_row["mamba"],
-                "row_kv_bytes": per_row["attention"], "state_bytes": self.state.nbytes(),
+                "row_kv_bytes": per_row["attention"], "state_bytes": self.state.nbytes(), "kv_dtype": self.kv_dtype,
                 "sessions": len(self.sessions), "sessions_on_host": len(on_host),
                 "host_bytes": sum(s.snapshot.nbytes() for s in on_host), "sessions_fit": self.max_batch}
 
     @staticmethod
-    def rows_that_fit(model, max_len: int, free_bytes: int, ssm_dtype: torch.dtype = torch.float32) -> int:
+    def rows_that_fit(model, max_len: int, free_bytes: int, ssm_dtype: torch.dtype = torch.float32,
+                      kv_dtype: torch.dtype | None = None) -> int:
         """How many rows of ``max_len`` tokens fit in ``free_bytes``: the rows' state only, so pass the free
         memory (``torch.cuda.mem_get_info()[0]``) less a margin for the prefill's activations, the vision
-        encoder, the step's (rows, vocab) logits and the captured graphs' pool."""
+        encoder, the step's (rows, vocab) logits and the captured graphs' pool. ``kv_dtype`` as ``Engine``'s."""
         lm = getattr(model, "language_model", model)
-        return int(free_bytes // row_bytes(lm, max_len, ssm_dtype)["total"])
+        return int(free_bytes // row_bytes(lm, max_len, ssm_dtype, kv_dtype)["total"])
 
     # ------------------------------------------------------------------ rows
     def _check_open(self, s: Session, what: str) -> None:
@@ -206,7 +211,7 @@ class Sessions:
             if isinstance(st, MambaState):
                 out += [st.conv, st.ssm]
             elif st is not None:
-                out += [st.k, st.v]
+                out += list(st.tensors())   # FP8: codes (as uint8) and scales
         return out
 
     def _capture_swap(self) -> None:
