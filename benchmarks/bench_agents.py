@@ -8,6 +8,7 @@ concurrent computer-use agents on one GPU, throughput against concurrency).
     PYTHONPATH=. python3 benchmarks/bench_agents.py --cases one-tile --agents 1,8,32,64,100 --budget 540
     PYTHONPATH=. python3 benchmarks/bench_agents.py --small          # tiny configs, any device (smoke test)
     PYTHONPATH=. python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --max-rows 32  # offload
+    PYTHONPATH=. python3 benchmarks/bench_agents.py --cases twelve-tile --agents 256 --kv-dtype fp8 --ssm-dtype bfloat16
 
 Workload, per (model, case, N): N agents, ``--turns`` turns each (default 8). A turn is one screenshot
 (case ``one-tile``: 1 tile; case ``twelve-tile``: 12 tiles + the thumbnail = 13 tiles), i.e. tiles x 256
@@ -20,6 +21,9 @@ prefills only its own new tokens; an agent that has done its turns closes its se
 or ``--max-rows``: the other sessions then wait in host memory (``offload``: a session whose turn has
 just ended is saved to the host when a queued turn needs its row) and are restored when their next turn
 is admitted. ``max_len`` is the longest history an agent reaches plus 64 tokens, rounded up to 256.
+``--kv-dtype fp8``: the attention layers' KV cache in FP8 (``Engine(kv_dtype=torch.float8_e4m3fn)``: e4m3 codes and
+a scale per slot, holotron/kv_cache.py); the rows that fit and the host bytes are counted with its bytes
+(``auto``: the model's dtype, as before).
 Random bf16 weights initialised on the GPU (no CPU copy of the 12B weights): the language model is
 bench_serving's ``build``, RADIO ViT-H/16 + mlp1 are bench_vision's ``randomize``; the screenshot is one
 random normal tensor (tiles, 3, 512, 512) shared by every turn (the encoder's work does not depend on
@@ -183,7 +187,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     t = time.perf_counter()
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens,
                  timing=args.phase_timing == "on",
-                 ssm_dtype=args.ssm_dtype, overlap=args.overlap == "on",
+                 ssm_dtype=args.ssm_dtype, kv_dtype=args.kv_dtype, overlap=args.overlap == "on",
                  mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
                  prefill_graphs=None if args.prefill_graphs == "auto" else args.prefill_graphs == "on",
                  step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens)
@@ -358,7 +362,7 @@ def sweep(args, res: dict, save) -> None:
                 free_cuda()
                 if dev.type == "cuda":
                     free = torch.cuda.mem_get_info(dev)[0] - MARGIN
-                    rows = min(n, Engine.rows_that_fit(model, max_len, max(0, free), args.ssm_dtype))
+                    rows = min(n, Engine.rows_that_fit(model, max_len, max(0, free), args.ssm_dtype, args.kv_dtype))
                 if args.max_rows:
                     rows = min(rows, args.max_rows)
                 row.update(max_len=max_len, rows=rows)
@@ -368,7 +372,7 @@ def sweep(args, res: dict, save) -> None:
                     rows_out.append(row)
                     save()
                     continue
-                need = (n - rows) * row_bytes(lm, max_len, args.ssm_dtype)["total"]
+                need = (n - rows) * row_bytes(lm, max_len, args.ssm_dtype, args.kv_dtype)["total"]
                 avail = host_available()
                 if need and avail is not None and need > 0.8 * avail:
                     row["status"] = "skipped (host memory)"
@@ -450,7 +454,8 @@ def chart(res: dict, png: str) -> str | None:
 
 
 def table(res: dict) -> None:
-    print(f"\n== agents at concurrency ({res['device']}, {res['workload']['turns']} turns each) ==")
+    print(f"\n== agents at concurrency ({res['device']}, {res['workload']['turns']} turns each, KV cache "
+          f"{res.get('kv_dtype', 'auto')}) ==")
     print(f"{'model':>9} {'case':>11} {'N':>4} {'rows':>4} {'out tok/s':>9} {'tot tok/s':>9} {'TTFT p50':>8} "
           f"{'p95':>7} {'turn p50':>8} {'p95':>7} {'peak GiB':>8} {'dec tok/s':>9} {'graph':>9} {'eff':>5} "
           f"{'gfrac':>5} {'done':>5} status")
@@ -495,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; configurations near it are skipped")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",
+                    help="the attention KV cache: auto = the model's dtype, fp8 = e4m3 with a scale per slot")
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks on their own CUDA stream while decoding goes on (auto: the engine's "
                          "default, off)")
@@ -525,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     args.agents = args.agents or ([1, 2, 4] if args.small else [1, 8, 32, 64, 100, 128, 256])
     args.turns = args.turns or (2 if args.small else 8)
     args.ssm_dtype = getattr(torch, args.ssm_dtype)
+    args.kv_dtype = torch.float8_e4m3fn if args.kv_dtype == "fp8" else None
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     res: dict = {
         "benchmark": "bench_agents", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -533,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         "fused_prefill": mamba2.FUSED_PREFILL,  # HOLOTRON_FUSED_PREFILL
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
+        "kv_dtype": "fp8" if args.kv_dtype is not None else "auto",
         "overlap": args.overlap, "mixed": args.mixed, "prefill_graphs": args.prefill_graphs,
         "phase_timing": args.phase_timing,
         "prefill_min_tokens": args.prefill_min_tokens,
@@ -552,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(res, f, indent=1, default=str)
 
     print(f"{res['device']}  torch {res['torch']}  triton {res['triton']}  {args.ssm_dtype} Mamba state  "
+          f"KV cache {'fp8 (e4m3, a scale per slot)' if args.kv_dtype is not None else 'model dtype'}  "
           f"prefill chunk {args.prefill_tokens}", flush=True)
     save()
     sweep(args, res, save)

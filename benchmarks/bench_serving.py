@@ -19,6 +19,11 @@ Measured, random bf16 weights initialised on the GPU, fp32 Mamba state:
   vision   a 13-tile screenshot through RADIO + mlp1.
 Computed: state bytes per sequence at 4k, 32k and 128k tokens for both models.
 
+``--kv-dtype fp8``: every engine (and the prefix they continue) keeps its attention KV cache in FP8
+(``Engine(kv_dtype=torch.float8_e4m3fn)``, holotron/kv_cache.py): the state bytes, the rows that fit and the
+floors count its codes and scales; the e2e section's ``generate`` keeps the model's dtype (it has no such
+option).
+
 Rows of the decode timings other than the prefilled ones hold uninitialised state of the right shape
 and length (the step's work and bytes do not depend on the values). Floors: bytes moved per step (the
 weights read, the fp32 Mamba state read and written, the KV read) at the copy bandwidth measured in
@@ -51,8 +56,11 @@ from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, Request  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
 from holotron.generate import generate  # noqa: E402
+from holotron.kv_cache import kv_slot_bytes  # noqa: E402
 from holotron.lm import HybridLM  # noqa: E402
 from holotron.state import DecodeState  # noqa: E402
+
+KV_DTYPE = None  # the engines' KV cache (None: the model's dtype; torch.float8_e4m3fn with --kv-dtype fp8)
 
 SMALL = dict(vocab_size=512, hidden_size=64, hybrid_override_pattern="M-M*-M-M*-",
              num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
@@ -133,7 +141,7 @@ def state_bytes(cfg: TextConfig, lengths: list[int], dtype=torch.bfloat16) -> di
     """Inference-state bytes of one sequence (computed from the shapes: a DecodeState on the meta device)."""
     with torch.device("meta"):
         lm = HybridLM(cfg).to(dtype)
-        st = DecodeState.allocate(lm, 1, 1)
+        st = DecodeState.allocate(lm, 1, 1, kv_dtype=KV_DTYPE)
     return {str(n): st.bytes_per_row(n) for n in lengths}
 
 
@@ -170,7 +178,8 @@ def step_floor_ms(lm: HybridLM, b: int, ctx: int, ceil: dict, ssm_bytes: int = 4
     mamba_row = kinds.count("mamba") * (
         (cfg.mamba_num_heads * cfg.mamba_head_dim + 2 * cfg.n_groups * cfg.ssm_state_size) * cfg.conv_kernel * 2
         + cfg.mamba_num_heads * cfg.mamba_head_dim * cfg.ssm_state_size * ssm_bytes)
-    kv_row = kinds.count("attention") * 2 * cfg.num_key_value_heads * cfg.head_dim * 2 * ctx
+    kv_row = kinds.count("attention") * kv_slot_bytes(cfg.num_key_value_heads, cfg.head_dim, KV_DTYPE,
+                                                       torch.bfloat16) * ctx
     nbytes = wbytes + b * (2 * mamba_row + kv_row)
     flops = 2 * n_w * b
     t_bytes = nbytes / (ceil["copy_GBps"] * 1e9)
@@ -245,7 +254,7 @@ def engine_step_ms(eng: Engine, b: int, ctx: int, steps: int) -> float:
 
 def make_engine(lm, batches, max_len, small, compile=False, ssm_dtype=torch.float32):
     return Engine(lm, max_batch=max(batches), max_len=max_len, batch_sizes=batches, zero_state=small,
-                  compile=compile, ssm_dtype=ssm_dtype)
+                  compile=compile, ssm_dtype=ssm_dtype, kv_dtype=KV_DTYPE)
 
 
 def kernels_per_step(eng: Engine, b: int, ctx: int) -> tuple[int | None, list]:
@@ -342,7 +351,7 @@ def max_rows(lm: HybridLM, ctx: int, cap: int, dev) -> tuple[int, int]:
     """The most rows whose decode state (ctx + margin tokens) fits in free memory, and the bytes per row."""
     with torch.device("meta"):
         meta_lm = HybridLM(lm.config).to(lm.dtype)
-        per = DecodeState.allocate(meta_lm, 1, 1).bytes_per_row(ctx + 64)["total"]
+        per = DecodeState.allocate(meta_lm, 1, 1, kv_dtype=KV_DTYPE).bytes_per_row(ctx + 64)["total"]
     free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else 2**28
     headroom = 3 * 2**30 if dev.type == "cuda" else 0
     b = max(0, (free - headroom) // (per + lm.config.vocab_size * 10))
@@ -421,7 +430,7 @@ def agreement(lm, prefix, steps: int) -> dict:
     max |logit difference| / max |logit| and whether the argmax agrees; where it does not, the plain
     loop's gap between its two largest logits (a near-tie that rounding flips)."""
     P = prefix.length
-    st = lm.new_state(1, capacity=P + steps + 1)
+    st = lm.new_state(1, capacity=P + steps + 1, kv_dtype=KV_DTYPE)
     out = {}
     with torch.inference_mode():
         for d, s in zip(st.layers, prefix.state.layers):
@@ -429,11 +438,11 @@ def agreement(lm, prefix, steps: int) -> dict:
                 d.conv.copy_(s.conv)
                 d.ssm.copy_(s.ssm)
             elif d is not None:
-                d.k[:, :, :P].copy_(s.k[:, :, :P])
-                d.v[:, :, :P].copy_(s.v[:, :, :P])
+                for a, b in zip(d.tensors(), s.tensors()):   # k, v (FP8: codes and scales)
+                    a[:, :, :P].copy_(b[:, :, :P])
         st.seqlen = P
-        engs = {"graph": Engine(lm, 1, P + steps + 16, keep_logits=True),
-                "compiled_graph": Engine(lm, 1, P + steps + 16, keep_logits=True, compile=True)}
+        engs = {"graph": Engine(lm, 1, P + steps + 16, keep_logits=True, kv_dtype=KV_DTYPE),
+                "compiled_graph": Engine(lm, 1, P + steps + 16, keep_logits=True, compile=True, kv_dtype=KV_DTYPE)}
         for e in engs.values():
             e.state.load(0, prefix.state, 0)
             e.active[0] = 1
@@ -473,7 +482,7 @@ def serving(lm, prefix, n_req: int, rows: int, suffix: int, dev, seed: int = 0, 
 
     def run():
         g = torch.Generator().manual_seed(seed)
-        eng = Engine(lm, rows, prefix.length + suffix + 64 + 16, **engine_kw)
+        eng = Engine(lm, rows, prefix.length + suffix + 64 + 16, **{"kv_dtype": KV_DTYPE, **engine_kw})
         eng.capture_chunks([(b, suffix) for b in row_buckets(rows)])   # startup work, before the timing
         # mixed passes: the shapes met most (many rows decoding, a few admitted); others are captured in the run
         eng.capture_mixed([(nb, b, suffix) for nb in eng.batch_sizes if nb >= rows // 4 for b in (1, 2, 3, 4)])
@@ -500,6 +509,7 @@ def serving(lm, prefix, n_req: int, rows: int, suffix: int, dev, seed: int = 0, 
            "new_tokens": toks, "steps": steps, "seconds": s, "tokens_per_s": toks / s, "warmup_run_s": warm_s,
            "mixed": eng.mixed, "prefill_graphs": eng.prefill_graphs, "step_prompt_max": eng.step_prompt_max,
            "ssm_dtype": str(eng.ssm_dtype).replace("torch.", ""), "mixed_graphs": len(eng.mixed_graphs),
+           "kv_dtype": str(eng.kv_dtype).replace("torch.", ""),
            "mean_live_rows": statistics.mean(live), "all_done": all(r.done for r in reqs),
            "engine_stats": dict(eng.stats),
            "ttft_ms_p50": 1e3 * statistics.median(r.t_first - r.t_submit for r in reqs if r.t_first is not None)}
@@ -617,7 +627,11 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="with --decode-only: also the torch.compiled step")
     ap.add_argument("--batches", default="1,8,64,128", help="with --decode-only: the batch sizes")
     ap.add_argument("--states", default="fp32,bf16,fp16", help="with --decode-only: the Mamba state dtypes")
+    ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",
+                    help="the engines' attention KV cache: auto = the model's dtype, fp8 = e4m3 with a scale per slot")
     args = ap.parse_args()
+    global KV_DTYPE
+    KV_DTYPE = torch.float8_e4m3fn if args.kv_dtype == "fp8" else None
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda" and not args.small:
         print("bench_serving: no CUDA GPU; use --small for a CPU smoke test", file=sys.stderr)
@@ -640,7 +654,9 @@ def main() -> int:
                    + (" --decode-only" if args.decode_only else "")
                    + (" --serving-only" if args.serving_only else "")
                    + (f" --fused {args.fused} --batches {args.batches} --states {args.states}" if args.decode_only
-                      else "") + (" --compile" if args.compile else ""),
+                      else "") + (" --compile" if args.compile else "")
+                   + (f" --kv-dtype {args.kv_dtype}" if args.kv_dtype != "auto" else ""),
+        "kv_dtype": args.kv_dtype,
     }
     try:
         import triton
@@ -677,7 +693,7 @@ def main() -> int:
     res["ceilings"] = ceilings(dev, small)
     ceil = res["ceilings"]
     print(f"{res['device']}  torch {res['torch']}  triton {res['triton']}  copy {ceil['copy_GBps']:.0f} GB/s  "
-          f"bf16 matmul {ceil['bf16_matmul_TFLOPs']:.0f} TFLOP/s", flush=True)
+          f"bf16 matmul {ceil['bf16_matmul_TFLOPs']:.0f} TFLOP/s  KV cache {args.kv_dtype}", flush=True)
 
     t = time.perf_counter()
     lm = build(hyb_cfg, dev, dtype)
@@ -692,7 +708,7 @@ def main() -> int:
     print(f"hybrid: {lm.num_parameters() / 1e9:.2f} B parameters, built in {time.perf_counter() - t:.1f} s", flush=True)
 
     # the 1k prompt, prefilled for real (also compiles the scan kernels), then the decode sweep
-    helper = Engine(lm, max_batch=1, max_len=prompt + 64, cuda_graph=False)
+    helper = Engine(lm, max_batch=1, max_len=prompt + 64, cuda_graph=False, kv_dtype=KV_DTYPE)  # the prefix's format
     ids = torch.randint(0, hyb_cfg.vocab_size, (prompt,), device=dev)
     t = time.perf_counter()
     pre = helper.prefix(ids)

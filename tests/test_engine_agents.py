@@ -36,3 +36,18 @@ def test_small_agent_sweep_completes_every_turn(tmp_path):
         assert 0 < r["ttft_p50_s"] <= r["ttft_p95_s"] and 0 < r["latency_p50_s"] <= r["latency_p95_s"]
         assert r["engine_decode_tokens_per_s"] > 0 and r["graph_tokens_per_s"] > 0
     assert res["largest_agents_ok"] == {m: {"one-tile": 3, "twelve-tile": 3} for m in ("hybrid", "attention")}
+
+
+def test_small_agent_run_with_an_fp8_kv_cache_records_it_and_counts_its_bytes(tmp_path):
+    rc = bench_agents.main(["--small", "--agents", "3", "--turns", "2", "--models", "hybrid", "--cases", "one-tile",
+                            "--prefill-tokens", "64", "--max-rows", "2", "--no-plot", "--kv-dtype", "fp8",
+                            "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "bench_agents.json").read_text())
+    assert res["kv_dtype"] == "fp8" and res["command"].endswith("--kv-dtype fp8 --out " + str(tmp_path))
+    (r,) = res["rows"]
+    assert r["status"] == "ok" and r["all_turns_completed"] and r["sessions_on_host_peak"] > 0
+    cfg = bench_agents.configs(True)["hybrid"][0]
+    n_attn = cfg.layer_kinds.count("attention")
+    # FP8: head_dim codes and one fp32 scale per KV head and slot, for keys and values
+    assert r["state_kv_bytes_per_row"] == n_attn * 2 * cfg.num_key_value_heads * (cfg.head_dim + 4) * r["max_len"]
