@@ -134,6 +134,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-optimizer", action="store_true", help="also write training_state.pt (for --resume)")
     p.add_argument("--max-shard-size", default="5GB", help="e.g. 14MB")
     p.add_argument("--resume", help="a checkpoint folder written with --save-optimizer: continue from its step")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the ViT blocks, the projector and the language model's blocks (the Mamba "
+                        "mixers' norms; the SSD scan stays outside): holotron/train/compiled.py")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help=f"profile N steps after the first {PROFILE_SKIP + 1} (torch.profiler) and write the busiest "
                         "operators to OUT/profile.txt (default 0: off)")

@@ -61,6 +61,10 @@ def train(args) -> dict:
     config = make_config(args.config, processor.vocab_size, args.set)
     coords = coordinate_token_ids(processor)
     model, aux, trainable = _build_model(args, config, device, init_src, coords)
+    if args.compile:
+        from .compiled import compile_modules
+
+        log(f"torch.compile: {compile_modules(model)} modules (compiled at their first calls)")
     coord_ids = torch.tensor(coords, device=device) if coords else None
     n_params = model.num_parameters()
     opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
