@@ -1,5 +1,6 @@
-"""``holotron.train --compile`` (holotron/train/compiled.py): the compiled modules compute the same loss and
-gradients as the eager ones, and the checkpoint's parameter names do not change."""
+"""The training step's speed options leave what it computes unchanged: ``--compile`` (holotron/train/compiled.py:
+the same loss and gradients as the eager modules, the checkpoint's parameter names unchanged) and
+``--length-multiple`` (rows padded to a multiple: the same loss and gradients as the batch's own length)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,32 @@ def test_compiled_modules_give_the_eager_loss_and_gradients(tok_dir):
             scale = g.abs().max().clamp_min(1e-6)
             assert float((grads[1][k] - g).abs().max() / scale) < 1e-3, k
     assert counters["stats"]["unique_graphs"] >= n  # the compiled modules ran as graphs, not eagerly
+
+
+def test_rows_padded_to_a_multiple_give_the_same_loss_and_gradients(tok_dir):
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    cfg = make_config("micro", vocab)
+    model = init_weights(Holotron(cfg), seed=0)
+    aux = AuxHeads(cfg)
+    kw = dict(batch_size=2, seed=5, queries=3, match=True)
+    plain = ScreenBatches(tok_dir, cfg.vision, **kw)[0]
+    padded = ScreenBatches(tok_dir, cfg.vision, length_multiple=64, **kw)[0]
+    T0, T1 = plain["input_ids"].shape[1], padded["input_ids"].shape[1]
+    assert T1 % 64 == 0 and T0 <= T1 < T0 + 64 and T1 > T0  # (this seed's rows are not a multiple already)
+    assert torch.equal(padded["input_ids"][:, :T0], plain["input_ids"])
+    out = []
+    for batch in (plain, padded):
+        model.zero_grad(set_to_none=True)
+        aux.zero_grad(set_to_none=True)
+        parts = {}
+        loss, _ = loss_fn(model, batch, torch.device("cpu"), aux, 0.5, parts, pointer_weight=1.0, pointer_heads=2,
+                          match_weight=0.5)
+        loss.backward()
+        out.append((float(loss.detach()), parts, {k: p.grad.clone() for k, p in model.named_parameters()
+                                                  if p.grad is not None}))
+    assert out[1][0] == pytest.approx(out[0][0], rel=1e-5)
+    assert out[1][1].keys() == out[0][1].keys() and "pointer" in out[0][1]
+    for k, g in out[0][2].items():
+        assert torch.allclose(out[1][2][k], g, rtol=1e-4, atol=1e-6 * float(g.abs().max())), k
+    with pytest.raises(ValueError, match="length_multiple"):
+        ScreenBatches(tok_dir, cfg.vision, length_multiple=0, **kw)

@@ -9,6 +9,9 @@
 #   bash dev/probes/agents_gpu.sh serving   # the serving section's variants, fused prefill off / on
 #   bash dev/probes/agents_gpu.sh agents    # 100 agents one-tile, hybrid, fused prefill on: mixed graphs with 8,192 /
 #                                           # 1,024 / 512 prefill tokens a step, then separate steps
+#   bash dev/probes/agents_gpu.sh fp8       # GPU tests of the FP8 KV cache; serving and 100 one-tile agents with it
+#   bash dev/probes/agents_gpu.sh twelve256 # twelve-tile, FP8 KV + bf16 Mamba state: hybrid at 256 agents (one call)
+#   bash dev/probes/agents_gpu.sh twelveatt # twelve-tile, FP8 KV + bf16 state: attention at 32 and 100 agents
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -79,4 +82,23 @@ if [ "$phase" = agents ]; then   # mixed graphs at three prefill budgets per ste
       --models hybrid --mixed $1 --prefill-tokens $2 --budget 130 --no-plot --out "$OUT/a$1$2" 2>&1 | tail -3
     cp "$OUT/a$1$2/bench_agents.json" "$OUT/agents-mixed-$1-$2.json"; rm -rf "$OUT/a$1$2"
   done
+fi
+if [ "$phase" = fp8 ]; then
+  timeout 200 python3 -m pytest -q -m gpu tests/test_engine_fp8kv.py tests/test_attn_chunk.py tests/test_decode_ops.py \
+    2>&1 | tail -4
+  timeout 150 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 --out "$OUT/s8" > "$OUT/serving-fp8.log" 2>&1
+  grep -E '"(tokens_per_s|steps|kv_dtype)"' "$OUT/serving-fp8.log"; cp "$OUT/s8/bench_serving.json" "$OUT/serving-fp8.json"
+  timeout 200 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --kv-dtype fp8 \
+    --budget 190 --no-plot --out "$OUT/a8" 2>&1 | tail -3
+  cp "$OUT/a8/bench_agents.json" "$OUT/agents-onetile-fp8.json"; rm -rf "$OUT/s8" "$OUT/a8"
+fi
+if [ "$phase" = twelve256 ]; then
+  timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 256 --models hybrid --kv-dtype fp8 \
+    --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/t256" 2>&1 | tail -5
+  cp "$OUT/t256/bench_agents.json" "$OUT/agents-twelve-256-fp8.json"; rm -rf "$OUT/t256"
+fi
+if [ "$phase" = twelveatt ]; then
+  timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models attention,hybrid \
+    --kv-dtype fp8 --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/tatt" 2>&1 | tail -6
+  cp "$OUT/tatt/bench_agents.json" "$OUT/agents-twelve-fp8.json"; rm -rf "$OUT/tatt"
 fi

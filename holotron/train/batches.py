@@ -30,7 +30,8 @@ class ScreenBatches(torch.utils.data.Dataset):
     element centre each token carries); ``pad``: a function (sample, rng) -> sample applied to each screen
     (``augment.pad_sample``); ``seeds``: fixed screen seeds (the batch of every step), e.g. for a dev batch;
     ``pointer_core``: a question's pointer tokens are those whose centre lies on its element or the element's
-    label text (``element_tokens.element_core_tokens``) instead of those one of whose sub-points does.
+    label text (``element_tokens.element_core_tokens``) instead of those one of whose sub-points does;
+    ``length_multiple``: each batch's rows right-padded to a multiple of it (``collate``).
     With a tokenizer that has single-token coordinates (``holotron.tokenizer.coordinate_token_ids``) each
     answer also carries, for its x and y tokens, the range of values that land in the element's box
     ("coord_targets": row, label position, lo, hi, centre; ``coords.coordinate_box_range``)."""
@@ -38,13 +39,16 @@ class ScreenBatches(torch.utils.data.Dataset):
     def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
                  split: str = "train", options: dict | None = None, *, chars: bool = False,
                  short_followups: bool = False, grid_aug: float = 0.0, match: bool = False, pad=None,
-                 seeds: list[int] | None = None, pointer_core: bool = False):
+                 seeds: list[int] | None = None, pointer_core: bool = False, length_multiple: int = 1):
         if not 0.0 <= grid_aug <= 1.0:
             raise ValueError(f"grid_aug must be in [0, 1], got {grid_aug}")
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
         self.seed, self.queries, self.split, self.options = seed, queries, split, dict(options or {})
         self.chars, self.short_followups, self.grid_aug = chars, short_followups, grid_aug
         self.match, self.pad, self.seeds, self.pointer_core = match, pad, seeds, pointer_core
+        if length_multiple < 1:
+            raise ValueError(f"length_multiple must be >= 1, got {length_multiple}")
+        self.length_multiple = length_multiple
         self._processor, self._grid, self._coords = None, None, None
 
     def __len__(self) -> int:
@@ -126,7 +130,7 @@ class ScreenBatches(torch.utils.data.Dataset):
             if self.pad is not None:
                 sample = self.pad(sample, random.Random(seed + 1))
             rows.append(self.row(sample, random.Random(seed)))
-        return collate(rows, self.processor.pad_token_id, self.processor.image_token_id)
+        return collate(rows, self.processor.pad_token_id, self.processor.image_token_id, self.length_multiple)
 
     def _coord_targets(self, start: int, ans: list[int], box, size) -> list[tuple]:
         """(label position, lo, hi, centre) for the coordinate tokens of an answer whose tokens ``ans`` start at
@@ -150,13 +154,15 @@ class ScreenBatches(torch.utils.data.Dataset):
         return [(px, min(x_lo, x), max(x_hi, x), x), (py, min(y_lo, y), max(y_hi, y), y)]
 
 
-def collate(rows, pad_id: int, image_token_id: int | None = None) -> dict:
+def collate(rows, pad_id: int, image_token_id: int | None = None, multiple: int = 1) -> dict:
     """Right-pad rows of (ids, labels, tiles, num_tiles[, targets]) into one batch (targets as
     ``ScreenBatches.row``'s; the pointer's become "pointer_queries" (Q, 2): (row, sequence position) per
     question, and "pointer_targets" (M, 2): (question, image token of its row) per token on its element).
     With ``image_token_id`` also ``step_indices``' tensors, so the loss finds its positions without reading
-    the device (they are worked out here, in the data workers)."""
-    T = max(len(r[0]) for r in rows)
+    the device (they are worked out here, in the data workers). ``multiple``: the rows' length rounded up to a
+    multiple of it (more pads, whose labels are ignored and which no real token attends to: the losses do not
+    change; the batches' shapes repeat, so cuDNN's attention plans and torch.compile's graphs are reused)."""
+    T = -(-max(len(r[0]) for r in rows) // multiple) * multiple
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
     for b, (i, l, *_) in enumerate(rows):

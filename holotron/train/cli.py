@@ -134,6 +134,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-optimizer", action="store_true", help="also write training_state.pt (for --resume)")
     p.add_argument("--max-shard-size", default="5GB", help="e.g. 14MB")
     p.add_argument("--resume", help="a checkpoint folder written with --save-optimizer: continue from its step")
+    p.add_argument("--length-multiple", type=int, default=1, metavar="N",
+                   help="right-pad each grounding batch's token rows to a multiple of N (default 1: the longest row): "
+                        "the losses do not change, the shapes repeat (cuDNN attention plans, torch.compile graphs)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the ViT blocks, the projector and the language model's blocks (the Mamba "
                         "mixers' norms; the SSD scan stays outside): holotron/train/compiled.py")
@@ -160,6 +163,8 @@ def check_args(args) -> None:
     """Exit with one line on flags out of range or that do not go together (before any work starts)."""
     if args.profile < 0:
         raise SystemExit(f"holotron.train: error: --profile must be >= 0, got {args.profile}")
+    if args.length_multiple < 1:
+        raise SystemExit(f"holotron.train: error: --length-multiple must be >= 1, got {args.length_multiple}")
     if args.steps < 1 or args.batch_size < 1 or args.queries < 1 or args.reuse < 1:
         raise SystemExit("holotron.train: error: --steps, --batch-size, --queries and --reuse must be >= 1")
     if args.labels_after is not None and not 0 <= args.labels_after < 1:

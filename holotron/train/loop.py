@@ -249,7 +249,8 @@ def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
     return ScreenBatches(tok_dir, vision, args.batch_size, args.seed, args.queries, args.split,
                          chars=aux is not None and args.char_weight > 0, options=options,
                          short_followups=args.followups == "short", grid_aug=args.grid_aug,
-                         match=aux is not None and args.match_weight > 0, pad=pad, pointer_core=args.pointer_core)
+                         match=aux is not None and args.match_weight > 0, pad=pad, pointer_core=args.pointer_core,
+                         length_multiple=args.length_multiple)
 
 
 def screen_options(args) -> dict:
