@@ -499,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", type=_names(["hybrid", "attention"]), default=["hybrid", "attention"])
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; configurations near it are skipped")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
-    ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                    help="the Mamba state's dtype (16-bit drift against fp32: docs/benchmarks.md, 16-bit Mamba state)")
     ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",
                     help="the attention KV cache: auto = the model's dtype, fp8 = e4m3 with a scale per slot")
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
