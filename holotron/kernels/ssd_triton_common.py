@@ -48,6 +48,31 @@ def _process_dt(dt, bias, lo, hi, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr
 
 
 @triton.jit
+def _seq_span(cu_ptr, s, L, VARLEN: tl.constexpr):
+    """(first token, end token) of sequence ``s``: a ``cu_seqlens`` segment, or batch row s of L tokens."""
+    if VARLEN:
+        t_seq = tl.load(cu_ptr + s).to(tl.int32)
+        t_end = tl.load(cu_ptr + s + 1).to(tl.int32)
+    else:
+        t_seq = s * L
+        t_end = t_seq + L
+    return t_seq, t_end
+
+
+@triton.jit
+def _state_in(init_ptr, base, ns, cols, N, mn, mp, BN: tl.constexpr, BP: tl.constexpr, HAS_INIT: tl.constexpr):
+    """The forward scans' state, transposed (dstate x columns) in fp32, of the (P, N) state rows ``cols`` at
+    ``base`` (0 without an initial state), with its offsets and mask for the stores that follow."""
+    off = ns[:, None] + cols[None, :] * N
+    mask = mn[:, None] & mp[None, :]
+    if HAS_INIT:
+        st = tl.load(init_ptr + base + off, mask=mask, other=0.0).to(tl.float32)
+    else:
+        st = tl.zeros([BN, BP], dtype=tl.float32)
+    return st, off, mask
+
+
+@triton.jit
 def _mm(a, b, like, OPS: tl.constexpr):
     """a @ b with fp32 accumulation. OPS: "half" casts the operands to like's dtype (bf16 / fp16),
     "ieee" multiplies fp32 operands in full precision (never TF32), "tf32" fp32 operands in TF32."""

@@ -40,7 +40,9 @@ from .ssd_triton_common import (
     _p2,
     _process_dt,
     _put,
+    _seq_span,
     _sm_count,
+    _state_in,
     _tile,
     _tma_ok,
     _tokens,
@@ -67,12 +69,7 @@ def _scan_seq(
     h = tl.program_id(1)
     s = tl.program_id(2)
     p0 = tl.program_id(0) * BP
-    if VARLEN:
-        t_seq = tl.load(cu_ptr + s).to(tl.int32)
-        t_end = tl.load(cu_ptr + s + 1).to(tl.int32)
-    else:
-        t_seq = s * L
-        t_end = t_seq + L
+    t_seq, t_end = _seq_span(cu_ptr, s, L, VARLEN)
     if STORE_STATES:
         c_first = tl.load(choff_ptr + s).to(tl.int32)
     g = h // HPG
@@ -110,13 +107,8 @@ def _scan_seq(
         sd = _desc(states_ptr + p0 * N, NMAX * H * P - p0, N, N, BP, BN, STATES_TMA)  # < 2**31 rows
 
     # the state, transposed (dstate x columns), fp32; state tensors are (sequence, h, p, n)
-    st_off = ns[:, None] + cols[None, :] * N
-    st_mask = mn[:, None] & mp[None, :]
     st_base = (s.to(tl.int64) * H + h) * P * N
-    if HAS_INIT:
-        ST = tl.load(init_ptr + st_base + st_off, mask=st_mask, other=0.0).to(tl.float32)
-    else:
-        ST = tl.zeros([BN, BP], dtype=tl.float32)
+    ST, st_off, st_mask = _state_in(init_ptr, st_base, ns, cols, N, mn, mp, BN, BP, HAS_INIT)
 
     for c in tl.range(0, n_chunks, num_stages=NS):
         r0 = c * Q
