@@ -93,12 +93,12 @@ def test_an_inference_state_prefilled_in_pieces_equals_one_call_and_selects_rows
 TURNS = [(_ids(30, seed=1), 8), (_ids(12, seed=2), 8), (_ids(9, seed=3), 8)]
 
 
-def _session_logits(model, kv_dtype):
-    """One session's three turns on a one-row engine: each turn's tokens and its decode steps' logits."""
-    eng = Engine(model, max_batch=1, max_len=256, kv_dtype=kv_dtype, keep_logits=True)
+def _session_logits(model, kv_dtype, turns=None, max_batch: int = 1, max_len: int = 256):
+    """One session's turns (default TURNS) on an engine: each turn's tokens and its decode steps' logits."""
+    eng = Engine(model, max_batch=max_batch, max_len=max_len, kv_dtype=kv_dtype, keep_logits=True)
     s = eng.session()
     out = []
-    for p, n in TURNS:
+    for p, n in (TURNS if turns is None else turns):
         r = eng.submit(p, session=s, max_new_tokens=n)
         logits = []
         while not eng.idle:
@@ -372,19 +372,6 @@ def test_gpu_fp8_engine_logits_close_to_bf16_at_head_size_128():
     CPU test's tolerance of the bf16 cache's, where the histories agree."""
     model = _cuda_model()
     turns = [(_ids(300, seed=1).cuda(), 8), (_ids(40, seed=2).cuda(), 8), (_ids(9, seed=3).cuda(), 8)]
-    runs = {}
-    for kv in (None, FP8):
-        eng = Engine(model, max_batch=2, max_len=1024, kv_dtype=kv, keep_logits=True)
-        s, out = eng.session(), []
-        for p, n in turns:
-            r = eng.submit(p, session=s, max_new_tokens=n)
-            logits = []
-            while not eng.idle:
-                before = eng.stats["decode_steps"]
-                eng.step()
-                if eng.stats["decode_steps"] > before:
-                    logits.append(eng.logits[0].clone())
-            out.append((r.tokens, torch.stack(logits)))
-        runs[kv] = out
+    runs = {kv: _session_logits(model, kv, turns, max_batch=2, max_len=1024) for kv in (None, FP8)}
     a, b = _same_history_logits(runs[FP8], runs[None])
     assert a.shape[0] >= 7 and _rel_rms(a, b) < LOGITS_RTOL

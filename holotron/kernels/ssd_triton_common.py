@@ -73,6 +73,19 @@ def _state_in(init_ptr, base, ns, cols, N, mn, mp, BN: tl.constexpr, BP: tl.cons
 
 
 @triton.jit
+def _put_y(y, xv, Dv, zd, yd, y_ptr, row, rows, cols, s_z_t, s_y_t, Q: tl.constexpr, BP: tl.constexpr,
+           TMA: tl.constexpr, MASK_P: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """The forward scans' last step of a chunk: y (fp32) + D x, times silu(z), written to ``yd``'s tile in
+    ``y_ptr``'s dtype."""
+    if HAS_D:
+        y += Dv * xv.to(tl.float32)
+    if HAS_Z:
+        zv = _tile(zd, row, rows, cols, s_z_t, Q, BP, TMA, MASK_P).to(tl.float32)
+        y = y * zv * tl.sigmoid(zv)
+    _put(yd, row, rows, cols, s_y_t, y.to(y_ptr.dtype.element_ty), Q, BP, TMA, MASK_P)
+
+
+@triton.jit
 def _mm(a, b, like, OPS: tl.constexpr):
     """a @ b with fp32 accumulation. OPS: "half" casts the operands to like's dtype (bf16 / fp16),
     "ieee" multiplies fp32 operands in full precision (never TF32), "tf32" fp32 operands in TF32."""

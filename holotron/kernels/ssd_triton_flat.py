@@ -34,7 +34,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _desc, _mm, _process_dt, _put, _seq_span, _state_in, _tile
+from .ssd_triton_common import _desc, _mm, _process_dt, _put, _put_y, _seq_span, _state_in, _tile
 
 
 def heads_per_block(p: int, hpg: int, bp: int) -> int:
@@ -81,6 +81,8 @@ def _scan_flat(
             Dv = tl.load(D_ptr + h0 * P + cols, mask=mp, other=0.0).to(tl.float32)[None, :]
         else:
             Dv = tl.load(D_ptr + h0 + hcol, mask=mp, other=0.0).to(tl.float32)[None, :]
+    else:
+        Dv = 0.0
 
     t_seq64 = t_seq.to(tl.int64)
     col0 = h0 * P + c0            # the block's first column in a token's row of heads x headdim
@@ -90,6 +92,8 @@ def _scan_flat(
     yd = _desc(y_ptr + t_seq64 * s_y_t + col0, n_tok, GW - c0, s_y_t, Q, BP, TMA)
     if HAS_Z:
         zd = _desc(z_ptr + t_seq64 * s_z_t + col0, n_tok, GW - c0, s_z_t, Q, BP, TMA)
+    else:
+        zd = yd  # (not read)
     STATES_TMA: tl.constexpr = TMA and not MASK_P
     if STORE_STATES:
         # states (rows, h, p, n) as rows * h * p rows of n: the block's rows of a state are contiguous
@@ -141,12 +145,7 @@ def _scan_flat(
             e_col = tl.where(mine1, tl.exp2(tl.sum(a, axis=0)), e_col)
         # the state leaving the chunk
         ST = ST * e_col[None, :] + _mm(tl.trans(Bv), xw, xv, OPS)
-        if HAS_D:
-            y += Dv * xv.to(tl.float32)
-        if HAS_Z:
-            zv = _tile(zd, r0, n_tok, GW - c0, s_z_t, Q, BP, TMA, MASK_P).to(tl.float32)
-            y = y * zv * tl.sigmoid(zv)
-        _put(yd, r0, n_tok, GW - c0, s_y_t, y.to(y_ptr.dtype.element_ty), Q, BP, TMA, MASK_P)
+        _put_y(y, xv, Dv, zd, yd, y_ptr, r0, n_tok, GW - c0, s_z_t, s_y_t, Q, BP, TMA, MASK_P, HAS_D, HAS_Z)
 
     tl.store(final_ptr + st_base + st_off, ST, mask=st_mask)
 

@@ -40,6 +40,7 @@ from .ssd_triton_common import (
     _p2,
     _process_dt,
     _put,
+    _put_y,
     _seq_span,
     _sm_count,
     _state_in,
@@ -92,6 +93,8 @@ def _scan_seq(
             Dv = tl.load(D_ptr + h * P + cols, mask=mp, other=0.0).to(tl.float32)[None, :]
         else:
             Dv = tl.load(D_ptr + h).to(tl.float32)
+    else:
+        Dv = 0.0
 
     # the sequence's rows of x, B, C, z, y for this head (and group), from the program's first column
     t_seq64 = t_seq.to(tl.int64)
@@ -101,6 +104,8 @@ def _scan_seq(
     yd = _desc(y_ptr + t_seq64 * s_y_t + h * s_y_h + p0, n_tok, P - p0, s_y_t, Q, BP, TMA)
     if HAS_Z:
         zd = _desc(z_ptr + t_seq64 * s_z_t + h * s_z_h + p0, n_tok, P - p0, s_z_t, Q, BP, TMA)
+    else:
+        zd = yd  # (not read)
     STATES_TMA: tl.constexpr = TMA and not MASK_P
     if STORE_STATES:
         # states (rows, h, p, n) as a matrix of rows * h * p rows of n: a tile is S^T transposed, (BP, N)
@@ -139,12 +144,7 @@ def _scan_seq(
         y = _mm(Cv, ST, xv, OPS) * tl.exp2(cs)[:, None]
         y += _mm(W, xv, xv, OPS)
         ST = ST * e_end + _mm(BwT, xv, xv, OPS)
-        if HAS_D:
-            y += Dv * xv.to(tl.float32)
-        if HAS_Z:
-            zv = _tile(zd, r0, n_tok, P - p0, s_z_t, Q, BP, TMA, MASK_P).to(tl.float32)
-            y = y * zv * tl.sigmoid(zv)
-        _put(yd, r0, n_tok, P - p0, s_y_t, y.to(y_ptr.dtype.element_ty), Q, BP, TMA, MASK_P)
+        _put_y(y, xv, Dv, zd, yd, y_ptr, r0, n_tok, P - p0, s_z_t, s_y_t, Q, BP, TMA, MASK_P, HAS_D, HAS_Z)
 
     tl.store(final_ptr + st_base + st_off, ST, mask=st_mask)
 
