@@ -6,8 +6,9 @@
     texts = corpus(100)                     # prompt + answer texts for a tokenizer
 
 Files: labels.txt (the vocabulary), labels.py (loading it, unique labels per screen), vocab.py (the held-out
-vocabulary ``heldout_vocab()``), styles.py (themes, sizes, fonts, the train / heldout split), canvas.py
-(recording drawing + boxes), widgets.py (one control each), context.py (what layouts and blocks draw with),
+vocabulary ``heldout_vocab()``), styles.py (themes, sizes, font sizes, the train / heldout split), faces.py (the
+font faces a screen can use: Aileron, the default, and those bundled in fonts/), canvas.py (recording drawing +
+boxes), widgets.py (one control each), context.py (what layouts and blocks draw with),
 inputs.py and blocks.py (groups of controls), bars.py (title, menu, tool, tab, status bars and sidebars),
 columns.py (content columns), layouts.py (whole screens: layouts_train.py, layouts_heldout.py,
 layouts_mosaic.py), instructions.py (instruction, answer, messages), screens.py (generate_sample, stream,

@@ -63,7 +63,7 @@ def menu_bar(x: Ctx, x0: int, y: int, x1: int, limit: int):
         label = x.take("menu", size, 400)
         if label is None:
             break
-        w = text_width(label, size) + 2 * pad
+        w = text_width(label, size, st.face) + 2 * pad
         if xx + w > x1 - 4:
             break
         boxes.append(((xx, y + 1, xx + w, y + h - 1), label))
@@ -77,7 +77,7 @@ def menu_bar(x: Ctx, x0: int, y: int, x1: int, limit: int):
     def draw_panel():
         if opened is None:
             return
-        row_h = max(text_height(size) + 8, round(size * 1.9 * st.density))
+        row_h = max(text_height(size, st.face) + 8, round(size * 1.9 * st.density))
         rows = []
         for _ in range(x.rng.randint(3, 9)):
             label = x.take("menu item", size, 320)
@@ -95,7 +95,8 @@ def menu_bar(x: Ctx, x0: int, y: int, x1: int, limit: int):
             rows.pop()
         if not rows:
             return
-        width = max(text_width(lab, size) + (text_width(sc, max(9, size - 1)) + 3 * st.pad if sc else 0)
+        width = max(text_width(lab, size, st.face)
+                    + (text_width(sc, max(9, size - 1), st.face) + 3 * st.pad if sc else 0)
                     for lab, sc in rows if lab != "-") + 2 * st.pad + 12
         width = max(width, round(size * 10))
         box = boxes[opened][0]
@@ -176,7 +177,7 @@ def status_bar(x: Ctx, x0: int, y1: int, x1: int, limit: int) -> int:
     c.rect((x0, y, x1, y1), fill=p.bar)
     c.line([(x0, y), (x1 - 1, y)], mix(p.bar, p.border, 0.6), 1)
     left = x.rng.choice(STATUS_TEXTS)
-    if text_width(left, size) <= (x1 - x0) // 2 - st.pad and x.labels.claim(left):
+    if text_width(left, size, st.face) <= (x1 - x0) // 2 - st.pad and x.labels.claim(left):
         c.text_in((x0, y, x1, y1), left, size, p.muted, align="left", pad=st.pad)
     if x.chance(0.5):
         label = x.take("link", size, (x1 - x0) // 3)
@@ -194,6 +195,6 @@ def sidebar(x: Ctx, x0: int, y0: int, x1: int, y1: int, group: str = "list item"
     y = y0 + pad
     if x.chance(0.5):
         y = (B.heading(x, x0 + pad + 4, y, x1 - pad, y1, size=st.small) or y) + 4
-    rh = max(st.control_h, text_height(st.font_size) + 10)
+    rh = max(st.control_h, text_height(st.font_size, st.face) + 10)
     B.list_rows(x, x0 + pad, y, x1 - pad, y1 - pad, n=x.rng.randint(3, 12), chevrons=False, row_h=rh,
                 group=group)

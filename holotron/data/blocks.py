@@ -13,12 +13,12 @@ from .inputs import checks, dropdowns, form, radios, switches
 from .styles import mix
 
 
-def wrap(text: str, size: int, width: int) -> list[str]:
+def wrap(text: str, size: int, width: int, face: str | None = None) -> list[str]:
     """Greedy word wrap; a word longer than the width gets a line of its own (callers check it fits)."""
     lines, line = [], ""
     for word in text.split():
         cand = word if not line else line + " " + word
-        if text_width(cand, size) <= width or not line:
+        if text_width(cand, size, face) <= width or not line:
             line = cand
         else:
             lines.append(line)
@@ -34,7 +34,7 @@ def wrap(text: str, size: int, width: int) -> list[str]:
 
 def heading(x: Ctx, x0: int, y: int, x1: int, y1: int, group: str = "heading", size: int | None = None) -> int | None:
     size = size or x.st.large
-    h = text_height(size) + 4
+    h = text_height(size, x.st.face) + 4
     if y + h > y1:
         return None
     label = x.take(group, size, x1 - x0)
@@ -47,13 +47,14 @@ def heading(x: Ctx, x0: int, y: int, x1: int, y1: int, group: str = "heading", s
 def paragraph(x: Ctx, x0: int, y: int, x1: int, y1: int, max_lines: int = 3, size: int | None = None,
               align: str = "left") -> int | None:
     size = size or x.st.font_size
-    th = text_height(size)
+    th = text_height(size, x.st.face)
     step = round(th * 1.45)
     sentence = x.labels.take("sentence")
     if sentence is None:
         return None
-    lines = wrap(sentence, size, x1 - x0)
-    if len(lines) > max_lines or any(text_width(s, size) > x1 - x0 for s in lines) or y + step * len(lines) > y1:
+    lines = wrap(sentence, size, x1 - x0, x.st.face)
+    too_wide = any(text_width(s, size, x.st.face) > x1 - x0 for s in lines)
+    if len(lines) > max_lines or too_wide or y + step * len(lines) > y1:
         return None
     color = x.st.p.muted if x.chance(0.6) else x.st.p.text
     for line in lines:
@@ -118,7 +119,7 @@ def links(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None, size:
     n = n or x.rng.randint(2, 5)
     column = x.chance(0.4) if column is None else column
     underline = x.chance(0.6) if underline is None else underline
-    lh = text_height(size) + 5
+    lh = text_height(size, st.face) + 5
     step = lh + max(4, st.gap // 2 + 2)
     if y + lh > y1:
         return None
@@ -149,7 +150,7 @@ def cards(x: Ctx, x0: int, y: int, x1: int, y1: int) -> int | None:
     cols = max(1, min(x.rng.randint(1, 4), (x1 - x0 + st.gap) // (min_w + st.gap)))
     cw = (x1 - x0 - st.gap * (cols - 1)) // cols
     pad = max(8, st.pad)
-    th_l, th = text_height(st.large), text_height(st.font_size)
+    th_l, th = text_height(st.large, st.face), text_height(st.font_size, st.face)
     with_value = x.chance(0.5)
     action = x.rng.choice(("button", "link"))
     ch = st.control_h
@@ -201,7 +202,7 @@ def list_rows(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None, i
     icons = x.chance(0.5) if icons is None else icons
     chevrons = x.chance(0.5) if chevrons is None else chevrons
     sub = x.chance(0.25)
-    th = text_height(st.font_size)
+    th = text_height(st.font_size, st.face)
     row_h = row_h or max(round(st.control_h * x.rng.uniform(1.1, 1.5)), 2 * th + 8 if sub else 0)
     sub = sub and row_h >= 2 * th + 8  # a second line only where it fits
     n = n or x.rng.randint(3, 8)

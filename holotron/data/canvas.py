@@ -7,9 +7,12 @@ later (an open menu): earlier elements and texts it touches stop counting as vis
 a modal backdrop: every earlier element stops counting as clickable.
 
 Text uses only Pillow's bundled scalable font (``ImageFont.load_default(size=...)``, Aileron, with the
-basic layout engine), never a system font, so the same seed gives the same pixels wherever the same
-Pillow and FreeType run. Rasterised text is cached per (text, size): a screen pastes masks instead of
-rasterising, which is most of the speed.
+basic layout engine) or, when a canvas is given a ``face``, one of the font files bundled in fonts/
+(holotron/data/faces.py; the same basic layout engine), never a system font, so the same seed gives the
+same pixels wherever the same Pillow and FreeType run. A canvas draws all its text in its one face, and
+each text op records it; layout code measures with the face of the screen's style (``Style.face``), the
+same one. Rasterised text is cached per (text, size, face): a screen pastes masks instead of rasterising,
+which is most of the speed.
 
 Boxes are (x0, y0, x1, y1) in pixels, x1 / y1 exclusive (a box of width w covers x0 .. x0 + w - 1).
 """
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from PIL import Image, ImageDraw, ImageFont
+
+from .faces import face_path
 
 BoxT = tuple[int, int, int, int]
 RGB = tuple[int, int, int]
@@ -45,11 +50,14 @@ class Text:
 
 
 # ----------------------------------------------------------------------------------------------
-# the bundled font
+# the fonts: Pillow's bundled Aileron (face None or "aileron") or a face of fonts/ (faces.py)
 # ----------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def font(size: int) -> ImageFont.FreeTypeFont:
+def font(size: int, face: str | None = None) -> ImageFont.FreeTypeFont:
+    path = None if face is None else face_path(face)
+    if path is not None:
+        return ImageFont.truetype(path, size, layout_engine=ImageFont.Layout.BASIC)
     f = ImageFont.load_default(size=size)
     if not isinstance(f, ImageFont.FreeTypeFont):  # Pillow < 10.1 or without FreeType: a fixed bitmap font
         raise RuntimeError("holotron.data needs Pillow >= 10.1 with FreeType (a scalable ImageFont.load_default)")
@@ -57,13 +65,13 @@ def font(size: int) -> ImageFont.FreeTypeFont:
 
 
 @functools.lru_cache(maxsize=65536)
-def ink(text: str, size: int) -> BoxT:
+def ink(text: str, size: int, face: str | None = None) -> BoxT:
     """Ink box of ``text`` relative to its left-middle anchor point ("lm")."""
-    return font(size).getbbox(text, anchor="lm")
+    return font(size, face).getbbox(text, anchor="lm")
 
 
-def text_width(text: str, size: int) -> int:
-    x0, _, x1, _ = ink(text, size)
+def text_width(text: str, size: int, face: str | None = None) -> int:
+    x0, _, x1, _ = ink(text, size, face)
     return x1 - x0
 
 
@@ -71,17 +79,17 @@ _REFERENCE = "Tg|()[]jpqy'/"  # ASCII ink reaches from this text's top to its bo
 
 
 @functools.lru_cache(maxsize=None)
-def text_height(size: int) -> int:
-    """Height of a line's ink (ascenders to descenders), the same for every text at one size."""
-    _, y0, _, y1 = ink(_REFERENCE, size)
+def text_height(size: int, face: str | None = None) -> int:
+    """Height of a line's ink (ascenders to descenders), the same for every text at one size in one face."""
+    _, y0, _, y1 = ink(_REFERENCE, size, face)
     return y1 - y0
 
 
-@functools.lru_cache(maxsize=8192)
-def _mask(text: str, size: int) -> Image.Image:
-    x0, y0, x1, y1 = ink(text, size)
+@functools.lru_cache(maxsize=32768)  # room for the masks of several faces (mixed fonts: 8192 halved the rate)
+def _mask(text: str, size: int, face: str | None = None) -> Image.Image:
+    x0, y0, x1, y1 = ink(text, size, face)
     mask = Image.new("L", (max(1, x1 - x0), max(1, y1 - y0)), 0)
-    ImageDraw.Draw(mask).text((-x0, -y0), text, font=font(size), fill=255, anchor="lm")
+    ImageDraw.Draw(mask).text((-x0, -y0), text, font=font(size, face), fill=255, anchor="lm")
     return mask
 
 
@@ -109,8 +117,9 @@ class Mark(NamedTuple):
 # ----------------------------------------------------------------------------------------------
 
 class Canvas:
-    def __init__(self, width: int, height: int, background: RGB):
-        self.width, self.height, self.background = width, height, background
+    def __init__(self, width: int, height: int, background: RGB, face: str | None = None):
+        """``face``: the font face of every text drawn on it (faces.FACES; None: Aileron, as always)."""
+        self.width, self.height, self.background, self.face = width, height, background, face
         self.ops: list[tuple] = []
         self._elements: list[tuple[Element, bool]] = []  # (element, still clickable)
         self._texts: list[tuple[Text, bool, str | None]] = []  # (text, still visible, label of its element)
@@ -137,24 +146,24 @@ class Canvas:
              owner: str | None = None) -> BoxT:
         """Draw ``text`` with its left edge at x and its vertical middle at y; returns its ink box.
         ``owner``: the label of the element this text belongs to (its caption, value or placeholder)."""
-        x0, y0, x1, y1 = ink(text, size)
+        x0, y0, x1, y1 = ink(text, size, self.face)
         box = (x + x0, y + y0, x + x1 + (1 if bold else 0), y + y1)
-        self.ops.append(("text", (box[0], box[1]), text, size, fill, bold))
+        self.ops.append(("text", (box[0], box[1]), text, size, fill, bold, self.face))
         self._texts.append((Text(text, box), True, owner))
         return box
 
     def text_in(self, box: BoxT, text: str, size: int, fill: RGB, align: str = "center", pad: int = 0,
                 bold: bool = False, owner: str | None = None) -> BoxT:
         """Draw ``text`` vertically centred in ``box``, aligned "left" (after ``pad``), "center" or "right"."""
-        w = text_width(text, size) + (1 if bold else 0)
+        w = text_width(text, size, self.face) + (1 if bold else 0)
         if align == "left":
             x = box[0] + pad
         elif align == "right":
             x = box[2] - pad - w
         else:
             x = box[0] + (box[2] - box[0] - w) // 2
-        x -= ink(text, size)[0]
-        _, y0, _, y1 = ink(_REFERENCE, size)  # centre the line's full height, so baselines line up
+        x -= ink(text, size, self.face)[0]
+        _, y0, _, y1 = ink(_REFERENCE, size, self.face)  # centre the line's full height, so baselines line up
         y = (box[1] + box[3]) // 2 - (y0 + y1) // 2
         return self.text(x, y, text, size, fill, bold, owner)
 
@@ -245,8 +254,8 @@ class Canvas:
                 else:
                     draw.rectangle(xy, fill=fill, outline=outline, width=width)
             elif kind == "text":
-                _, (x, y), text, size, fill, bold = op
-                mask = _mask(text, size)
+                _, (x, y), text, size, fill, bold, face = op
+                mask = _mask(text, size, face)
                 image.paste(fill, (x, y), mask)
                 if bold:
                     image.paste(fill, (x + 1, y), mask)

@@ -28,7 +28,7 @@ class Ctx:
         """An unused label of ``group`` whose text is at most ``width`` px wide at ``size``."""
         if width <= 0:
             return None
-        return self.labels.take(group, lambda s: text_width(s, size) <= width)
+        return self.labels.take(group, lambda s: text_width(s, size, self.st.face) <= width)
 
     def claim_icon(self, name: str) -> str:
         """The icon's label when it is still free on this screen, else "" (drawn as decoration)."""

@@ -16,7 +16,7 @@ def _field_content(x: Ctx, name: str, width: int) -> tuple[str | None, bool]:
     size = x.st.font_size
     if "password" in name.lower() and x.chance(0.5):
         stars = "*" * x.rng.randint(6, 12)
-        return (stars, False) if text_width(stars, size) <= width else (None, False)
+        return (stars, False) if text_width(stars, size, x.st.face) <= width else (None, False)
     r = x.rng.random()
     if r < 0.4:
         return x.take("placeholder", size, width), True
@@ -33,11 +33,11 @@ def form(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None, labels
     names = [s for s in (x.take("field", st.font_size, w) for _ in range(n)) if s]
     if not names:
         return None
-    label_w = max(text_width(s, st.font_size) for s in names) + st.gap + 4
+    label_w = max(text_width(s, st.font_size, st.face) for s in names) + st.gap + 4
     above = labels_above if labels_above is not None else (w < 420 or x.chance(0.5))
     if not above and w - label_w < 140:
         above = True
-    th = text_height(st.font_size)
+    th = text_height(st.font_size, st.face)
     ch = st.control_h
     row_h = (th + 6 + ch) if above else ch
     fw_max = w if above else w - label_w
@@ -63,7 +63,7 @@ def form(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None, labels
 def checks(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None) -> int | None:
     st = x.st
     s = min(26, max(12, round(st.font_size * 1.15)))
-    row_h = max(s, text_height(st.font_size)) + max(4, st.gap)
+    row_h = max(s, text_height(st.font_size, st.face)) + max(4, st.gap)
     n = n or x.rng.randint(1, 4)
     placed = 0
     for _ in range(n):
@@ -81,7 +81,7 @@ def checks(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None) -> i
 
 def radios(x: Ctx, x0: int, y: int, x1: int, y1: int) -> int | None:
     st, c = x.st, x.c
-    th = text_height(st.font_size)
+    th = text_height(st.font_size, st.face)
     s = min(24, max(12, round(st.font_size * 1.15)))
     g = max(6, s // 2)
     row_h = max(s, th) + max(4, st.gap)
@@ -95,7 +95,7 @@ def radios(x: Ctx, x0: int, y: int, x1: int, y1: int) -> int | None:
     c.text_in((x0, y, x1, y + th + 2), caption, st.font_size, st.p.muted, align="left")
     y += th + 6
     chosen = x.rng.randrange(len(labels))
-    widths = [s + g + text_width(lab, st.font_size) + 4 for lab in labels]
+    widths = [s + g + text_width(lab, st.font_size, st.face) + 4 for lab in labels]
     across = sum(widths) + 2 * st.pad * (len(labels) - 1) <= x1 - x0 and x.chance(0.5)
     xx = x0
     for k, label in enumerate(labels):
@@ -135,7 +135,7 @@ def switches(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None) ->
 
 def dropdowns(x: Ctx, x0: int, y: int, x1: int, y1: int, n: int | None = None) -> int | None:
     st, c = x.st, x.c
-    th = text_height(st.font_size)
+    th = text_height(st.font_size, st.face)
     ch = st.control_h
     n = n or x.rng.randint(1, 3)
     placed = 0

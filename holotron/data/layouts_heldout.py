@@ -124,8 +124,8 @@ def wizard(x: Ctx):
         sw = max(180, min(300, round(w * 0.22)))
         c.rect((0, hh, sw, footer), fill=mix(p.bg, p.bar, 0.5))
         y = hh + m
-        rh = max(s, text_height(st.font_size) + 12)
-        d = round(text_height(st.font_size) * 1.5)
+        rh = max(s, text_height(st.font_size, st.face) + 12)
+        d = round(text_height(st.font_size, st.face) * 1.5)
         for k in range(n):
             if y + rh > footer - m:
                 break

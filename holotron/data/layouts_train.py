@@ -66,7 +66,7 @@ def dialog(x: Ctx):
     pad = max(12, round(st.pad * 1.5))
     y = 0
     # title row (and a close icon)
-    th = text_height(st.large)
+    th = text_height(st.large, st.face)
     ih = max(th + 8, round(st.control_h * 0.9))
     close = x.labels.claim(CLOSE_DIALOG) and x.chance(0.7)
     title = x.take("title", st.large, dw - 2 * pad - (ih + 4 if close else 0))
@@ -114,7 +114,7 @@ def web(x: Ctx):
     xx = m
     if brand:
         c.text_in((m, 0, w, nh), brand, st.large, p.accent if x.chance(0.5) else p.text, align="left", bold=True)
-        xx = m + text_width(brand, st.large) + 3 * st.pad
+        xx = m + text_width(brand, st.large, st.face) + 3 * st.pad
     top = (nh - st.control_h) // 2
     right = w - m
     if w < 700:
@@ -146,13 +146,13 @@ def web(x: Ctx):
         fh = round(st.small * 3.2)
         footer = c.height - fh
         c.rect((0, footer, w, c.height), fill=p.bar)
-        B.links(x, m, footer + (fh - text_height(st.small) - 5) // 2, w - m, c.height, n=x.rng.randint(2, 6),
+        B.links(x, m, footer + (fh - text_height(st.small, st.face) - 5) // 2, w - m, c.height, n=x.rng.randint(2, 6),
                 size=st.small, column=False, underline=False)
     if x.chance(0.7):
         hero = round(st.font_size * x.rng.uniform(1.9, 2.6))
         center = x.chance(0.4)
         y += round(st.gap * 3)
-        h = text_height(hero) + 6
+        h = text_height(hero, st.face) + 6
         title = x.take("title", hero, w - 2 * m)
         if title and y + h < footer:
             c.text_in((m, y, w - m, y + h), title, hero, p.text, align="center" if center else "left", bold=True)
@@ -276,8 +276,8 @@ def form_card(x: Ctx):
     limit = hgt - 2 * margin
     brand = x.take("brand", st.large, cw - 2 * pad) if not top_bar and x.chance(0.5) else None
     if brand:
-        c.text_in((0, y, cw, y + text_height(st.large) + 4), brand, st.large, p.accent, bold=True)
-        y += text_height(st.large) + 4 + st.gap
+        c.text_in((0, y, cw, y + text_height(st.large, st.face) + 4), brand, st.large, p.accent, bold=True)
+        y += text_height(st.large, st.face) + 4 + st.gap
     y = (B.heading(x, pad, y, cw - pad, limit, group="title") or y) + st.gap
     if x.chance(0.5):
         y = (B.paragraph(x, pad, y, cw - pad, limit, max_lines=3) or y) + st.gap

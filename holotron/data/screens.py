@@ -10,6 +10,7 @@
     generate_sample(7, size=(390, 844), theme="dark", layout="mobile", font_size=16)
     generate_sample(7, vocab="train")            # no label of the held-out vocabulary anywhere (for training)
     generate_sample(7, vocab="heldout")          # the target's label is one of them (for evaluation)
+    generate_sample(7, font="mixed")             # the text in one face per screen (faces.py), for training
 
 The same seed and options give the same pixels. Every element lies inside the image, no two overlap,
 texts fit their elements, no text appears twice on a screen, and the target's label appears nowhere
@@ -24,10 +25,15 @@ picks the target among the elements with a held-out label, re-drawing the screen
 next attempt's random source, as when a screen has no target at all; up to 100 attempts) until one has
 such an element. So a vocab="heldout" screen is the vocab="all" screen of the same seed whenever that one
 has a held-out-label candidate (about 4 screens in 5), with another target. Icon names are never held out.
+
+Fonts (faces.py): font=None (the default) draws every text in Pillow's bundled Aileron, as every screen always
+was; a face name draws it in that face; font="mixed" draws one face per screen from a random source of its
+own, so the rest of the seed's draws are unchanged (what fits where may still move with the text's widths).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from dataclasses import dataclass, field
@@ -38,6 +44,7 @@ from PIL import Image
 from ..grounding import Box, Point, localization_prompt, parse_click
 from .canvas import Canvas, Element, Text, inside, overlaps
 from .context import Ctx
+from .faces import canvas_face, pick_face
 from .instructions import ROLE_NAMES, answer_text, click_point, instruction_for
 from .labels import LabelPicker
 from .layouts import LAYOUTS
@@ -149,6 +156,7 @@ def generate_sample(
     jitter: float = 0.0,
     render: bool = True,
     vocab: str = "all",
+    font: str | None = None,
 ) -> Sample:
     """One synthetic screen, its elements, an instruction naming one of them and the click answer.
 
@@ -163,12 +171,15 @@ def generate_sample(
     render: False skips the pixels (image None) for text-only uses such as the tokenizer corpus.
     vocab: "all" (every label), "train" (no held-out label anywhere on the screen) or "heldout" (the target's
         label is held out); see the module docstring. Recorded in ``settings["vocab"]`` unless "all".
+    font: None (Aileron, the screens as ever), a face of ``faces.FACES`` or "mixed" (one face per screen:
+        ``faces.pick_face``); the face used is recorded in ``settings["font"]`` unless font is None.
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
     if vocab not in VOCABS:
         raise ValueError(f"unknown vocab {vocab!r}: use one of {', '.join(VOCABS)}")
     held = heldout_vocab() if vocab != "all" else frozenset()
+    face = pick_face(font, split, seed)  # None, or a faces.FACES name (a ValueError for an unknown font)
     if size is not None and size_range is not None:
         raise ValueError("give size or size_range, not both")
     if not 0 <= jitter <= 1:
@@ -218,8 +229,10 @@ def generate_sample(
         elif lay not in LAYOUTS:
             raise ValueError(f"unknown layout {lay!r}: use one of {', '.join(LAYOUTS)}")
         st = make_style(rng, th, hue, cor, fs, dens)
+        if canvas_face(face) is not None:  # layout measures in the face (st.face) the canvas draws in
+            st = dataclasses.replace(st, face=canvas_face(face))
         # the screen
-        canvas = Canvas(width, height, st.p.bg)
+        canvas = Canvas(width, height, st.p.bg, face=st.face)
         LAYOUTS[lay](Ctx(canvas, st, rng, LabelPicker(rng, exclude=held if vocab == "train" else frozenset())))
         elements = canvas.elements
         candidates = [e for e in elements if e.role in roles
@@ -244,7 +257,7 @@ def generate_sample(
             size=(width, height),
             settings=dict(split=split, layout=lay, theme=th, accent_hue=round(hue, 1), corner=cor, font_size=fs,
                           density=round(dens, 3), size_family=family, width=width, height=height, attempt=attempt,
-                          **({} if vocab == "all" else {"vocab": vocab})),
+                          **({} if vocab == "all" else {"vocab": vocab}), **({} if face is None else {"font": face})),
             seed=seed,
         )
         check_sample(sample)

@@ -180,6 +180,7 @@ class Style:
     field_look: str     # "box" | "underline"
     window_look: str    # "win" | "mac"
     button_look: str    # "filled" | "outline"
+    face: str | None = None  # the font face of the screen's text (faces.FACES; None: Aileron), set after make_style
 
     def radius(self, h: int) -> int:
         """Corner radius for a control of height ``h``."""

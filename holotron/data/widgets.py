@@ -27,8 +27,8 @@ def _inset(box: BoxT, d: int) -> BoxT:
     return box[0] + d, box[1] + d, box[2] - d, box[3] - d
 
 
-def fits(text: str, size: int, width: int) -> bool:
-    return text_width(text, size) <= width
+def fits(text: str, size: int, width: int, face: str | None = None) -> bool:
+    return text_width(text, size, face) <= width
 
 
 # ----------------------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def button(c: Canvas, st: Style, box: BoxT, label: str, primary: bool = False, s
 
 def button_width(st: Style, label: str, size: int | None = None) -> int:
     size = size or st.font_size
-    return max(text_width(label, size) + 2 * st.pad, round(st.control_h * 1.8))
+    return max(text_width(label, size, st.face) + 2 * st.pad, round(st.control_h * 1.8))
 
 
 def icon_button(c: Canvas, st: Style, box: BoxT, name: str, color: RGB | None = None, boxed: bool = False,
@@ -177,15 +177,15 @@ def tab(c: Canvas, st: Style, box: BoxT, label: str, selected: bool, size: int |
 
 
 def tab_width(st: Style, label: str, size: int | None = None) -> int:
-    return text_width(label, size or st.font_size) + 2 * st.pad
+    return text_width(label, size or st.font_size, st.face) + 2 * st.pad
 
 
 def link(c: Canvas, st: Style, x: int, cy: int, label: str, size: int | None = None, underline: bool = True,
          color: RGB | None = None) -> BoxT:
     """A text link with its left edge at x and its middle at cy; returns the element box."""
     size = size or st.font_size
-    th = text_height(size)
-    box = (x, cy - th // 2 - 2, x + text_width(label, size) + 4, cy - th // 2 + th + 3)
+    th = text_height(size, st.face)
+    box = (x, cy - th // 2 - 2, x + text_width(label, size, st.face) + 4, cy - th // 2 + th + 3)
     tb = c.text_in(box, label, size, color or st.p.link, owner=label)
     if underline:
         c.line([(tb[0], box[3] - 2), (tb[2] - 1, box[3] - 2)], color or st.p.link, 1)
@@ -195,7 +195,7 @@ def link(c: Canvas, st: Style, x: int, cy: int, label: str, size: int | None = N
 
 def link_size(st: Style, label: str, size: int | None = None) -> tuple[int, int]:
     size = size or st.font_size
-    return text_width(label, size) + 4, text_height(size) + 5
+    return text_width(label, size, st.face) + 4, text_height(size, st.face) + 5
 
 
 def menu_title(c: Canvas, st: Style, box: BoxT, label: str, open_: bool, size: int):
@@ -248,10 +248,10 @@ def text_field(c: Canvas, st: Style, box: BoxT, name: str, content: str | None, 
         c.rect(box, fill=p.field, outline=p.border, width=st.border, radius=min(st.radius(h), h // 2))
     x = box[0] + (st.pad if st.field_look == "box" else 2)
     if icon:
-        s = min(h - 4, text_height(size) + 6)
+        s = min(h - 4, text_height(size, st.face) + 6)
         glyph(c, (x - 2, (box[1] + box[3] - s) // 2, x - 2 + s, (box[1] + box[3] - s) // 2 + s), icon, p.muted)
         x += s + 2
-    if content and x + text_width(content, size) <= box[2] - st.pad:  # a text that fits, else the field shows empty
+    if content and x + text_width(content, size, st.face) <= box[2] - st.pad:  # a text that fits, else none
         c.text_in((x, box[1], box[2] - st.pad, box[3]), content, size, p.muted if placeholder else p.text,
                   align="left", owner=name)
     c.element(name, "text field", box)
@@ -272,8 +272,8 @@ def checkbox(c: Canvas, st: Style, box: BoxT, label: str, checked: bool, size: i
     else:
         c.rect(box, fill=p.field, outline=p.muted, width=max(1, st.border), radius=r)
     g = gap if gap is not None else max(6, s // 2)
-    c.text_in((box[2] + g, box[1] - 8, box[2] + g + text_width(label, size) + 2, box[3] + 8), label, size, p.text,
-              align="left", owner=label)
+    tw = text_width(label, size, st.face)
+    c.text_in((box[2] + g, box[1] - 8, box[2] + g + tw + 2, box[3] + 8), label, size, p.text, align="left", owner=label)
     c.element(label, "checkbox", box)
 
 
@@ -286,8 +286,8 @@ def radio(c: Canvas, st: Style, box: BoxT, label: str, selected: bool, size: int
         k = max(2, round(s * 0.27))
         c.ellipse((box[0] + k, box[1] + k, box[2] - k, box[3] - k), fill=p.accent)
     g = max(6, s // 2)
-    c.text_in((box[2] + g, box[1] - 8, box[2] + g + text_width(label, size) + 2, box[3] + 8), label, size, p.text,
-              align="left", owner=label)
+    tw = text_width(label, size, st.face)
+    c.text_in((box[2] + g, box[1] - 8, box[2] + g + tw + 2, box[3] + 8), label, size, p.text, align="left", owner=label)
     c.element(label, "radio", box)
 
 
@@ -309,7 +309,7 @@ def dropdown(c: Canvas, st: Style, box: BoxT, name: str, value: str, size: int |
     h = box[3] - box[1]
     c.rect(box, fill=p.control, outline=p.border, width=st.border, radius=min(st.radius(h), h // 2))
     c.text_in((box[0], box[1], box[2] - h, box[3]), value, size, p.text, align="left", pad=st.pad, owner=name)
-    s = min(h, text_height(size) + 6)
+    s = min(h, text_height(size, st.face) + 6)
     gx = box[2] - st.pad // 2 - s
     glyph(c, (gx, (box[1] + box[3] - s) // 2, gx + s, (box[1] + box[3] - s) // 2 + s), "down", p.muted)
     c.element(name, "dropdown", box)
@@ -317,7 +317,7 @@ def dropdown(c: Canvas, st: Style, box: BoxT, name: str, value: str, size: int |
 
 def dropdown_min_width(st: Style, value: str, size: int | None = None) -> int:
     size = size or st.font_size
-    return text_width(value, size) + st.pad + st.control_h + 4
+    return text_width(value, size, st.face) + st.pad + st.control_h + 4
 
 
 def list_row(c: Canvas, st: Style, box: BoxT, label: str, selected: bool = False, chevron: bool = False,
@@ -339,7 +339,7 @@ def list_row(c: Canvas, st: Style, box: BoxT, label: str, selected: bool = False
         glyph(c, (right - s, (box[1] + box[3] - s) // 2, right, (box[1] + box[3] - s) // 2 + s), "chevron", p.muted)
         right -= s + 2
     if sub:
-        th = text_height(size)
+        th = text_height(size, st.face)
         mid = (box[1] + box[3]) // 2
         c.text_in((x, mid - th, right, mid), label, size, p.text, align="left", owner=label)
         c.text_in((x, mid + 1, right, mid + th + 1), sub, max(9, size - 2), p.muted, align="left", owner=label)
@@ -350,7 +350,7 @@ def list_row(c: Canvas, st: Style, box: BoxT, label: str, selected: bool = False
 
 def list_row_width(st: Style, label: str, icon: bool, chevron: bool, size: int | None = None) -> int:
     size = size or st.font_size
-    w = text_width(label, size) + 2 * st.pad + 2
+    w = text_width(label, size, st.face) + 2 * st.pad + 2
     if icon:
         w += round(size * 1.5) + st.pad // 2 + 2
     if chevron:

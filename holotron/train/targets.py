@@ -43,12 +43,13 @@ def char_class(ch: str) -> int:
 
 
 @functools.lru_cache(maxsize=8192)
-def _char_edges(text: str) -> np.ndarray:
-    """Right edge of each character as a fraction of ``text``'s width in the bundled font (at 64 px:
-    advances scale with the size, so the fractions hold at any size up to hinting)."""
+def _char_edges(text: str, face: str | None = None) -> np.ndarray:
+    """Right edge of each character as a fraction of ``text``'s width in the screen's font (``face``: None for
+    the bundled Aileron, holotron/data/faces.py; at 64 px: advances scale with the size, so the fractions hold
+    at any size up to hinting)."""
     from ..data.canvas import font
 
-    f = font(64)
+    f = font(64, face)
     widths = np.array([f.getlength(text[:i + 1]) for i in range(len(text))], dtype=np.float64)
     return widths / max(float(widths[-1]), 1e-9)
 
@@ -76,12 +77,16 @@ def _last_box(boxes: np.ndarray, px: np.ndarray, py: np.ndarray) -> np.ndarray:
 def char_classes_at(sample, px, py, table=None, codes=None) -> np.ndarray:
     """The character under each pixel point (px, py) of ``sample``'s screen (``char_class``): the visible
     text whose ink box holds the point (the last drawn, where boxes overlap), the character at that
-    fraction of the text's width (an approximation: ink box against advances), else 0. ``table``:
+    fraction of the text's width (an approximation: ink box against advances, in the screen's face, its
+    ``settings["font"]``), else 0. ``table``:
     ``char_table(sample)`` when the caller asks many times; ``codes``: text -> one class per character
     (default ``char_class`` of each; another, e.g. the word each character belongs to, reads other
     targets). The reading stage's local target: characters are learned in a minute where whole-label
     classes take far longer (docs/tiny-model.md, the probe)."""
+    from ..data.faces import canvas_face
+
     texts, boxes = table if table is not None else char_table(sample)
+    face = canvas_face((getattr(sample, "settings", None) or {}).get("font"))  # the screen's face (None: Aileron)
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
     out = np.zeros(px.size, dtype=np.int64)
     if texts:
@@ -91,7 +96,7 @@ def char_classes_at(sample, px, py, table=None, codes=None) -> np.ndarray:
             sel = last == ti
             t = texts[ti]
             frac = (xs[sel] - t.box[0]) / max(t.box[2] - t.box[0], 1)
-            idx = np.minimum(np.searchsorted(_char_edges(t.text), frac, side="right"), len(t.text) - 1)
+            idx = np.minimum(np.searchsorted(_char_edges(t.text, face), frac, side="right"), len(t.text) - 1)
             out[sel] = (codes or _char_codes)(t.text)[idx]
     return out.reshape(px.shape)
 
