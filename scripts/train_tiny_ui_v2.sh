@@ -26,7 +26,9 @@
 # default 20: the schedule's length), COOLDOWN (the cool-down's share of GROUND_TOTAL, default 0.2), POINTER_CORE
 # (set: ground jobs with --pointer-core), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64), FINAL_N (1000),
 # LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), LENGTH_MULTIPLE (ground batches' rows padded
-# to a multiple of it, default 1), COMPILE (set: ground jobs with --compile), EXTRA (more train options).
+# to a multiple of it, default 1), COMPILE (set: ground jobs with --compile), FONTS (mixed: match and ground jobs
+# with --fonts mixed, the training screens' text in one face per screen of holotron/data/fonts/ or Aileron;
+# unset: --fonts default, every screen in Aileron as before), EXTRA (more train options).
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
@@ -46,7 +48,7 @@ case $JOB in match|ground) [ -n "$MIN" ] || { echo "$JOB needs MINUTES" >&2; exi
 
 common=(--config "$CONFIG" --device "$DEVICE" --workers "$WORKERS" --steps 1000000 --log-every 10
         --log-seconds 20 --max-shard-size 8MB --vocab train --pad-aug "${PAD_AUG:-0.5}" --colour-aug on
-        --eval-n "${EVAL_N:-64}" "${EXTRA_ARGS[@]}")
+        --eval-n "${EVAL_N:-64}" ${FONTS:+--fonts "$FONTS"} "${EXTRA_ARGS[@]}")
 
 if [ "$JOB" = match ]; then
     tok=()

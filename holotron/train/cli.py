@@ -63,6 +63,10 @@ def parser() -> argparse.ArgumentParser:
                    help="labels the training screens draw from: all (default), or train: the held-out "
                         "vocabulary (holotron.data.heldout_vocab) never rendered, so the eval's held-out-"
                         "vocabulary screens test reading")
+    p.add_argument("--fonts", default="default", choices=["default", "mixed"],
+                   help="the font of the grounding and matching training screens: default (Pillow's Aileron, as "
+                        "the evals' screens) or mixed (one face per screen: Aileron on 30%%, else one of the faces "
+                        "bundled in holotron/data/fonts/, none a family of the real-browser set)")
     p.add_argument("--tokenizer-kind", default="bpe", choices=["bpe", "word"],
                    help="the tokenizer a run trains when none is given: bpe (byte-level BPE, digits split; the "
                         "default) or word (one token per label word, coordinates 0..1000 as single tokens; "
@@ -185,6 +189,9 @@ def check_args(args) -> None:
         if held:
             raise SystemExit(f"holotron.train: error: --layouts: {held[0]!r} is a layout of the "
                              f"{args.eval_split} split, which the evals score: training on it would void them")
+    if args.fonts != "default" and args.stage == "read":
+        raise SystemExit("holotron.train: error: --fonts draws the grounding and matching screens; the reading "
+                         "stage's screens keep the default font: leave it out of --stage read")
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")

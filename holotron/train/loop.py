@@ -254,13 +254,16 @@ def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
 
 
 def screen_options(args) -> dict:
-    """``generate_sample`` options of the training screens: --layouts, and --vocab (train: the held-out
-    vocabulary never drawn)."""
+    """``generate_sample`` options of the training screens: --layouts, --vocab (train: the held-out
+    vocabulary never drawn), and --fonts (mixed: each screen's text in one of several faces,
+    holotron/data/faces.py; the evals' screens keep the default font)."""
     options = {}
     if args.layouts:
         options["layout"] = tuple(args.layouts)
     if args.vocab != "all":
         options["vocab"] = args.vocab
+    if getattr(args, "fonts", "default") != "default":
+        options["font"] = args.fonts
     return options
 
 
