@@ -123,6 +123,16 @@ def test_aileron_by_name_is_the_default_screen_with_its_name_recorded():
     assert (a.elements, a.texts, a.answer) == (b.elements, b.texts, b.answer)
 
 
+def test_faces_docstring_examples_run():
+    import textwrap
+
+    from holotron.data import faces
+
+    code = [line for line in faces.__doc__.splitlines() if line.startswith("    ")]
+    assert len(code) == 4
+    exec("from holotron.data.faces import *\n" + textwrap.dedent("\n".join(code)), {})  # noqa: S102
+
+
 def test_unknown_font_is_one_clear_error():
     with pytest.raises(ValueError, match=r"unknown font 'comic'.*mixed, aileron, cabin"):
         generate_sample(0, font="comic")

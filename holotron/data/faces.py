@@ -12,9 +12,9 @@ that set keeps measuring screens in fonts the training never showed. Bold text i
 is (the regular face pasted twice, holotron/data/canvas.py), so only regular files are bundled.
 
 "mixed" draws Aileron for ``AILERON_SHARE`` of the screens and one of the other faces, equally likely, for
-the rest. Its random source is its own (``random.Random("holotron.data.font:{split}:{seed}")``): the
-screen's other random draws are those of the same seed without a face, so a mixed screen differs from
-the default one only by its glyphs and the text sizes they imply (which can move what fits where).
+the rest. Its random source is its own (``random.Random("holotron.data.font:{split}:{seed}")``), not the
+screen's: a mixed screen keeps its seed's size, theme, layout and style, and differs from the default one
+by its glyphs and what their widths let fit where (the layouts' later draws follow what fitted).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ has a held-out-label candidate (about 4 screens in 5), with another target. Icon
 
 Fonts (faces.py): font=None (the default) draws every text in Pillow's bundled Aileron, as every screen always
 was; a face name draws it in that face; font="mixed" draws one face per screen from a random source of its
-own, so the rest of the seed's draws are unchanged (what fits where may still move with the text's widths).
+own, not the screen's: a seed keeps its size, theme, layout and style, while what fits where (and so the
+controls and labels placed after it) can move with the face's text widths.
 """
 
 from __future__ import annotations
