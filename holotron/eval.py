@@ -59,20 +59,31 @@ LADDER = (("train-look", "train", "all"), ("heldout-look", "heldout", "all"), ("
 # ----------------------------------------------------------------------------- running the model
 
 def answer_batch(model, processor, images: list, instructions: list[str], *, max_new_tokens: int = 32,
-                 device=None, dtype=None) -> list[str]:
+                 device=None, dtype=None, pointer: bool = True) -> list[str]:
     """Greedy answers (special tokens dropped) to localisation prompts, one per (image, instruction),
-    as one left-padded batch."""
+    as one left-padded batch. ``pointer``: a checkpoint that declares a click pointer (holotron/click_pointer.py)
+    writes its coordinates in the cell its attention points at; False: the plain greedy answer."""
     import torch
 
+    from .click_pointer import constraint_for
     from .generation import generate, stop_ids
+    from .vision.preprocess import load_image
 
     device = device if device is not None else model.device
+    images = [load_image(im) for im in images]
     batch = processor([localization_messages(t) for t in instructions], images=[[im] for im in images])
     batch = batch.to(device, dtype if dtype is not None else model.dtype)
     stops = list(stop_ids(model, processor))
-    with torch.inference_mode():
-        new = generate(model, batch["input_ids"], max_new_tokens, attention_mask=batch["attention_mask"],
-                       pixel_values=batch["pixel_values"], eos_token_id=stops, pad_token_id=processor.pad_token_id)
+    constrain = constraint_for(model, processor, batch["input_ids"], [im.size for im in images],
+                               batch["attention_mask"]) if pointer else None
+    try:
+        with torch.inference_mode():
+            new = generate(model, batch["input_ids"], max_new_tokens, attention_mask=batch["attention_mask"],
+                           pixel_values=batch["pixel_values"], eos_token_id=stops,
+                           pad_token_id=processor.pad_token_id, constrain=constrain)
+    finally:
+        if constrain is not None:
+            constrain.close()
     texts = []
     for row in new.tolist():
         cut = next((k for k, t in enumerate(row) if t in stops), len(row))
@@ -93,9 +104,10 @@ def _batches(items: Iterable, size: int) -> Iterator[list]:
 
 def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int = 8, max_new_tokens: int = 32,
              device=None, dtype=None, total: int | None = None, progress: bool = True, out_dir=None,
-             n_draw: int = 8) -> Report:
-    """Score ``model`` on ``examples``. With ``out_dir``: the first ``n_draw - n_draw // 2`` hits and the
-    first ``n_draw // 2`` misses drawn as PNG (``draw_example``), and every prediction in predictions.jsonl."""
+             n_draw: int = 8, pointer: bool = True) -> Report:
+    """Score ``model`` on ``examples`` (``pointer`` as ``answer_batch``). With ``out_dir``: the first ``n_draw -
+    n_draw // 2`` hits and the first ``n_draw // 2`` misses drawn as PNG (``draw_example``), and every prediction
+    in predictions.jsonl."""
     from tqdm.auto import tqdm
 
     from .vision.preprocess import load_image
@@ -115,7 +127,7 @@ def evaluate(model, processor, examples: Iterable[Example], *, batch_size: int =
         for chunk in _batches(examples, batch_size):
             images = [load_image(ex.image) for ex in chunk]
             answers = answer_batch(model, processor, images, [ex.instruction for ex in chunk],
-                                   max_new_tokens=max_new_tokens, device=device, dtype=dtype)
+                                   max_new_tokens=max_new_tokens, device=device, dtype=dtype, pointer=pointer)
             for ex, im, ans in zip(chunk, images, answers):
                 point = parse_click(ans)
                 w, h = im.size
@@ -239,6 +251,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for annotated example PNGs and predictions.jsonl (a subfolder per rung "
                                  "with --ladder)")
     p.add_argument("--examples", type=int, default=8, help="annotated PNGs to write with --out (hits and misses)")
+    p.add_argument("--pointer", choices=["auto", "off"], default="auto",
+                   help="auto: a checkpoint that declares a click pointer (generation_config.json click_pointer) "
+                        "writes its coordinates in the cell its attention points at; off: plain greedy digits")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -304,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         processor = Processor.from_pretrained(model_id)
         model.eval()
         common = dict(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=device, dtype=dtype,
-                      progress=not args.no_progress, n_draw=args.examples)
+                      progress=not args.no_progress, n_draw=args.examples, pointer=args.pointer == "auto")
         if args.ladder:
             reports = ladder(model, processor, args.n, seed0=seed0, out_dir=args.out, workers=args.workers, **common)
         else:
@@ -313,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     except (CLIError, DataError, ValueError, FileNotFoundError, OSError) as e:
         print(f"holotron.eval: error: {e}", file=sys.stderr)
         return 1
-    head = {"model": str(model_id), **source, "device": str(device), "dtype": str(dtype).replace("torch.", "")}
+    head = {"model": str(model_id), **source, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+            "pointer": args.pointer}
     kind = {DEV_SEED0: "the dev seeds, for decisions", EVAL_SEED0: "the reported seeds"}.get(seed0, "custom seeds")
     seeds = f"seeds {seed0}.. ({kind})"
     if args.ladder:

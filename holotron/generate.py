@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto: bfloat16 on cuda, float32 on cpu")
     p.add_argument("--out", help="with --ground: write a copy of the image with the click drawn on it")
+    p.add_argument("--pointer", choices=["auto", "off"], default="auto",
+                   help="with --ground: a checkpoint that declares a click pointer writes its coordinates in the cell "
+                        "its attention points at (holotron/click_pointer.py); off: plain decoding")
     p.add_argument("--json", action="store_true", help="one JSON result on stdout; logs and the stream on stderr")
     p.add_argument("--debug", action="store_true", help="full tracebacks")
     return p
@@ -149,6 +152,7 @@ def run(args, log: logging.Logger) -> dict:
     import torch
 
     from . import bundled
+    from .click_pointer import constraint_for
     from .generation import stop_ids, stream  # looked up at each run (tests replace stream)
     from .grounding import draw_click, localization_messages, parse_click, to_pixels
     from .model import Holotron
@@ -235,11 +239,17 @@ def run(args, log: logging.Logger) -> dict:
     text, raw = "", ""
     n_new, t_first = 0, None
     chunk, on_prefill, close_progress = _prefill_progress(n_prompt, device)
+    constrain = None
+    if args.ground and args.pointer == "auto":  # a checkpoint's click pointer (holotron/click_pointer.py)
+        try:
+            constrain = constraint_for(model, processor, batch["input_ids"], [image.size], batch["attention_mask"])
+        except ValueError as e:
+            raise CLIError(str(e)) from None
     t0 = time.perf_counter()
     it = stream(model, batch["input_ids"], max_new, attention_mask=batch["attention_mask"],
                 pixel_values=batch["pixel_values"], temperature=temperature, top_p=top_p, top_k=top_k,
                 seed=args.seed if sampling else None, eos_token_id=list(eos), pad_token_id=processor.pad_token_id,
-                prefill_chunk=chunk, on_prefill=on_prefill)
+                prefill_chunk=chunk, on_prefill=on_prefill, constrain=constrain)
     stopped_by = "length"
     emitted = 0  # characters of ``text`` already written; a tail that may begin a stop string waits
 
@@ -274,6 +284,8 @@ def run(args, log: logging.Logger) -> dict:
     close_progress()
     if hasattr(it, "close"):
         it.close()
+    if constrain is not None:
+        constrain.close()
     t_end = time.perf_counter()
     out_stream.write("\n")
     out_stream.flush()

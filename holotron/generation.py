@@ -79,7 +79,8 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
            generator: torch.Generator | None = None, seed: int | None = None,
            eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
            engine=None, prefill_chunk: int | None = None, on_prefill: Callable[[int, int], None] | None = None,
-           ssm_dtype: torch.dtype = torch.float32, **prefill_kwargs) -> Iterator[torch.Tensor]:
+           ssm_dtype: torch.dtype = torch.float32, constrain: Callable | None = None,
+           **prefill_kwargs) -> Iterator[torch.Tensor]:
     """Yield the new token of every row, (B,) per step; finished rows yield ``pad_token_id``.
 
     ``eos_token_id``: stop ids (default: the model's, see ``eos_ids``; ``[]`` never stops early).
@@ -89,7 +90,9 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
     ``prefill_chunk``: prefill a longer prompt in pieces of this many tokens (the plain loop; a model with
     images needs ``embed_inputs``); ``on_prefill(done, total)`` is called after each piece.
     ``ssm_dtype``: the Mamba state's dtype during decode (float32; float16 / bfloat16 halve its bytes,
-    ``dev/probes/state_drift.py`` measures what they change).
+    ``dev/probes/state_drift.py`` measures what they change). ``constrain(logits, state, rows) -> logits``:
+    applied to each step's logits (rows: the original row of each row still in ``state``) before the token is
+    chosen, on the plain loop (given one, the engine is not used): ``click_pointer.PointerConstraint``.
     """
     _check(input_ids, max_new_tokens, temperature, top_k, top_p, attention_mask)
     if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
@@ -105,7 +108,8 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
         generator = torch.Generator(device=input_ids.device).manual_seed(seed)
     if max_new_tokens == 0:
         return
-    eng = _engine(model, engine, b, t + max_new_tokens, temperature > 0, prefill_kwargs, ssm_dtype)
+    eng = None if constrain is not None else _engine(model, engine, b, t + max_new_tokens, temperature > 0,
+                                                     prefill_kwargs, ssm_dtype)
     if eng is not None:
         if eng.sampling:  # the engine's generator, seeded reproducibly from seed / generator / the global RNG
             if seed is None:
@@ -122,6 +126,8 @@ def stream(model, input_ids: torch.Tensor, max_new_tokens: int = 32, *, attentio
         logits = _prefill(model, input_ids, state, attention_mask, prefill_chunk, on_prefill, prefill_kwargs)
         rows = torch.arange(b, device=input_ids.device)  # which original rows are still in the state
         for step in range(max_new_tokens):
+            if constrain is not None:
+                logits = constrain(logits, state, rows)
             tok = sample(logits, temperature, top_k, top_p, generator)          # (rows,)
             out = torch.full((b,), pad_token_id, dtype=torch.long, device=input_ids.device)
             out[rows] = tok

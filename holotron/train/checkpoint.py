@@ -33,14 +33,16 @@ def _cpu_tensors(module: nn.Module) -> dict:
 
 def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtype = torch.float32,
                     max_shard_size="5GB", state: dict | None = None, optimizer=None,
-                    aux: nn.Module | None = None) -> Path:
+                    aux: nn.Module | None = None, click_pointer: dict | None = None) -> Path:
     """Write a checkpoint that ``holotron.load`` and ``Processor.from_pretrained`` read: the model in
     ``dtype`` (the SSM constants stay fp32), generation_config.json, the tokenizer files and
     ``trainer_state.json``; with ``optimizer``, ``training_state.pt`` (fp32 weights + AdamW state) too:
-    tensors, numbers and plain containers only, so it loads with ``torch.load(..., weights_only=True)``."""
+    tensors, numbers and plain containers only, so it loads with ``torch.load(..., weights_only=True)``.
+    ``click_pointer`` ({"layer", "heads"}): the attention pointer the run trained, written into
+    generation_config.json for decoding (holotron/click_pointer.py)."""
     folder = Path(folder)
     cpu = copy.deepcopy(model).to("cpu").to(dtype)
-    cpu.generation_config = dict(GENERATION_CONFIG)
+    cpu.generation_config = dict(GENERATION_CONFIG, **({"click_pointer": dict(click_pointer)} if click_pointer else {}))
     save_pretrained(cpu, folder, max_shard_size=max_shard_size)
     for name in TOKENIZER_FILES:
         src = Path(tokenizer_dir) / name

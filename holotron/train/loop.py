@@ -90,11 +90,17 @@ def train(args) -> dict:
         amp = torch.autocast("cpu", enabled=False)
     evaluator = make_evaluator(args, model, aux, tok_dir, device, amp, log, coord_ids)
 
+    # the attention pointer a grounding run trains (holotron/train/losses.py): decoding may use it
+    pointer = None
+    if args.stage == "ground" and aux is not None and args.pointer_weight > 0 and args.pointer_heads > 0:
+        heads = model.language_model.backbone.layers[aux.layer + 1].mixer.n_heads
+        pointer = {"layer": aux.layer + 1, "heads": min(args.pointer_heads, heads)}
+
     def save(folder: Path, status: str, seconds: float) -> dict:
         state = trainer_state(args, step, history, evals, n_params, seconds, status)
         save_checkpoint(model, folder, tok_dir, dtype=getattr(torch, args.save_dtype),
                         max_shard_size=args.max_shard_size, state=state,
-                        optimizer=opt if args.save_optimizer else None, aux=aux)
+                        optimizer=opt if args.save_optimizer else None, aux=aux, click_pointer=pointer)
         return state
 
     budget_s = args.time_budget * 60 if args.time_budget else None

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..vision.config import VisionConfig
-from ..vision.preprocess import closest_grid
+from ..vision.preprocess import closest_grid, token_centres
 
 __all__ = ["IGNORE", "AUX_CLASSES", "N_CHAR", "label_class", "char_class", "char_table", "char_classes_at",
            "class_boxes", "text_classes_at", "image_token_targets", "pointer_tokens"]
@@ -133,18 +133,11 @@ def image_token_targets(sample, cfg: VisionConfig, n_classes: int = AUX_CLASSES,
     w, h = sample.size
     cols, rows = grid or closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
     g = math.isqrt(cfg.tokens_per_tile)
-    centre = (np.arange(g) + 0.5) / g
-    # tile tokens: (rows, g, cols, g) -> reorder to (tile r, tile c, i, j)
-    ys = (np.arange(rows)[:, None] + centre[None, :]) / rows          # (rows, g)
-    xs = (np.arange(cols)[:, None] + centre[None, :]) / cols          # (cols, g)
-    ty = np.broadcast_to(ys[:, None, :, None], (rows, cols, g, g)).reshape(-1)
-    tx = np.broadcast_to(xs[None, :, None, :], (rows, cols, g, g)).reshape(-1)
-    cls = text_classes_at(sample, tx * w, ty * h, n_classes)
-    pos = np.stack([tx, ty], axis=1)
-    thumb = cfg.use_thumbnail and rows * cols > 1
+    pos, _ = token_centres((w, h), cfg, (cols, rows))   # the tiles' tokens, then the thumbnail's
+    n_tiles = rows * cols * g * g
+    cls = text_classes_at(sample, pos[:n_tiles, 0] * w, pos[:n_tiles, 1] * h, n_classes)
+    thumb = len(pos) > n_tiles
     if thumb:
-        gy, gx = np.meshgrid(centre, centre, indexing="ij")
-        pos = np.concatenate([pos, np.stack([gx.reshape(-1), gy.reshape(-1)], axis=1)])
         cls = np.concatenate([cls, np.full(g * g, IGNORE, dtype=np.int64)])
     out = (torch.from_numpy(cls), torch.from_numpy(pos.astype(np.float32)))
     if not chars:

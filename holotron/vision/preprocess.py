@@ -21,6 +21,7 @@ Each tile becomes ``cfg.tokens_per_tile`` (256) image tokens.
 from __future__ import annotations
 
 import io
+import math
 import os
 import warnings
 from typing import NamedTuple
@@ -33,7 +34,7 @@ from PIL import Image, UnidentifiedImageError
 from .config import VisionConfig
 
 __all__ = ["ImageError", "PreprocessedImage", "load_image", "to_rgb", "candidate_grids", "closest_grid",
-           "tile_image", "normalize", "preprocess_image", "DEFAULT_MAX_PIXELS", "MIN_SIDE"]
+           "tile_image", "normalize", "preprocess_image", "token_centres", "DEFAULT_MAX_PIXELS", "MIN_SIDE"]
 
 DEFAULT_MAX_PIXELS = 8192 * 8192  # 67 M pixels: an 8K screenshot is 33 M
 MIN_SIDE = 2                      # a 1-pixel-wide (or 1x1, or empty) image carries nothing to tile
@@ -188,3 +189,25 @@ def preprocess_image(image, cfg: VisionConfig | None = None, *,
     tiles = tile_image(rgb, cfg.image_size, cfg.max_num_tiles, cfg.use_thumbnail)
     pixel_values = normalize(tiles, cfg.norm_mean, cfg.norm_std)
     return PreprocessedImage(pixel_values, len(tiles) * cfg.tokens_per_tile)
+
+
+def token_centres(size: tuple[int, int], cfg, grid: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The image tokens of a (width, height) image as the model sees them: their centres (n, 2) and their cells'
+    sizes (n, 2), (x, y) in [0, 1] of the image. Tiles row-major (``grid`` (columns, rows), else
+    ``closest_grid``'s), each tile's g x g tokens row-major (g^2 = ``cfg.tokens_per_tile``), then the thumbnail's
+    g x g over the whole image when there is one."""
+    w, h = size
+    cols, rows = grid or closest_grid(w, h, cfg.image_size, cfg.max_num_tiles)
+    g = math.isqrt(cfg.tokens_per_tile)
+    centre = (np.arange(g) + 0.5) / g
+    ys = (np.arange(rows)[:, None] + centre[None, :]) / rows          # (rows, g)
+    xs = (np.arange(cols)[:, None] + centre[None, :]) / cols          # (cols, g)
+    ty = np.broadcast_to(ys[:, None, :, None], (rows, cols, g, g)).reshape(-1)
+    tx = np.broadcast_to(xs[None, :, None, :], (rows, cols, g, g)).reshape(-1)
+    pos = np.stack([tx, ty], axis=1)
+    cell = np.broadcast_to(np.array([1 / (g * cols), 1 / (g * rows)]), pos.shape)
+    if cfg.use_thumbnail and rows * cols > 1:
+        gy, gx = np.meshgrid(centre, centre, indexing="ij")
+        pos = np.concatenate([pos, np.stack([gx.reshape(-1), gy.reshape(-1)], axis=1)])
+        cell = np.concatenate([cell, np.full((g * g, 2), 1 / g)])
+    return pos, np.ascontiguousarray(cell)

@@ -1,0 +1,147 @@
+"""Clicks written where the answer's attention points: a checkpoint's ``click_pointer``.
+
+A grounding checkpoint trained with an attention pointer (``holotron.train --pointer-weight``, holotron/train/
+pointer.py) has the first few query heads of one attention layer trained to put their attention, from the
+answer's positions, on the image tokens of the element asked for. Its generation_config.json then says so:
+
+    "click_pointer": {"layer": 7, "heads": 2}       # backbone.layers[7], query heads 0 and 1
+
+With single-token coordinates (the word tokenizer's ``<x0>`` .. ``<x1000>``, holotron/tokenizer.py), decoding
+can use that pointer (``PointerConstraint``, the ``constrain`` of ``generation.stream``): when the greedy next
+token is a coordinate, the pointer heads' attention at that position (softmax per head over the visible
+positions, averaged over the heads) picks its most-attended image token, and the coordinate is the model's own
+best value inside that token's cell on the coordinate's axis (the first coordinate of an answer is x, the
+second y; a cell is the token's centre +- half the token grid's spacing, in the 0-1000 units of the answer). The
+model still writes every token; its attention chooses the cell it may write in. On the v2 checkpoint of
+docs/tiny-model.md, 200 dev screens: 30.5% with greedy digits, 45.5% with the pointer (``dev/probes/
+pointer_click.py`` measured it before this module existed; docs/tiny-model.md has the figures of the eval).
+
+Where the image tokens lie: ``vision.preprocess.token_centres`` (tiles row-major, the tokens of a tile row-major,
+the thumbnail last: the order the model sees them in).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .vision.preprocess import token_centres
+
+__all__ = ["ClickPointer", "pointer_of", "PointerConstraint", "constraint_for"]
+
+
+@dataclass(frozen=True)
+class ClickPointer:
+    layer: int   # index into the language model's backbone.layers: an attention layer
+    heads: int   # its first ``heads`` query heads
+
+
+def pointer_of(model, generation_config) -> ClickPointer | None:
+    """The checkpoint's ``click_pointer`` (generation_config.json), checked against ``model``; None when it has
+    none. A malformed entry is a ValueError naming it."""
+    spec = (getattr(generation_config, "extra", None) or {}).get("click_pointer")
+    if spec is None:
+        return None
+    lm = getattr(model, "language_model", model)
+    layers = lm.backbone.layers
+    ok = (isinstance(spec, dict) and set(spec) == {"layer", "heads"}
+          and all(isinstance(spec[k], int) and not isinstance(spec[k], bool) for k in spec))
+    if ok:
+        layer, heads = spec["layer"], spec["heads"]
+        ok = (1 <= layer < len(layers) and layers[layer].kind == "attention"
+              and 1 <= heads <= layers[layer].mixer.n_heads)
+    if not ok:
+        raise ValueError(f"generation_config.json: click_pointer must be {{\"layer\": L, \"heads\": H}} naming an "
+                         f"attention layer (1 <= L < {len(layers)}) and 1 <= H <= its query heads, got {spec!r}")
+    return ClickPointer(spec["layer"], spec["heads"])
+
+
+class PointerConstraint:
+    """``constrain(logits, state, rows) -> logits`` for ``generation.stream``'s plain loop (see the module
+    docstring). ``input_ids`` (B, T) the prompts as prefilled (left pads where ``attention_mask`` is 0), each
+    with the image tokens of one image of size ``sizes[b]``; ``coord_ids`` the ids of the values 0..1000.
+    A row's third and later coordinates are left as they are. ``close()`` removes the hook it sets."""
+
+    def __init__(self, model, pointer: ClickPointer, coord_ids: list[int], input_ids: torch.Tensor,
+                 sizes: list[tuple[int, int]], attention_mask: torch.Tensor | None = None):
+        lm = getattr(model, "language_model", model)
+        self.layer, self.heads = pointer.layer, pointer.heads
+        self.block = lm.backbone.layers[pointer.layer]
+        self.coord_ids = torch.tensor(coord_ids, device=input_ids.device)
+        self.is_coord = torch.zeros(lm.config.vocab_size, dtype=torch.bool, device=input_ids.device)
+        self.is_coord[self.coord_ids] = True
+        cfg = model.config.vision
+        image_id = model.config.image_token_id
+        self.slots, self.centres, self.cells = [], [], []
+        for b, size in enumerate(sizes):
+            slots = (input_ids[b] == image_id).nonzero().squeeze(1)
+            pos, cell = token_centres(size, cfg)
+            if len(pos) != len(slots):
+                raise ValueError(f"PointerConstraint: prompt {b} has {len(slots)} image tokens, an image of "
+                                 f"{size[0]}x{size[1]} gives {len(pos)}: one image per prompt")
+            self.slots.append(slots)
+            self.centres.append(torch.from_numpy(pos).float())
+            self.cells.append(torch.from_numpy(cell).float())
+        self.written = [0] * len(sizes)
+        self._h = None
+        self._hook = lm.backbone.layers[pointer.layer - 1].register_forward_hook(self._keep)
+
+    def _keep(self, module, args, out):
+        self._h = out[:, -1]  # the residual entering the pointer layer at each row's latest position
+
+    def close(self) -> None:
+        self._hook.remove()
+
+    def __call__(self, logits: torch.Tensor, state, rows: torch.Tensor) -> torch.Tensor:
+        pick = logits.argmax(-1)
+        todo = [i for i, r in enumerate(rows.tolist()) if self.is_coord[pick[i]] and self.written[r] < 2]
+        if not todo:
+            return logits
+        logits = logits.clone()
+        probs = self._attention(state, todo)                                     # (len(todo), n keys)
+        for j, i in enumerate(todo):
+            r = int(rows[i])
+            p = probs[j, self.slots[r]]
+            top = int(p.argmax())
+            axis = self.written[r]
+            c = 1000 * float(self.centres[r][top, axis])
+            half = 500 * float(self.cells[r][top, axis])
+            lo, hi = max(0, math.floor(c - half)), min(1000, math.ceil(c + half))
+            keep = logits[i, self.coord_ids[lo: hi + 1]]
+            logits[i] = float("-inf")
+            logits[i, self.coord_ids[lo: hi + 1]] = keep
+            self.written[r] += 1
+        return logits
+
+    def _attention(self, state, todo: list[int]) -> torch.Tensor:
+        """The pointer heads' attention (averaged over them) of the rows ``todo`` of ``state`` at their latest
+        position, over every position so far (pads masked): (len(todo), seqlen)."""
+        attn = self.block.mixer
+        idx = torch.tensor(todo, device=self._h.device)
+        u = self.block.norm(self._h[idx].to(self.block.norm.weight.dtype))                     # (n, D)
+        hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
+        q = attn.q_proj(u).view(len(todo), attn.n_heads, hd)[:, :self.heads].float()            # (n, heads, hd)
+        cache, n = state.layers[self.layer], state.seqlen
+        if cache.quantized:
+            k = cache.read((idx, slice(None), slice(0, n)), torch.float32)[0]
+        else:
+            k = cache.k[idx, :, :n].float()                                                     # (n, Hkv, seqlen, hd)
+        kv = torch.arange(self.heads, device=q.device) // r
+        scores = torch.einsum("nhd,nhtd->nht", q, k[:, kv]) / math.sqrt(hd)                  # (n, heads, seqlen)
+        scores = scores.masked_fill(~state.valid[idx, :n][:, None], float("-inf"))
+        return torch.softmax(scores, -1).mean(1)
+
+
+def constraint_for(model, processor, input_ids: torch.Tensor, sizes: list[tuple[int, int]],
+                   attention_mask: torch.Tensor | None = None) -> PointerConstraint | None:
+    """The ``constrain`` of a batch of click prompts (one image each, of ``sizes``) when ``processor``'s checkpoint
+    declares a click pointer and writes single-token coordinates; else None. Close it after decoding."""
+    from .tokenizer import coordinate_token_ids
+
+    ptr = pointer_of(model, processor.generation_config)
+    coords = coordinate_token_ids(processor) if ptr is not None else None
+    if not coords:
+        return None
+    return PointerConstraint(model, ptr, coords, input_ids, sizes, attention_mask)
