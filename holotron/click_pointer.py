@@ -12,9 +12,8 @@ token is a coordinate, the pointer heads' attention at that position (softmax pe
 positions, averaged over the heads) picks its most-attended image token, and the coordinate is the model's own
 best value inside that token's cell on the coordinate's axis (the first coordinate of an answer is x, the
 second y; a cell is the token's centre +- half the token grid's spacing, in the 0-1000 units of the answer). The
-model still writes every token; its attention chooses the cell it may write in. On the v2 checkpoint of
-docs/tiny-model.md, 200 dev screens: 30.5% with greedy digits, 45.5% with the pointer (``dev/probes/
-pointer_click.py`` measured it before this module existed; docs/tiny-model.md has the figures of the eval).
+model still writes every token; its attention chooses the cell it may write in. What it changes on the v2
+checkpoint (dev screens, the held-out screens, the browser set): docs/tiny-model.md.
 
 Where the image tokens lie: ``vision.preprocess.token_centres`` (tiles row-major, the tokens of a tile row-major,
 the thumbnail last: the order the model sees them in).
