@@ -6,7 +6,7 @@ answer's positions, on the image tokens of the element asked for. Its generation
 
     "click_pointer": {"layer": 7, "heads": 2}       # backbone.layers[7], query heads 0 and 1
 
-With single-token coordinates (the word tokenizer's ``<x0>`` .. ``<x1000>``, holotron/tokenizer.py), decoding
+With single-token coordinates (the word tokenizer's one token per value 0..1000, holotron/tokenizer.py), decoding
 can use that pointer (``PointerConstraint``, the ``constrain`` of ``generation.stream``): when the greedy next
 token is a coordinate, the pointer heads' attention at that position (softmax per head over the visible
 positions, averaged over the heads) picks its most-attended image token, and the coordinate is the model's own
