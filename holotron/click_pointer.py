@@ -37,10 +37,12 @@ class ClickPointer:
     heads: int   # its first ``heads`` query heads
 
 
-def pointer_of(model, generation_config) -> ClickPointer | None:
-    """The checkpoint's ``click_pointer`` (generation_config.json), checked against ``model``; None when it has
-    none. A malformed entry is a ValueError naming it."""
-    spec = (getattr(generation_config, "extra", None) or {}).get("click_pointer")
+def pointer_of(model) -> ClickPointer | None:
+    """The ``click_pointer`` of the checkpoint ``model`` was loaded from (its generation_config.json, which
+    ``holotron.load`` keeps as ``model.generation_config``), checked against the model; None when it has none (a
+    model built in memory, e.g. one being trained). A malformed entry is a ValueError naming it. The pointer
+    belongs to the weights, not to a tokenizer folder: a processor's generation_config is not read."""
+    spec = (getattr(model, "generation_config", None) or {}).get("click_pointer")
     if spec is None:
         return None
     lm = getattr(model, "language_model", model)
@@ -135,11 +137,12 @@ class PointerConstraint:
 
 def constraint_for(model, processor, input_ids: torch.Tensor, sizes: list[tuple[int, int]],
                    attention_mask: torch.Tensor | None = None) -> PointerConstraint | None:
-    """The ``constrain`` of a batch of click prompts (one image each, of ``sizes``) when ``processor``'s checkpoint
-    declares a click pointer and writes single-token coordinates; else None. Close it after decoding."""
+    """The ``constrain`` of a batch of click prompts (one image each, of ``sizes``) when ``model``'s checkpoint
+    declares a click pointer and ``processor`` writes single-token coordinates; else None. Close it after
+    decoding."""
     from .tokenizer import coordinate_token_ids
 
-    ptr = pointer_of(model, processor.generation_config)
+    ptr = pointer_of(model)
     coords = coordinate_token_ids(processor) if ptr is not None else None
     if not coords:
         return None

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+import holotron
 from holotron.click_pointer import ClickPointer, PointerConstraint, pointer_of
 from holotron.data import generate_sample
 from holotron.generation import generate
-from holotron.generation_config import GenerationConfig
 from holotron.model import Holotron
 from holotron.train import init_weights, make_config
 from holotron.train.checkpoint import save_checkpoint
@@ -47,14 +47,21 @@ def test_token_centres_are_the_training_targets_positions_with_cells_that_tile_t
                          - cell[: len(tiles)] / 2) < 1e-9)  # each centre is the middle of its cell
 
 
-def test_pointer_of_reads_and_checks_the_declaration(model):
-    assert pointer_of(model, GenerationConfig.from_dict({"max_new_tokens": 8})) is None
-    got = pointer_of(model, GenerationConfig.from_dict({"click_pointer": {"layer": 1, "heads": 2}}))
-    assert got == ClickPointer(1, 2)
+def test_pointer_of_reads_and_checks_the_models_declaration(model, tmp_path, monkeypatch):
+    assert pointer_of(model) is None  # built in memory: no generation_config, no pointer
+    monkeypatch.setattr(model, "generation_config", {"max_new_tokens": 8})
+    assert pointer_of(model) is None
+    monkeypatch.setattr(model, "generation_config", {"click_pointer": {"layer": 1, "heads": 2}})
+    assert pointer_of(model) == ClickPointer(1, 2)
     for bad in ({"layer": 0, "heads": 1}, {"layer": 2, "heads": 1}, {"layer": 1, "heads": 5}, {"layer": 1},
                 {"layer": 1, "heads": True}, [1, 2], {"layer": 9, "heads": 1}):
+        monkeypatch.setattr(model, "generation_config", {"click_pointer": bad})
         with pytest.raises(ValueError, match="click_pointer"):
-            pointer_of(model, GenerationConfig.from_dict({"click_pointer": bad}))
+            pointer_of(model)
+    # a checkpoint written with it declares it; holotron.load reads it back onto the model
+    monkeypatch.setattr(model, "generation_config", {})
+    save_checkpoint(model, tmp_path / "ck", tmp_path, click_pointer={"layer": 1, "heads": 2})
+    assert pointer_of(holotron.load(tmp_path / "ck")) == ClickPointer(1, 2)
 
 
 def _prompt(model, pad: int = 0):

@@ -2,13 +2,14 @@
 held-out split's ``DEV_SEED0`` range: for decisions), one question each, the inference prompt, the model writes
 its answer's x value and then its y value (single-token coordinates, the word tokenizer); at each of the two
 positions the last attention layer's first N query heads (what ``holotron.train --pointer-heads N`` trains)
-attend over the image tokens. Three ways to pick the click, each scored by the scorer's rule
+attend over the image tokens. Four ways to pick the click, each scored by the scorer's rule
 (``coords.coordinate_box_range``: the values that land in the target's box):
 
     greedy      the argmax coordinate at each position (the plain answer; y after the model's own x)
     top token   the centre of the most-attended image token (heads' probabilities averaged) at each position
     in cell     the argmax coordinate among the values inside that token's cell (its own axis), y after that x:
                 the model still writes the value, its attention picks the cell it may write in
+    in 3 cells  the same within three cells' width centred on that token (the cell and its two neighbours)
 
     python dev/probes/pointer_click.py CKPT [--n 200] [--heads 2] [--batch 8] [--json OUT.json]
 
@@ -36,7 +37,7 @@ from holotron.train.heads import AuxHeads
 from holotron.train.pointer import attention_scores
 from holotron.train.tiles import normalize_tiles
 
-METHODS = ("greedy", "top token", "in cell")
+METHODS = ("greedy", "top token", "in cell", "in 3 cells")
 
 
 def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = "heldout") -> dict:
@@ -85,7 +86,9 @@ def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = 
                     lx, ax = at(x_emb[b], px - 1)
                     top_x = xy[int(ax.argmax())]
                     cx = _in_cell(lx, 1000 * float(top_x[0]), 1000 * cell[0])
-                    for m, xv in (("greedy", int(lx.argmax())), ("in cell", cx), ("top token", None)):
+                    cx3 = _in_cell(lx, 1000 * float(top_x[0]), 3000 * cell[0])
+                    for m, xv in (("greedy", int(lx.argmax())), ("in cell", cx), ("top token", None),
+                                  ("in 3 cells", cx3)):
                         e = x_emb[b].clone()
                         if xv is not None:
                             e[px] = emb.weight[coords[xv]]
@@ -95,6 +98,8 @@ def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = 
                             picks[m] = (xv, int(ly.argmax()))
                         elif m == "in cell":
                             picks[m] = (xv, _in_cell(ly, 1000 * float(top_y[1]), 1000 * cell[1]))
+                        elif m == "in 3 cells":
+                            picks[m] = (xv, _in_cell(ly, 1000 * float(top_y[1]), 3000 * cell[1]))
                         else:  # the x written there does not matter to this pick: the teacher-forced answer's
                             picks[m] = (round(1000 * float(top_x[0])), round(1000 * float(top_y[1])))
                     for m, (x, y) in picks.items():
