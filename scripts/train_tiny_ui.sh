@@ -10,7 +10,8 @@
 #
 #   bash scripts/train_tiny_ui.sh OUT [READ_MINUTES] [GROUND_MINUTES] [POINT_MINUTES]   # defaults 3, 5 and 7
 #
-# Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto),
+# Environment: CONFIG (default tiny-ui), WORKERS (default: CPUs - 1), DEVICE (default auto), TOKENIZER (a
+# tokenizer folder; default: the byte-level BPE one of tiny-ui-v4, built into OUT/tokenizer),
 # EVAL_N (default 1000), READ_TILE (the reading mosaics' side in px; default 384 for tiny-ui, else the config's tile), READ_BATCH (default 256), READ_LR (default 1e-3), READ_REUSE (steps per rendered
 # batch, default 3: in the third run 15 workers rendered about 2,000 mosaic tiles/s and the H200 waited for
 # them 50-70% of the time; it trains on about 5,000 tiles/s),
@@ -42,8 +43,13 @@ WORKERS=${WORKERS:-$(( $(nproc) > 1 ? $(nproc) - 1 : 0 ))}
 DEVICE=${DEVICE:-auto}
 EVAL_N=${EVAL_N:-1000}
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-TOK=${TOKENIZER:-$HERE/holotron/models/holotron-tiny-ui}
+# the byte-level BPE tokenizer tiny-ui-v4 shipped with (python -m holotron.tokenizer rebuilds it byte for byte);
+# the bundled model's own is the word-level one of the v2 recipe (scripts/train_tiny_ui_v2.sh)
+TOK=${TOKENIZER:-$OUT/tokenizer}
 PY=${PYTHON:-python3}
+if [ -z "${TOKENIZER:-}" ] && [ ! -f "$TOK/tokenizer.json" ]; then
+    $PY -m holotron.tokenizer --out "$TOK" >&2
+fi
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 LAYOUT_ARGS=()
 if [ -n "${GROUND_LAYOUTS:-}" ]; then read -r -a names <<< "$GROUND_LAYOUTS"; LAYOUT_ARGS=(--layouts "${names[@]}"); fi

@@ -19,7 +19,9 @@
 #
 # Environment: CONFIG (default tiny-ui), WORKERS (default CPUs - 1), DEVICE (default auto), TOKENIZER (a word
 # tokenizer folder; default: trained into OUT/match/tokenizer by the match job), VISION_FROM (default the
-# bundled holotron-tiny-ui: its vision tower and projector start the match stage; "none": from scratch),
+# bundled holotron-tiny-ui: its vision tower and projector start the match stage; "none": from scratch; since
+# tiny-ui-v5 the bundled weights are this recipe's own third run, whose match stage started from tiny-ui-v4's:
+# git archive 90a918f holotron/models/holotron-tiny-ui),
 # MATCH_BATCH (64), MATCH_LR (1e-3), MATCH_REUSE (2), MATCH_TOTAL (training minutes of all match jobs together:
 # the schedule's length; unset: one job, its schedule ending with its MINUTES), MATCH_COOLDOWN (0.15),
 # GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3), GROUND_TOTAL (minutes of grounding over all ground jobs,
