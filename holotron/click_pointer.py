@@ -61,12 +61,13 @@ def pointer_of(model) -> ClickPointer | None:
 
 class PointerConstraint:
     """``constrain(logits, state, rows) -> logits`` for ``generation.stream``'s plain loop (see the module
-    docstring). ``input_ids`` (B, T) the prompts as prefilled (left pads where ``attention_mask`` is 0), each
-    with the image tokens of one image of size ``sizes[b]``; ``coord_ids`` the ids of the values 0..1000.
+    docstring). ``input_ids`` (B, T) the prompts as prefilled (left pads allowed: the decode state's ``valid``
+    masks them), each with the image tokens of one image of size ``sizes[b]``; ``coord_ids`` the ids of the values
+    0..1000.
     A row's third and later coordinates are left as they are. ``close()`` removes the hook it sets."""
 
     def __init__(self, model, pointer: ClickPointer, coord_ids: list[int], input_ids: torch.Tensor,
-                 sizes: list[tuple[int, int]], attention_mask: torch.Tensor | None = None):
+                 sizes: list[tuple[int, int]]):
         lm = getattr(model, "language_model", model)
         self.layer, self.heads = pointer.layer, pointer.heads
         self.block = lm.backbone.layers[pointer.layer]
@@ -135,8 +136,8 @@ class PointerConstraint:
         return torch.softmax(scores, -1).mean(1)
 
 
-def constraint_for(model, processor, input_ids: torch.Tensor, sizes: list[tuple[int, int]],
-                   attention_mask: torch.Tensor | None = None) -> PointerConstraint | None:
+def constraint_for(model, processor, input_ids: torch.Tensor, sizes: list[tuple[int, int]]
+                   ) -> PointerConstraint | None:
     """The ``constrain`` of a batch of click prompts (one image each, of ``sizes``) when ``model``'s checkpoint
     declares a click pointer and ``processor`` writes single-token coordinates; else None. Close it after
     decoding."""
@@ -146,4 +147,4 @@ def constraint_for(model, processor, input_ids: torch.Tensor, sizes: list[tuple[
     coords = coordinate_token_ids(processor) if ptr is not None else None
     if not coords:
         return None
-    return PointerConstraint(model, ptr, coords, input_ids, sizes, attention_mask)
+    return PointerConstraint(model, ptr, coords, input_ids, sizes)

@@ -74,8 +74,7 @@ def answer_batch(model, processor, images: list, instructions: list[str], *, max
     batch = processor([localization_messages(t) for t in instructions], images=[[im] for im in images])
     batch = batch.to(device, dtype if dtype is not None else model.dtype)
     stops = list(stop_ids(model, processor))
-    constrain = constraint_for(model, processor, batch["input_ids"], [im.size for im in images],
-                               batch["attention_mask"]) if pointer else None
+    constrain = constraint_for(model, processor, batch["input_ids"], [im.size for im in images]) if pointer else None
     try:
         with torch.inference_mode():
             new = generate(model, batch["input_ids"], max_new_tokens, attention_mask=batch["attention_mask"],

@@ -242,7 +242,7 @@ def run(args, log: logging.Logger) -> dict:
     constrain = None
     if args.ground and args.pointer == "auto":  # a checkpoint's click pointer (holotron/click_pointer.py)
         try:
-            constrain = constraint_for(model, processor, batch["input_ids"], [image.size], batch["attention_mask"])
+            constrain = constraint_for(model, processor, batch["input_ids"], [image.size])
         except ValueError as e:
             raise CLIError(str(e)) from None
     t0 = time.perf_counter()

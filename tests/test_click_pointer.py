@@ -113,7 +113,7 @@ def test_the_constraint_writes_each_coordinate_in_the_cell_the_training_attentio
             return model(*a, **k) + bias
 
     seen_logits = []
-    con = PointerConstraint(model, ptr, COORDS, ids[None], [(128, 64)], mask[None])
+    con = PointerConstraint(model, ptr, COORDS, ids[None], [(128, 64)])
 
     def spy(logits, state, rows):
         seen_logits.append(logits[0].clone())
