@@ -143,3 +143,9 @@ def test_a_grounding_run_declares_its_pointer_in_generation_config(tmp_path, mod
     assert gc["click_pointer"] == {"layer": 1, "heads": 2} and gc["max_new_tokens"] == 48
     save_checkpoint(model, tmp_path / "plain", tmp_path)
     assert "click_pointer" not in json.loads((tmp_path / "plain" / "generation_config.json").read_text())
+
+
+def test_a_prompt_whose_image_tokens_do_not_match_its_image_is_one_clear_error(model):
+    ids, _, _ = _prompt(model)
+    with pytest.raises(ValueError, match="prompt 0 has 12 image tokens, an image of 300x300 gives 4"):
+        PointerConstraint(model, ClickPointer(1, 2), COORDS, ids[None], [(300, 300)])
