@@ -97,13 +97,15 @@ fi
 # rendering is the cost, in EVAL_WORKERS processes each)
 MODEL=$OUT/ground
 mkdir -p "$OUT/eval"
-ew=(--device "$DEVICE" --batch-size 64 --json --no-progress --workers "${EVAL_WORKERS:-5}")
+ew=(--device "$DEVICE" --batch-size 64 --json --no-progress --workers "${EVAL_WORKERS:-5}"
+    --pointer "${POINTER:-auto}")
 $PY -m holotron.eval --model "$MODEL" --n "${FINAL_N:-1000}" "${ew[@]}" > "$OUT/eval/heldout.json" &
 a=$!
 $PY -m holotron.eval --model "$MODEL" --ladder --n "${LADDER_N:-300}" "${ew[@]}" > "$OUT/eval/ladder.json" &
 b=$!
 $PY -m holotron.eval --model "$MODEL" --data "$HERE/scripts/browser_set/set/browser_set.json" --box-format xyxy \
-    --box-space pixel --device "$DEVICE" --batch-size 32 --json --no-progress > "$OUT/eval/browser.json" &
+    --box-space pixel --device "$DEVICE" --batch-size 32 --json --no-progress --pointer "${POINTER:-auto}" \
+    > "$OUT/eval/browser.json" &
 c=$!
 wait $a && wait $b && wait $c
 echo "wrote $OUT/eval/heldout.json, ladder.json, browser.json"
