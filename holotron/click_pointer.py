@@ -28,7 +28,7 @@ import torch
 
 from .vision.preprocess import token_centres
 
-__all__ = ["ClickPointer", "pointer_of", "PointerConstraint", "constraint_for"]
+__all__ = ["ClickPointer", "pointer_of", "head_scores", "PointerConstraint", "constraint_for"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,20 @@ def pointer_of(model) -> ClickPointer | None:
         raise ValueError(f"generation_config.json: click_pointer must be {{\"layer\": L, \"heads\": H}} naming an "
                          f"attention layer (1 <= L < {len(layers)}) and 1 <= H <= its query heads, got {spec!r}")
     return ClickPointer(spec["layer"], spec["heads"])
+
+
+def head_scores(block, h_q: torch.Tensor, k: torch.Tensor, heads: int) -> torch.Tensor:
+    """The pre-softmax scores of the first ``heads`` query heads of the attention block ``block``, as the layer
+    computes them: ``h_q`` (R, P, D) the residual stream entering the block at the query positions (``norm``,
+    ``q_proj``), ``k`` (R, t, Hkv, hd) the layer's keys, grouped KV heads, / sqrt(head_dim). Returns (R, heads,
+    P, t), float32, nothing masked. The training loss's scores (``train.pointer.attention_scores``) and the
+    decoding constraint's (keys from the decode state's cache) are both this."""
+    attn = block.mixer
+    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
+    u = block.norm(h_q.to(block.norm.weight.dtype))
+    q = attn.q_proj(u).view(*h_q.shape[:2], attn.n_heads, hd)[:, :, :heads].float()        # (R, P, heads, hd)
+    kv = torch.arange(heads, device=q.device) // r
+    return torch.einsum("rphd,rthd->rhpt", q, k[:, :, kv].float()) / math.sqrt(hd)
 
 
 class PointerConstraint:
@@ -120,18 +134,13 @@ class PointerConstraint:
     def _attention(self, state, todo: list[int]) -> torch.Tensor:
         """The pointer heads' attention (averaged over them) of the rows ``todo`` of ``state`` at their latest
         position, over every position so far (pads masked): (len(todo), seqlen)."""
-        attn = self.block.mixer
         idx = torch.tensor(todo, device=self._h.device)
-        u = self.block.norm(self._h[idx].to(self.block.norm.weight.dtype))                     # (n, D)
-        hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
-        q = attn.q_proj(u).view(len(todo), attn.n_heads, hd)[:, :self.heads].float()            # (n, heads, hd)
         cache, n = state.layers[self.layer], state.seqlen
         if cache.quantized:
             k = cache.read((idx, slice(None), slice(0, n)), torch.float32)[0]
         else:
-            k = cache.k[idx, :, :n].float()                                                     # (n, Hkv, seqlen, hd)
-        kv = torch.arange(self.heads, device=q.device) // r
-        scores = torch.einsum("nhd,nhtd->nht", q, k[:, kv]) / math.sqrt(hd)                  # (n, heads, seqlen)
+            k = cache.k[idx, :, :n]                                                             # (n, Hkv, seqlen, hd)
+        scores = head_scores(self.block, self._h[idx][:, None], k.transpose(1, 2), self.heads)[:, :, 0]
         scores = scores.masked_fill(~state.valid[idx, :n][:, None], float("-inf"))
         return torch.softmax(scores, -1).mean(1)
 

@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 
+from ..click_pointer import head_scores
 from .heads import AuxHeads
 
 __all__ = ["pointer_loss", "answer_spans", "pointer_layout", "attention_scores", "attention_pointer_loss"]
@@ -58,16 +59,11 @@ def attention_scores(block: nn.Module, h: torch.Tensor, positions: torch.Tensor,
     ``h[:, :t]``, as the layer computes them (``norm``, ``q_proj`` . ``k_proj`` / sqrt(head_dim), grouped KV
     heads), the tokens after each position masked to -inf (causal). Returns (R, heads, P, t), float32."""
     attn = block.mixer
-    hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
-    heads = min(heads, attn.n_heads)
     rows, t, _ = h.shape
-    n = positions.shape[1]
     u = block.norm(h.to(block.norm.weight.dtype))                                            # (R, t, D)
-    uq = u.gather(1, positions[..., None].expand(-1, -1, u.shape[-1]))                       # (R, P, D)
-    q = attn.q_proj(uq).view(rows, n, attn.n_heads, hd)[:, :, :heads].float()               # (R, P, heads, hd)
-    k = attn.k_proj(u).view(rows, t, attn.n_kv_heads, hd).float()                           # (R, t, Hkv, hd)
-    kv = torch.arange(heads, device=h.device) // r
-    scores = torch.einsum("rphd,rthd->rhpt", q, k[:, :, kv]) / math.sqrt(hd)                # (R, heads, P, t)
+    k = attn.k_proj(u).view(rows, t, attn.n_kv_heads, attn.head_dim)                        # (R, t, Hkv, hd)
+    hq = h.gather(1, positions[..., None].expand(-1, -1, h.shape[-1]))                       # (R, P, D)
+    scores = head_scores(block, hq, k, min(heads, attn.n_heads))                             # (R, heads, P, t)
     visible = torch.arange(t, device=h.device)[None, None, :] <= positions[..., None]       # (R, P, t)
     return scores.masked_fill(~visible[:, None], float("-inf"))
 
