@@ -4,7 +4,7 @@ A grounding checkpoint trained with an attention pointer (``holotron.train --poi
 pointer.py) has the first few query heads of one attention layer trained to put their attention, from the
 answer's positions, on the image tokens of the element asked for. Its generation_config.json then says so:
 
-    "click_pointer": {"layer": 7, "heads": 2}       # backbone.layers[7], query heads 0 and 1
+    "click_pointer": {"layer": 8, "heads": 2}       # backbone.layers[8], query heads 0 and 1 (the bundled model)
 
 With single-token coordinates (the word tokenizer's one token per value 0..1000, holotron/tokenizer.py), decoding
 can use that pointer (``PointerConstraint``, the ``constrain`` of ``generation.stream``): when the greedy next
