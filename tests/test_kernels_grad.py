@@ -353,13 +353,15 @@ def test_dispatch(monkeypatch):
 
 @pytest.mark.parametrize("cfg", [dict(chunk_size=3), dict(BLOCK_P=16), dict(BLOCK_N=16), dict(BLOCK_P=16, chunk_size=3),
                                  dict(warps_dx=2, warps_dbc=2, stages_state=1, stages_dbc=1),
+                                 dict(P_LOOP=False), dict(P_LOOP=False, BLOCK_P=16, chunk_size=3),
                                  dict(P_LOOP=True, BLOCK_P=16), dict(P_LOOP=True), dict(BLOCK_PK=16),
                                  dict(BLOCK_PK=16, BLOCK_N=16, P_LOOP=True, HEADS=2)],
                          ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_bwd_config(monkeypatch, cfg):
     """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the reverse pass (their
     shares of ddt and dA added), several dstate blocks in the dB / dC kernel, other warps and stages, the dx
-    kernel walking the headdim blocks of a head (P_LOOP; 40 columns: three blocks of 16, or two of 32), the dB / dC
+    kernel walking the headdim blocks of a head (P_LOOP, the default; 40 columns: three blocks of 16, or two of 32)
+    or a program per block (P_LOOP False), the dB / dC
     kernel's products over the headdim in blocks (BLOCK_PK; three of 16 for 40): the same gradients."""
     from holotron.kernels import ssd_triton_backward
 

@@ -132,7 +132,7 @@ def main():
     bwd = json.loads(args.get("--bwd", "[]"))
     path = os.path.join(out_dir, "ssd_tune.jsonl")
     t_end = time.time() + budget
-    for kind, cfgs in (("bwd", bwd), ("fwd", fwd)):
+    for kind, cfgs in (("fwd", fwd), ("bwd", bwd)):
         todo = list(cfgs)
         while todo and time.time() < t_end:
             n0 = sum(1 for _ in open(path)) if os.path.exists(path) else 0

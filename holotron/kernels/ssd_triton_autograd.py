@@ -32,11 +32,12 @@ def _forward(x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size):
     half = x.dtype in (torch.bfloat16, torch.float16)  # states kept in the products' operand dtype
     # the forward walks its own (shorter) chunks and writes the state at the backward's chunk boundaries
     # (both powers of two, so the forward's divides the backward's)
-    Q = min(chunk_size, launch_config(1, x.shape[2], x.shape[3], chunk_size, x.device, wide=not half)["Q"])
+    cfg = launch_config(1, x.shape[2], x.shape[3], chunk_size, x.device, wide=not half)
+    # headdim blocks of at most 64 at every batch: with the states stored, a wider block was slower
     return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, initial_state=initial_state, cu_seqlens=cu_seqlens,
                                chunk_size=chunk_size, store_states=True,
                                states_dtype=x.dtype if half else torch.float32, states_chunk=chunk_size,
-                               config=dict(Q=Q))
+                               config=dict(Q=min(chunk_size, cfg["Q"]), BLOCK_P=min(cfg["BLOCK_P"], 64)))
 
 
 class SSDScanFn(torch.autograd.Function):

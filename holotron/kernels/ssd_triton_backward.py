@@ -83,9 +83,10 @@ from .ssd_triton_common import (
 # tiles of the dx and dB / dC kernels through tensor descriptors (TMA on Hopper) where addresses and strides
 # are 16-byte multiples and the chunk is a power of two (True; None / False: masked pointers); P_LOOP: the dx
 # kernel as one program per (chunk, HEADS heads) walking the headdim blocks (C B^T and the decays once per head,
-# ddt whole), else one program per (chunk, HEADS heads, headdim block) (None / False; not yet timed);
-# BLOCK_PK: the dB / dC kernel's products over the headdim in blocks of this many columns (a power of two >= 16;
-# None: one block of the headdim padded to a power of two, 128 for 80; not yet timed).
+# ddt whole; None / True: 24-25% faster than False on an H200, docs/benchmarks.md), False: one program per
+# (chunk, HEADS heads, headdim block); BLOCK_PK: the dB / dC kernel's products over the headdim in blocks of this
+# many columns (a power of two >= 16; None: one block of the headdim padded to a power of two, 128 for 80; blocks
+# of 32 or 16 spilled and measured 16-25% slower).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
                   stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None)
 
@@ -177,6 +178,8 @@ def bwd_launch(p: int, n: int) -> dict:
         cfg["BLOCK_N"] = min(_p2(n), 64)
     if cfg["HEADS"] is None:
         cfg["HEADS"] = 1
+    if cfg["P_LOOP"] is None:  # one dx program per (chunk, head) walking its headdim blocks
+        cfg["P_LOOP"] = True
     for k, v in dict(warps_dx=4, warps_dbc=8, stages_dx=2, stages_dbc=3, stages_state=2).items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     return cfg
