@@ -17,7 +17,8 @@ Workload, per (model, case, N): N agents, ``--turns`` turns each (default 8). A 
 the same for both models. Every agent opens a session and submits turn 1; then ``Engine.step()`` runs in
 a loop and an agent whose turn is done submits its next one on the same session at once, so each turn
 prefills only its own new tokens; an agent that has done its turns closes its session. The engine has
-``max_batch`` = N rows, or as many as fit in the free GPU memory less 10 GiB (``Engine.rows_that_fit``),
+``max_batch`` = N rows, or as many as fit in the free GPU memory less ``--margin-gib`` (10 GiB; the captured
+graphs, the vision encoder's batches and the prefill's activations live there; ``Engine.rows_that_fit``),
 or ``--max-rows``: the other sessions then wait in host memory (``offload``: a session whose turn has
 just ended is saved to the host when a queued turn needs its row) and are restored when their next turn
 is admitted. ``max_len`` is the longest history an agent reaches plus 64 tokens, rounded up to 256.
@@ -88,7 +89,6 @@ from holotron.vision import VisionConfig  # noqa: E402
 CASES = {"one-tile": 1, "twelve-tile": 13}           # tiles per screenshot (12 + the thumbnail)
 IMAGE_TOKEN_ID = 18                                  # <image>; random text ids are drawn from [32, vocab)
 TEXT_ID_LOW = 32
-MARGIN = 10 * 2**30                                  # GPU bytes kept free for activations, graphs, logits
 SMALL_VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=4, mlp_ratio=2.0,
                     max_img_size=64, num_prefix_tokens=4, image_size=32, projector_hidden_size=48)
 
@@ -361,7 +361,7 @@ def sweep(args, res: dict, save) -> None:
                 rows = n
                 free_cuda()
                 if dev.type == "cuda":
-                    free = torch.cuda.mem_get_info(dev)[0] - MARGIN
+                    free = torch.cuda.mem_get_info(dev)[0] - int(args.margin_gib * 2**30)
                     rows = min(n, Engine.rows_that_fit(model, max_len, max(0, free), args.ssm_dtype, args.kv_dtype))
                 if args.max_rows:
                     rows = min(rows, args.max_rows)
@@ -501,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                     help="the Mamba state's dtype (16-bit drift against fp32: docs/benchmarks.md, 16-bit Mamba state)")
+    ap.add_argument("--margin-gib", type=float, default=10.0,
+                    help="GPU memory kept free beside the rows (graphs, vision batches, prefill activations); "
+                         "more when a twelve-tile run fills the GPU")
     ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",
                     help="the attention KV cache: auto = the model's dtype, fp8 = e4m3 with a scale per slot")
     ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",

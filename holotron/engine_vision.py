@@ -43,6 +43,8 @@ class CapturedVision:
         return self._vout[b][:n].clone()  # the next replay of this bucket (the admission's next call) overwrites it
 
     def _vision_graph(self, b: int, S: int):
+        if self.vision_graphs is None:  # an earlier capture failed: eager
+            return None
         g = self.vision_graphs.get(b)
         if g is not None:
             return g

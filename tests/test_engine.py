@@ -123,6 +123,23 @@ def test_chunked_prefill_equals_one_call(model):
     assert torch.equal(fast, plain)
 
 
+def test_a_failed_vision_capture_leaves_the_engine_eager_and_serving():
+    """capture_vision over several buckets where the first capture fails (here: no CUDA on a CPU engine told
+    to capture; on a GPU, out of memory): the rest of the buckets are skipped, no error, and the engine goes on
+    serving screenshots eagerly, token for token as the plain loop."""
+    model = tiny_vl(seed=2)
+    tiles = torch.randn(1, 3, TILE, TILE, generator=torch.Generator().manual_seed(3))
+    p = torch.tensor([5, 40, IMG_START] + [IMAGE_TOKEN_ID] * TOKENS_PER_TILE + [IMG_END, 42])
+    eng = Engine(model, max_batch=2, max_len=128, vision_tiles=4)
+    eng.cuda_graph = True    # as on a GPU; capturing then fails here
+    eng.capture_vision([1, 2, 4])
+    assert eng.vision_graphs is None and "capturing the vision encoder failed" in eng.note
+    eng.cuda_graph = False   # the CPU engine steps eagerly
+    r = eng.submit(p, pixel_values=tiles, max_new_tokens=5)
+    eng.run()
+    assert r.tokens == generate(model, p[None], 5, pixel_values=tiles, eos_token_id=[], engine=False)[0].tolist()
+
+
 def test_vl_batch_with_images_and_a_shared_screenshot():
     model = tiny_vl(seed=2)
     g = torch.Generator().manual_seed(0)

@@ -94,7 +94,7 @@ if [ "$phase" = fp8 ]; then
 fi
 if [ "$phase" = twelve256 ]; then
   timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 256 --models hybrid --kv-dtype fp8 \
-    --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/t256" 2>&1 | tail -5
+    --ssm-dtype bfloat16 --margin-gib 24 --budget 570 --no-plot --out "$OUT/t256" 2>&1 | tail -5
   cp "$OUT/t256/bench_agents.json" "$OUT/agents-twelve-256-fp8.json"; rm -rf "$OUT/t256"
 fi
 if [ "$phase" = twelveatt ]; then
