@@ -76,12 +76,18 @@ def available_backends(device: torch.device | str = "cpu") -> list[str]:
 
 
 def _shape(t: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+    return "(" + _dims(t.shape) + ")"
 
 
-def _expect(cond: bool, msg: str) -> None:
+def _dims(dims) -> str:
+    return ", ".join(str(s) for s in dims)
+
+
+def _expect(cond: bool, msg) -> None:
+    """Raises ValueError(msg()) unless cond: the message (shapes, dtypes) is formatted only on failure,
+    since the checks run on every call of the kernels (52 scans or steps per forward of the 12B model)."""
     if not cond:
-        raise ValueError(msg)
+        raise ValueError(msg() if callable(msg) else msg)
 
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -89,83 +95,87 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def _check_common(name_x, x, dt, A, B, C, D, z, dt_bias, dt_limit, lead: tuple[int, ...]):
     """Checks shared by scan and step; ``lead`` is the leading dims of x before (h, p)."""
-    _expect(x.dtype in _FLOATS, f"{name_x} must be a floating tensor, got dtype {x.dtype}")
+    _expect(x.dtype in _FLOATS, lambda: f"{name_x} must be a floating tensor, got dtype {x.dtype}")
     h, p = x.shape[-2], x.shape[-1]
-    lead_s = ", ".join(str(s) for s in lead)
-    _expect(tuple(dt.shape) == (*lead, h), f"dt must have shape ({lead_s}, heads={h}), got {_shape(dt)}")
-    _expect(dt.dtype in _FLOATS, f"dt must be a floating tensor, got dtype {dt.dtype}")
-    _expect(A.dim() == 1 and A.shape[0] == h, f"A must have shape (heads={h},), got {_shape(A)}")
-    _expect(A.dtype in (torch.float32, torch.float64), f"A must be float32 (it is -exp(A_log)), got {A.dtype}")
+    _expect(tuple(dt.shape) == (*lead, h), lambda: f"dt must have shape ({_dims(lead)}, heads={h}), got {_shape(dt)}")
+    _expect(dt.dtype in _FLOATS, lambda: f"dt must be a floating tensor, got dtype {dt.dtype}")
+    _expect(A.dim() == 1 and A.shape[0] == h, lambda: f"A must have shape (heads={h},), got {_shape(A)}")
+    _expect(A.dtype in (torch.float32, torch.float64), lambda: f"A must be float32 (it is -exp(A_log)), got {A.dtype}")
     _expect(B.dim() == x.dim() and tuple(B.shape[:-2]) == lead,
-            f"B must have shape ({lead_s}, groups, dstate), got {_shape(B)}")
-    _expect(tuple(C.shape) == tuple(B.shape), f"C must have the shape of B {_shape(B)}, got {_shape(C)}")
+            lambda: f"B must have shape ({_dims(lead)}, groups, dstate), got {_shape(B)}")
+    _expect(tuple(C.shape) == tuple(B.shape), lambda: f"C must have the shape of B {_shape(B)}, got {_shape(C)}")
     g = B.shape[-2]
-    _expect(g >= 1 and h % g == 0, f"heads ({h}) must be divisible by groups ({g}) of B and C")
+    _expect(g >= 1 and h % g == 0, lambda: f"heads ({h}) must be divisible by groups ({g}) of B and C")
     for nm, t in (("B", B), ("C", C)):
-        _expect(t.dtype == x.dtype, f"{nm} must have the dtype of {name_x} ({x.dtype}), got {t.dtype}")
+        _expect(t.dtype == x.dtype, lambda: f"{nm} must have the dtype of {name_x} ({x.dtype}), got {t.dtype}")
     if z is not None:
-        _expect(tuple(z.shape) == tuple(x.shape), f"z must have the shape of {name_x} {_shape(x)}, got {_shape(z)}")
-        _expect(z.dtype == x.dtype, f"z must have the dtype of {name_x} ({x.dtype}), got {z.dtype}")
+        _expect(tuple(z.shape) == tuple(x.shape),
+                lambda: f"z must have the shape of {name_x} {_shape(x)}, got {_shape(z)}")
+        _expect(z.dtype == x.dtype, lambda: f"z must have the dtype of {name_x} ({x.dtype}), got {z.dtype}")
     if D is not None:
         _expect(tuple(D.shape) in ((h,), (h, p)),
-                f"D must have shape (heads={h},) or (heads={h}, headdim={p}), got {_shape(D)}")
-        _expect(D.dtype in _FLOATS, f"D must be floating, got {D.dtype}")
+                lambda: f"D must have shape (heads={h},) or (heads={h}, headdim={p}), got {_shape(D)}")
+        _expect(D.dtype in _FLOATS, lambda: f"D must be floating, got {D.dtype}")
     if dt_bias is not None:
-        _expect(tuple(dt_bias.shape) == (h,), f"dt_bias must have shape (heads={h},), got {_shape(dt_bias)}")
-        _expect(dt_bias.dtype in _FLOATS, f"dt_bias must be floating, got {dt_bias.dtype}")
-    _expect(len(tuple(dt_limit)) == 2, f"dt_limit must be a pair (low, high), got {dt_limit!r}")
+        _expect(tuple(dt_bias.shape) == (h,), lambda: f"dt_bias must have shape (heads={h},), got {_shape(dt_bias)}")
+        _expect(dt_bias.dtype in _FLOATS, lambda: f"dt_bias must be floating, got {dt_bias.dtype}")
+    _expect(len(tuple(dt_limit)) == 2, lambda: f"dt_limit must be a pair (low, high), got {dt_limit!r}")
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
     _expect(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
-            f"dt_limit must satisfy low <= high, got {dt_limit!r}")
+            lambda: f"dt_limit must satisfy low <= high, got {dt_limit!r}")
     dev = x.device
     for nm, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias)):
         if t is not None:
-            _expect(t.device == dev, f"{nm} is on {t.device} but {name_x} is on {dev}: put all inputs on one device")
+            _expect(t.device == dev,
+                    lambda: f"{nm} is on {t.device} but {name_x} is on {dev}: put all inputs on one device")
     return (lo, hi)
 
 
 def _check_scan(x, dt, A, B, C, D, z, dt_bias, dt_limit, initial_state, cu_seqlens, chunk_size):
-    _expect(x.dim() == 4, f"x must have shape (batch, seqlen, heads, headdim), got {_shape(x)}")
+    _expect(x.dim() == 4, lambda: f"x must have shape (batch, seqlen, heads, headdim), got {_shape(x)}")
     b, l, h, p = x.shape
-    _expect(b >= 1 and l >= 1 and h >= 1 and p >= 1, f"x must be non-empty, got {_shape(x)}")
+    _expect(b >= 1 and l >= 1 and h >= 1 and p >= 1, lambda: f"x must be non-empty, got {_shape(x)}")
     limit = _check_common("x", x, dt, A, B, C, D, z, dt_bias, dt_limit, (b, l))
-    _expect(isinstance(chunk_size, int) and chunk_size >= 1, f"chunk_size must be a positive int, got {chunk_size!r}")
+    _expect(isinstance(chunk_size, int) and chunk_size >= 1,
+            lambda: f"chunk_size must be a positive int, got {chunk_size!r}")
     n_seq = b
     if cu_seqlens is not None:
-        _expect(b == 1, f"cu_seqlens needs batch == 1 (sequences packed along seqlen), got batch {b}")
+        _expect(b == 1, lambda: f"cu_seqlens needs batch == 1 (sequences packed along seqlen), got batch {b}")
         _expect(cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2,
-                f"cu_seqlens must be a 1-d tensor [0, l1, l1+l2, ..., seqlen], got {_shape(cu_seqlens)}")
+                lambda: f"cu_seqlens must be a 1-d tensor [0, l1, l1+l2, ..., seqlen], got {_shape(cu_seqlens)}")
         _expect(not cu_seqlens.is_floating_point() and not cu_seqlens.is_complex(),
-                f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
+                lambda: f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
         n_seq = cu_seqlens.numel() - 1
         if not (cu_seqlens.is_cuda and torch.cuda.is_current_stream_capturing()):
             # the values need a host copy: skipped while a CUDA graph is being captured (no sync allowed
             # there; the eager call before the capture has checked the same kind of input)
             cs = cu_seqlens.detach().to("cpu", torch.int64)
-            _expect(int(cs[0]) == 0, f"cu_seqlens must start at 0, got {int(cs[0])}")
-            _expect(bool((cs[1:] > cs[:-1]).all()), f"cu_seqlens must be strictly increasing, got {cs.tolist()}")
-            _expect(int(cs[-1]) == l, f"cu_seqlens must end at seqlen ({l}), got {int(cs[-1])}")
+            _expect(int(cs[0]) == 0, lambda: f"cu_seqlens must start at 0, got {int(cs[0])}")
+            _expect(bool((cs[1:] > cs[:-1]).all()),
+                    lambda: f"cu_seqlens must be strictly increasing, got {cs.tolist()}")
+            _expect(int(cs[-1]) == l, lambda: f"cu_seqlens must end at seqlen ({l}), got {int(cs[-1])}")
     if initial_state is not None:
         want = (n_seq, h, p, B.shape[-1])
         _expect(tuple(initial_state.shape) == want,
-                f"initial_state must have shape {want} (sequences, heads, headdim, dstate), "
+                lambda: f"initial_state must have shape {want} (sequences, heads, headdim, dstate), "
                 f"got {_shape(initial_state)}")
         _expect(initial_state.dtype in (torch.float32, torch.float64),
-                f"initial_state must be float32, got {initial_state.dtype}")
-        _expect(initial_state.device == x.device, f"initial_state is on {initial_state.device} but x is on {x.device}")
+                lambda: f"initial_state must be float32, got {initial_state.dtype}")
+        _expect(initial_state.device == x.device,
+                lambda: f"initial_state is on {initial_state.device} but x is on {x.device}")
     return limit
 
 
 def _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit):
-    _expect(x.dim() == 3, f"x must have shape (batch, heads, headdim), got {_shape(x)}")
+    _expect(x.dim() == 3, lambda: f"x must have shape (batch, heads, headdim), got {_shape(x)}")
     b, h, p = x.shape
     limit = _check_common("x", x, dt, A, B, C, D, z, dt_bias, dt_limit, (b,))
     want = (b, h, p, B.shape[-1])
     _expect(tuple(state.shape) == want,
-            f"state must have shape {want} (batch, heads, headdim, dstate), got {_shape(state)}")
+            lambda: f"state must have shape {want} (batch, heads, headdim, dstate), got {_shape(state)}")
     _expect(state.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16),
-            f"state must be float32 (or bfloat16 / float16 to halve its bytes), got {state.dtype}")
-    _expect(state.device == x.device, f"state is on {state.device} but x is on {x.device}")
+            lambda: f"state must be float32 (or bfloat16 / float16 to halve its bytes), got {state.dtype}")
+    _expect(state.device == x.device, lambda: f"state is on {state.device} but x is on {x.device}")
     return limit
 
 
@@ -199,10 +209,10 @@ def _pick(backend: str | None, device: torch.device, op: str, fallback: str) -> 
     if backend is None:
         backend = _default_backend
     if backend is not None:
-        _expect(backend in BACKENDS, f"backend must be one of {BACKENDS} or None, got {backend!r}")
+        _expect(backend in BACKENDS, lambda: f"backend must be one of {BACKENDS} or None, got {backend!r}")
         if backend == "triton":
             why = _triton_usable(device)
-            _expect(why is None, f"backend='triton' cannot run here: {why}")
+            _expect(why is None, lambda: f"backend='triton' cannot run here: {why}")
         return backend
     why = _triton_usable(device)
     if why is None and device.type != "cuda":
@@ -255,7 +265,7 @@ def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus
     their state is not written (the decode engine's rows that are not decoding)."""
     limit = _check_step(state, x, dt, A, B, C, D, z, dt_bias, dt_limit)
     _expect(active is None or tuple(active.shape) == (x.shape[0],),
-            f"active must have shape (batch={x.shape[0]},), got {_shape(active) if active is not None else None}")
+            lambda: f"active must have shape (batch={x.shape[0]},), got {_shape(active)}")
     name = _pick(backend, x.device, "ssd_step", "naive")
     if name in ("naive", "chunked"):  # one token: the chunked algorithm is the recurrence itself
         from .ssd_naive import ssd_step_naive as fn
@@ -275,12 +285,13 @@ def conv_step(conv, x, weight, bias=None, backend=None, active=None):
     c, K = conv.shape[1:]
     weight = weight.reshape(weight.shape[0], -1)
     _expect(x.dim() == 2 and tuple(x.shape) == (conv.shape[0], c),
-            f"x must have shape (batch={conv.shape[0]}, channels={c}), got {_shape(x)}")
-    _expect(tuple(weight.shape) == (c, K), f"weight must have shape (channels={c}, K={K}), got {_shape(weight)}")
-    _expect(bias is None or tuple(bias.shape) == (c,), f"bias must have shape (channels={c},), got "
+            lambda: f"x must have shape (batch={conv.shape[0]}, channels={c}), got {_shape(x)}")
+    _expect(tuple(weight.shape) == (c, K),
+            lambda: f"weight must have shape (channels={c}, K={K}), got {_shape(weight)}")
+    _expect(bias is None or tuple(bias.shape) == (c,), lambda: f"bias must have shape (channels={c},), got "
             f"{_shape(bias) if bias is not None else None}")
     _expect(active is None or tuple(active.shape) == (conv.shape[0],),
-            f"active must have shape (batch={conv.shape[0]},), got {_shape(active) if active is not None else None}")
+            lambda: f"active must have shape (batch={conv.shape[0]},), got {_shape(active)}")
     if _pick(backend, x.device, "conv_step", "naive") == "triton":
         from .conv_step_triton import conv_step_triton
         return conv_step_triton(conv, x, weight.contiguous(), bias, active)
@@ -296,21 +307,22 @@ def conv_seq(x, conv, weight, bias=None, counts=None, backend=None):
     zeros (None: all). Returns silu(causal conv + bias) (batch, T, channels) in x's dtype. weight (channels, K)
     or (channels, 1, K). Naive twin (and the path when autograd records any input):
     ``conv_seq_naive`` in ``holotron/kernels/conv_naive.py``; Triton: ``holotron/kernels/conv_seq_triton.py``."""
-    _expect(x.dim() == 3, f"x must have shape (batch, T, channels), got {_shape(x)}")
+    _expect(x.dim() == 3, lambda: f"x must have shape (batch, T, channels), got {_shape(x)}")
     b, t, c = x.shape
     weight = weight.reshape(weight.shape[0], -1)
     K = weight.shape[1]
-    _expect(weight.shape[0] == c and K >= 1, f"weight must have shape (channels={c}, K), got {_shape(weight)}")
+    _expect(weight.shape[0] == c and K >= 1, lambda: f"weight must have shape (channels={c}, K), got {_shape(weight)}")
     _expect(conv is None or tuple(conv.shape) == (b, c, K),
-            f"conv must have shape (batch={b}, channels={c}, K={K}), got {_shape(conv) if conv is not None else None}")
-    _expect(bias is None or tuple(bias.shape) == (c,), f"bias must have shape (channels={c},), got "
+            lambda: f"conv must have shape (batch={b}, channels={c}, K={K}), got {_shape(conv)}")
+    _expect(bias is None or tuple(bias.shape) == (c,), lambda: f"bias must have shape (channels={c},), got "
             f"{_shape(bias) if bias is not None else None}")
     _expect(counts is None or (tuple(counts.shape) == (b,) and not counts.is_floating_point()),
-            f"counts must be an integer tensor of shape (batch={b},), got "
+            lambda: f"counts must be an integer tensor of shape (batch={b},), got "
             f"{(counts.dtype, _shape(counts)) if counts is not None else None}")
     grad = torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in (x, weight, bias))
     name = "naive" if grad and backend is None else _pick(backend, x.device, "conv_seq", "naive")
-    _expect(not (grad and name == "triton"), "conv_seq: backend='triton' has no backward; an input requires grad "
+    _expect(not (grad and name == "triton"),
+            lambda: "conv_seq: backend='triton' has no backward; an input requires grad "
                                             "(use backend=None or 'naive', or torch.no_grad())")
     if name == "triton" and (conv is None or conv.stride(-1) == 1):  # the window is updated in place
         from .conv_seq_triton import conv_seq_triton

@@ -190,12 +190,12 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
                         dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128,
                         store_states=False, states_dtype=torch.float32, states_chunk=None, config=None):
     """The scan's forward (``config``: settings over SCAN_CONFIG's, as the training path pins them). Returns
-    a namespace: ``y`` (b, l, h, p) in x's dtype, ``final`` (n_seq, h, p, n)
-    fp32, ``states`` (n_max, h, p, n) in ``states_dtype`` with ``store_states`` (else None): states[choff[s] + c] is the
-    state of sequence s entering its chunk c of ``states_Q`` tokens (``states_chunk``, a power-of-two multiple
-    of the kernel's chunk; None: the kernel's); ``choff`` (n_seq + 1,) int32 on the device (sequence s
-    owns chunks choff[s] .. choff[s + 1] - 1); ``Q`` the kernel's chunk length; ``n_max`` rows of states;
-    ``config`` the settings used."""
+    a namespace: ``y`` (b, l, h, p) in x's dtype, ``final`` (n_seq, h, p, n) fp32, ``states`` (n_max, h, p, n)
+    in ``states_dtype`` with ``store_states`` (else None): states[choff[s] + c] is the state of sequence s
+    entering its chunk c of ``states_Q`` tokens (``states_chunk``, a power-of-two multiple of the kernel's
+    chunk; None: the kernel's); ``choff`` (n_seq + 1,) int32 on the device with ``store_states``, else None
+    (sequence s owns chunks choff[s] .. choff[s + 1] - 1); ``Q`` the kernel's chunk length; ``n_max`` rows
+    of states; ``config`` the settings used."""
     out_dtype = x.dtype
     if x.dtype == torch.float64:  # the kernel computes in fp32
         x, B, C = x.float(), B.float(), C.float()
@@ -230,16 +230,18 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     every = Qs // Q
     if Qs < Q or Qs % Q or every & (every - 1):
         raise ValueError(f"states_chunk must be the kernel's chunk ({Q}) times a power of two, got {states_chunk}")
+    cu = cu_seqlens.to(device=dev, dtype=torch.int32) if varlen else A32  # A32: not read
     if varlen:
-        cu = cu_seqlens.to(device=dev, dtype=torch.int32)
-        lens = cu[1:] - cu[:-1]
-        choff = torch.cat([cu.new_zeros(1), ((lens + Qs - 1) // Qs).cumsum(0).to(torch.int32)])
         n_max = triton.cdiv(l, Qs) + n_seq - 1  # sum_s ceil(len_s / Qs) <= this, for lengths >= 1
     else:
-        cu = A32  # not read
-        cps = triton.cdiv(l, Qs)
-        choff = torch.arange(n_seq + 1, dtype=torch.int32, device=dev) * cps
-        n_max = n_seq * cps
+        n_max = n_seq * triton.cdiv(l, Qs)
+    if not store_states:
+        choff = None  # not read by the kernel: no device work for it on the inference path
+    elif varlen:
+        lens = cu[1:] - cu[:-1]
+        choff = torch.cat([cu.new_zeros(1), ((lens + Qs - 1) // Qs).cumsum(0).to(torch.int32)])
+    else:
+        choff = torch.arange(n_seq + 1, dtype=torch.int32, device=dev) * triton.cdiv(l, Qs)
     if store_states and n_max * h * p >= 2**31:
         raise ValueError(f"ssd_scan: {n_max} chunks x {h} heads x headdim {p} >= 2**31 rows of chunk states; "
                          f"use fewer tokens per call or a larger chunk_size")
@@ -261,7 +263,7 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         LAST_KERNEL["scan"] = _scan_flat[flat_grid(p, h, g, n_seq, bp)](
             xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
             bias if bias is not None else A32, init if init is not None else final, yt, final,
-            states if states is not None else final, cu, choff,
+            states if states is not None else final, cu, choff if choff is not None else cu,
             l, h, p, n, h // g, n_max, lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
             xt.stride(0), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1), Ct.stride(0), Ct.stride(1),
             zt.stride(0) if zt is not None else 0, yt.stride(0),
@@ -277,7 +279,7 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     LAST_KERNEL["scan"] = _scan_seq[(triton.cdiv(p, bp), h, n_seq)](
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
         bias if bias is not None else A32, init if init is not None else final, yt, final,
-        states if states is not None else final, cu, choff,
+        states if states is not None else final, cu, choff if choff is not None else cu,
         l, h, p, n, h // g, n_max, lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
