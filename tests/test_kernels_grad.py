@@ -355,14 +355,17 @@ def test_dispatch(monkeypatch):
                                  dict(warps_dx=2, warps_dbc=2, stages_state=1, stages_dbc=1),
                                  dict(P_LOOP=False), dict(P_LOOP=False, BLOCK_P=16, chunk_size=3),
                                  dict(P_LOOP=True, BLOCK_P=16), dict(P_LOOP=True), dict(BLOCK_PK=16),
-                                 dict(BLOCK_PK=16, BLOCK_N=16, P_LOOP=True, HEADS=2)],
+                                 dict(BLOCK_PK=16, BLOCK_N=16, P_LOOP=True, HEADS=2), dict(WALK=True),
+                                 dict(WALK=True, BLOCK_W=16, chunk_size=3), dict(WALK=True, BLOCK_N=16, P_LOOP=False)],
                          ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_bwd_config(monkeypatch, cfg):
     """BWD_CONFIG: a training chunk shorter than the caller's, several headdim blocks in the reverse pass (their
     shares of ddt and dA added), several dstate blocks in the dB / dC kernel, other warps and stages, the dx
     kernel walking the headdim blocks of a head (P_LOOP, the default; 40 columns: three blocks of 16, or two of 32)
     or a program per block (P_LOOP False), the dB / dC
-    kernel's products over the headdim in blocks (BLOCK_PK; three of 16 for 40): the same gradients."""
+    kernel's products over the headdim in blocks (BLOCK_PK; three of 16 for 40), the state gradient in one
+    reverse walk (WALK; headdim blocks of 32 or 16, a chunk that is not a power of two, sum(dS * S) from two
+    dstate blocks): the same gradients."""
     from holotron.kernels import ssd_triton_backward
 
     for k, v in cfg.items():

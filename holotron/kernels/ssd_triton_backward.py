@@ -61,6 +61,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from .ssd_triton_bwd_chunk import _bwd_dbc, _bwd_dx
+from .ssd_triton_bwd_walk import _bwd_dswalk, walk_grid
 from .ssd_triton_common import (
     _DOT_MIN,
     _dot_ops,
@@ -86,9 +87,12 @@ from .ssd_triton_common import (
 # ddt whole; None / True: 24-25% faster than False on an H200, docs/benchmarks.md), False: one program per
 # (chunk, HEADS heads, headdim block); BLOCK_PK: the dB / dC kernel's products over the headdim in blocks of this
 # many columns (a power of two >= 16; None: one block of the headdim padded to a power of two, 128 for 80; blocks
-# of 32 or 16 spilled and measured 16-25% slower).
+# of 32 or 16 spilled and measured 16-25% slower); WALK: the state gradient in one launch (ssd_triton_bwd_walk.py:
+# a reverse walk per (BLOCK_W headdim columns, head, sequence) computing each chunk's term on chip, warps_walk
+# warps) instead of the chunk-parallel term and the entry-by-entry pass (None / False; not yet timed).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
-                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None)
+                  stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None,
+                  WALK=None, BLOCK_W=None, warps_walk=None)
 
 # The compiled kernels of the last launch ("dstates", "state", "dbc", "dx"), for the benchmark's register counts.
 LAST_KERNEL = {}
@@ -180,7 +184,9 @@ def bwd_launch(p: int, n: int) -> dict:
         cfg["HEADS"] = 1
     if cfg["P_LOOP"] is None:  # one dx program per (chunk, head) walking its headdim blocks
         cfg["P_LOOP"] = True
-    for k, v in dict(warps_dx=4, warps_dbc=8, stages_dx=2, stages_dbc=3, stages_state=2).items():
+    if cfg["BLOCK_W"] is None:
+        cfg["BLOCK_W"] = min(_p2(p), 32)
+    for k, v in dict(warps_dx=4, warps_dbc=8, stages_dx=2, stages_dbc=3, stages_state=2, warps_walk=4).items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     return cfg
 
@@ -237,6 +243,10 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     if pk < _DOT_MIN or pk & (pk - 1):
         raise ValueError(f"BWD_CONFIG['BLOCK_PK'] must be a power of two >= {_DOT_MIN}, got {pk}")
     ploop = bool(cfg.get("P_LOOP"))
+    walk = bool(cfg.get("WALK"))
+    bw = int(cfg["BLOCK_W"])
+    if walk and (bw < _DOT_MIN or bw & (bw - 1)):
+        raise ValueError(f"BWD_CONFIG['BLOCK_W'] must be a power of two >= {_DOT_MIN}, got {bw}")
 
     xt, dtt, Bt, Ct, dyt = _tokens(x), _tokens(dt.float()), _tokens(B), _tokens(C), _tokens(dy)
     st = states if states.is_contiguous() else states.contiguous()
@@ -247,7 +257,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
 
     n_tok = b * l
     dst = empty(*st.shape, dtype=st.dtype, device=dev)  # each chunk's own term, then the state gradients
-    ecl = empty(n_rows, h, dtype=torch.float32, device=dev)
+    ecl = None if walk else empty(n_rows, h, dtype=torch.float32, device=dev)
     dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
     dB = empty(n_tok, g, n, dtype=B.dtype, device=dev)
     dC = empty(n_tok, g, n, dtype=C.dtype, device=dev)
@@ -264,7 +274,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
     n_pb, n_nb = triton.cdiv(p, bp), triton.cdiv(n, bn)
     n_sh = 1 if ploop else n_pb  # the dx kernel's shares of ddt and dA per (token or chunk, head)
-    n_blk = triton.cdiv(p * n, STATE_BLOCK)
+    n_blk = n_nb if walk else triton.cdiv(p * n, STATE_BLOCK)  # (the dB / dC kernel's blocks take them with WALK)
     dssp = empty(n_rows, h, n_blk, dtype=torch.float32, device=dev)  # the blocks' shares of sum(dS * S)
     vp = empty(n_tok, h, n_nb, dtype=torch.float32, device=dev)  # the dstate blocks' shares of a ddt term
     ddtp = empty(n_tok, h, n_sh, dtype=torch.float32, device=dev)  # the headdim blocks' shares of ddt
@@ -273,23 +283,31 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     dDp = torch.zeros(n_rows, h, p, dtype=torch.float32, device=dev) if D is not None else None
     dbp = min(_p2(p), DSTATES_BP)
     try:
-        LAST_KERNEL["dstates"] = _bwd_dstates[(n_rows, h, triton.cdiv(p, dbp))](
-            dtt, A32, Ct, dyt, cu, choff, cseq, dst, ecl, n_seq, h, p, n, h // g,
-            dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
-            Q=Q, QP=QP, BP=dbp, NP=NP, OPS=ops, num_warps=4,
-        )
-        LAST_KERNEL["state"] = _bwd_spass[(n_blk, h, n_seq)](
-            dfin if dfin is not None else A32, st, dst, ecl, dssp, dinit if dinit is not None else A32, cu, choff,
-            h, p * n, n_blk, Q=Q, BLK=STATE_BLOCK, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init),
-            NS=int(cfg["stages_state"]), num_warps=4,
-        )
+        if walk:
+            LAST_KERNEL["walk"] = _bwd_dswalk[walk_grid(p, h, n_seq, bw)](
+                dfin if dfin is not None else A32, dtt, A32, Ct, dyt, dst, dinit if dinit is not None else A32, cu,
+                choff, h, p, n, h // g, dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0),
+                dyt.stride(1), Q=Q, QP=QP, BP=bw, NP=NP, OPS=ops, HAS_DFINAL=dfin is not None,
+                HAS_INIT=bool(has_init), NS=int(cfg["stages_state"]), num_warps=int(cfg["warps_walk"]),
+            )
+        else:
+            LAST_KERNEL["dstates"] = _bwd_dstates[(n_rows, h, triton.cdiv(p, dbp))](
+                dtt, A32, Ct, dyt, cu, choff, cseq, dst, ecl, n_seq, h, p, n, h // g,
+                dtt.stride(0), dtt.stride(1), Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1),
+                Q=Q, QP=QP, BP=dbp, NP=NP, OPS=ops, num_warps=4,
+            )
+            LAST_KERNEL["state"] = _bwd_spass[(n_blk, h, n_seq)](
+                dfin if dfin is not None else A32, st, dst, ecl, dssp, dinit if dinit is not None else A32, cu,
+                choff, h, p * n, n_blk, Q=Q, BLK=STATE_BLOCK, HAS_DFINAL=dfin is not None, HAS_INIT=bool(has_init),
+                NS=int(cfg["stages_state"]), num_warps=4,
+            )
         LAST_KERNEL["dbc"] = _bwd_dbc[(n_rows, g, n_nb)](
-            xt, dtt, A32, Bt, Ct, st, dst, dyt, cu, choff, cseq, dB, dC, vp,
+            xt, dtt, A32, Bt, Ct, st, dst, dyt, cu, choff, cseq, dB, dC, vp, dssp,
             n_seq, h, p, n, h // g, n_rows, n_nb,
             xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
             Ct.stride(0), Ct.stride(1), dyt.stride(0), dyt.stride(1), dB.stride(0), dB.stride(1), dC.stride(0),
             dC.stride(1), Q=Q, QP=QP, PP=PP, NB=bn, OPS=ops, TMA=bool(tma), NS=int(cfg["stages_dbc"]),
-            PK=pk, NPK=triton.cdiv(p, pk), num_warps=int(cfg["warps_dbc"]),
+            PK=pk, NPK=triton.cdiv(p, pk), SS=walk, num_warps=int(cfg["warps_dbc"]),
         )
         LAST_KERNEL["dx"] = _bwd_dx[(n_rows, h // hpp, n_sh)](
             xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, dst, dyt, cu, choff, cseq, vp, dssp,

@@ -25,10 +25,10 @@ from .ssd_triton_common import _desc, _mm, _put, _sdesc, _sload, _tile
 @triton.jit
 def _dbc_chunk(
     k, s, g, nb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, dB_ptr, dC_ptr,
-    vp_ptr, H, P, N, HPG, n_rows, n_nb,
+    vp_ptr, dssp_ptr, H, P, N, HPG, n_rows, n_nb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g,
     Q: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    NS: tl.constexpr, PK: tl.constexpr, NPK: tl.constexpr,
+    NS: tl.constexpr, PK: tl.constexpr, NPK: tl.constexpr, SS: tl.constexpr,
 ):
     """dB and dC of chunk k (of sequence s) for group g, dstate columns nb * NB .. (see _bwd_dbc)."""
     LOG2E: tl.constexpr = 1.4426950408889634
@@ -68,6 +68,7 @@ def _dbc_chunk(
         dW = tl.zeros((QP, QP), dtype=tl.float32)   # dy x^T
         dyS = tl.zeros((QP, NB), dtype=tl.float32)  # dy S, S (p, n block) the state entering the chunk
         xdS = tl.zeros((QP, NB), dtype=tl.float32)  # x dS, dS the gradient of the state leaving it
+        ss = 0.0                                     # sum(dS * S) over this block of dstate columns
         for pk in tl.static_range(NPK):
             p0 = pk * PK
             xd = _desc(x_ptr + ts64 * s_x_t + h * s_x_h + p0, n_end, P - p0, s_x_t, QP, PK, TMA)
@@ -79,6 +80,10 @@ def _dbc_chunk(
             dW += _mm(dy, tl.trans(x), x, OPS)
             dyS += _mm(dy, S, x, OPS)
             xdS += _mm(x, dS, x, OPS)
+            if SS:
+                ss += tl.sum(tl.sum(S.to(tl.float32) * dS.to(tl.float32), axis=1), axis=0)
+        if SS:
+            tl.store(dssp_ptr + mat.to(tl.int64) * n_nb + nb, ss)
         dWm = tl.where(causal, dW, 0.0)
         dGs += dWm * dt[None, :] * Lm
         accC += ecs[:, None] * dyS
@@ -97,25 +102,27 @@ def _dbc_chunk(
 @triton.jit
 def _bwd_dbc(
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr, cseq_ptr, dB_ptr, dC_ptr,
-    vp_ptr, n_seq, H, P, N, HPG, n_rows, n_nb,
+    vp_ptr, dssp_ptr, n_seq, H, P, N, HPG, n_rows, n_nb,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g,
     Q: tl.constexpr, QP: tl.constexpr, PP: tl.constexpr, NB: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr,
-    NS: tl.constexpr, PK: tl.constexpr, NPK: tl.constexpr,
+    NS: tl.constexpr, PK: tl.constexpr, NPK: tl.constexpr, SS: tl.constexpr,
 ):
     """One program per (chunk row, group, block of NB dstate columns); rows past the last sequence's chunks
     do nothing. Chunk k (of all sequences' chunks, in order) belongs to sequence cseq[k] (n_seq: none). Also
     writes vp[token, h, nb], its block's share of exp(cs) rowsum(C * (dy S)) (a term of ddt, for _bwd_dx).
     Tiles are read through descriptors of the sequence's rows up to the chunk's end (zeros past it). The
-    products over the headdim take it in NPK blocks of PK columns (one block of PP: the padded headdim)."""
+    products over the headdim take it in NPK blocks of PK columns (one block of PP: the padded headdim). With SS
+    (the one-launch state gradient of ssd_triton_bwd_walk.py) also dssp[row, h, nb], its block's share of
+    sum(dS * S) per head."""
     k = tl.program_id(0)
     g = tl.program_id(1)
     nb = tl.program_id(2)
     s = tl.load(cseq_ptr + k)
     if s < n_seq:
         _dbc_chunk(k, s, g, nb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr,
-                   dB_ptr, dC_ptr, vp_ptr, H, P, N, HPG, n_rows, n_nb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
+                   dB_ptr, dC_ptr, vp_ptr, dssp_ptr, H, P, N, HPG, n_rows, n_nb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
                    s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g, Q, QP, PP, NB, OPS, TMA, NS,
-                   PK, NPK)
+                   PK, NPK, SS)
 
 
 @triton.jit
