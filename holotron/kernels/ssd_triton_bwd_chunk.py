@@ -120,9 +120,9 @@ def _bwd_dbc(
     s = tl.load(cseq_ptr + k)
     if s < n_seq:
         _dbc_chunk(k, s, g, nb, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, st_ptr, dst_ptr, dy_ptr, cu_ptr, choff_ptr,
-                   dB_ptr, dC_ptr, vp_ptr, dssp_ptr, H, P, N, HPG, n_rows, n_nb, s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
-                   s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g, Q, QP, PP, NB, OPS, TMA, NS,
-                   PK, NPK, SS)
+                   dB_ptr, dC_ptr, vp_ptr, dssp_ptr, H, P, N, HPG, n_rows, n_nb, s_x_t, s_x_h, s_dt_t, s_dt_h,
+                   s_b_t, s_b_g, s_c_t, s_c_g, s_dy_t, s_dy_h, s_db_t, s_db_g, s_dc_t, s_dc_g, Q, QP, PP, NB, OPS,
+                   TMA, NS, PK, NPK, SS)
 
 
 @triton.jit
