@@ -159,7 +159,8 @@ def _scan_seq(
 #              compute capability >= 9, True = also elsewhere (the interpreter), False = never
 #   num_warps, num_stages (software pipelining of the chunk loop), maxnreg (registers per thread cap)
 #   FLAT       headdim blocks of BLOCK_P columns laid across a group's heads end to end (ssd_triton_flat.py:
-#              no padded columns at P = 80; a product per head a block touches for the intra-chunk part)
+#              no padded columns at P = 80; a product per head a block touches for the intra-chunk part;
+#              measured slower than the per-head layout on an H200 at every setting tried: off)
 SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None, FLAT=False)
 
 # The compiled kernel of the last launch (``LAST_KERNEL["scan"]``): the benchmark reads its registers,
