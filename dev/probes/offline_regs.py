@@ -7,6 +7,7 @@ GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the 
     python dev/probes/offline_regs.py dbc [KEY=VALUE ...]      # the backward's dB / dC kernel (_bwd_dbc)
     python dev/probes/offline_regs.py dstates [KEY=VALUE ...]  # the chunks' own state-gradient terms
     python dev/probes/offline_regs.py state [KEY=VALUE ...]    # the state-gradient pass (_bwd_spass)
+    python dev/probes/offline_regs.py walk [KEY=VALUE ...]     # the state gradient as one walk (BWD_CONFIG WALK)
 """
 
 from __future__ import annotations
@@ -94,12 +95,14 @@ def bwd_info(kernel="seq", **over):
     or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
 
-    fn = dict(dbc=bw._bwd_dbc, dx=bw._bwd_dx, dstates=bw._bwd_dstates, state=bw._bwd_spass)[kernel]
+    from holotron.kernels import ssd_triton_bwd_walk as wk
+
+    fn = dict(dbc=bw._bwd_dbc, dx=bw._bwd_dx, dstates=bw._bwd_dstates, state=bw._bwd_spass, walk=wk._bwd_dswalk)[kernel]
     bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr", "dB_ptr", "dC_ptr", "u_ptr"}
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, Q=64, QP=64, PP=128, NP=128,
-                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024, HPP=1, NPB=1, PK=128, NPK=1)
+                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024, HPP=1, NPB=1, PK=128, NPK=1, SS=False)
     warps = over.pop("num_warps", 4)
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)
@@ -141,7 +144,7 @@ if __name__ == "__main__":
     over = {k: _val(v) for k, v in (a.split("=", 1) for a in sys.argv[2:])}
     if what in ("scan", "flat"):
         print(scan_info(what == "flat", **over))
-    elif what in ("dx", "dbc", "dstates", "state"):
+    elif what in ("dx", "dbc", "dstates", "state", "walk"):
         print(bwd_info(what, **over))
     else:
-        raise SystemExit(f"unknown kernel {what!r}: scan, dx, dbc, dstates or state")
+        raise SystemExit(f"unknown kernel {what!r}: scan, dx, dbc, dstates, state or walk")
