@@ -94,7 +94,6 @@ def bwd_info(kernel="seq", **over):
     below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the inputs)
     or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
-
     from holotron.kernels import ssd_triton_bwd_walk as wk
 
     fn = dict(dbc=bw._bwd_dbc, dx=bw._bwd_dx, dstates=bw._bwd_dstates, state=bw._bwd_spass, walk=wk._bwd_dswalk)[kernel]
