@@ -96,7 +96,8 @@ def bwd_info(kernel="seq", **over):
     from holotron.kernels import ssd_triton_backward as bw
     from holotron.kernels import ssd_triton_bwd_walk as wk
 
-    fn = dict(dbc=bw._bwd_dbc, dx=bw._bwd_dx, dstates=bw._bwd_dstates, state=bw._bwd_spass, walk=wk._bwd_dswalk)[kernel]
+    fn = dict(dbc=bw._bwd_dbc, dx=bw._bwd_dx, dstates=bw._bwd_dstates, state=bw._bwd_spass,
+              walk=wk._bwd_dswalk)[kernel]
     bf16 = {"x_ptr", "B_ptr", "C_ptr", "dy_ptr", "st_ptr", "dst_ptr", "dx_ptr", "dB_ptr", "dC_ptr", "u_ptr"}
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
