@@ -102,7 +102,8 @@ def bwd_info(kernel="seq", **over):
     i32 = {"cu_ptr", "choff_ptr", "cseq_ptr"}
     ints = dict(BWD_INTS)
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_DFINAL=False, HAS_INIT=True, Q=64, QP=64, PP=128, NP=128,
-                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024, HPP=1, NPB=1, PK=128, NPK=1, SS=False)
+                 BP=32, NB=64, OPS="half", NS=2, TMA=False, NNB=2, NBLK=16, BLK=1024, HPP=1, NPB=1, PK=128, NPK=1,
+                 SS=False)
     warps = over.pop("num_warps", 4)
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)
