@@ -89,7 +89,8 @@ from .ssd_triton_common import (
 # many columns (a power of two >= 16; None: one block of the headdim padded to a power of two, 128 for 80; blocks
 # of 32 or 16 spilled and measured 16-25% slower); WALK: the state gradient in one launch (ssd_triton_bwd_walk.py:
 # a reverse walk per (BLOCK_W headdim columns, head, sequence) computing each chunk's term on chip, warps_walk
-# warps) instead of the chunk-parallel term and the entry-by-entry pass (None / False; not yet timed).
+# warps) instead of the chunk-parallel term and the entry-by-entry pass (None / False: on an H200 the walk was
+# a little faster than the two launches, but the dB / dC kernel taking sum(dS * S) slower: no gain overall).
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
                   stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None,
                   WALK=None, BLOCK_W=None, warps_walk=None)
