@@ -6,9 +6,6 @@ answer's positions, on the image tokens of the element asked for. Its generation
 
     "click_pointer": {"layer": 8, "heads": 2}       # backbone.layers[8], query heads 0 and 1 (the bundled model)
 
-and optionally ``"pool": k``: each image token is then scored with the attention on the tokens within k cells of
-it on both axes (an element covers several tokens), and the best-scored token's cell is the one written in.
-
 With single-token coordinates (the word tokenizer's one token per value 0..1000, holotron/tokenizer.py), decoding
 can use that pointer (``PointerConstraint``, the ``constrain`` of ``generation.stream``): when the greedy next
 token is a coordinate, the pointer heads' attention at that position (softmax per head over the visible
@@ -36,9 +33,8 @@ __all__ = ["ClickPointer", "pointer_of", "head_scores", "PointerConstraint", "co
 
 @dataclass(frozen=True)
 class ClickPointer:
-    layer: int     # index into the language model's backbone.layers: an attention layer
-    heads: int     # its first ``heads`` query heads
-    pool: int = 0  # cells around a token whose attention counts toward it (0: the most-attended token alone)
+    layer: int   # index into the language model's backbone.layers: an attention layer
+    heads: int   # its first ``heads`` query heads
 
 
 def pointer_of(model) -> ClickPointer | None:
@@ -51,17 +47,16 @@ def pointer_of(model) -> ClickPointer | None:
         return None
     lm = getattr(model, "language_model", model)
     layers = lm.backbone.layers
-    ok = (isinstance(spec, dict) and {"layer", "heads"} <= set(spec) <= {"layer", "heads", "pool"}
+    ok = (isinstance(spec, dict) and set(spec) == {"layer", "heads"}
           and all(isinstance(spec[k], int) and not isinstance(spec[k], bool) for k in spec))
     if ok:
-        layer, heads, pool = spec["layer"], spec["heads"], spec.get("pool", 0)
+        layer, heads = spec["layer"], spec["heads"]
         ok = (1 <= layer < len(layers) and layers[layer].kind == "attention"
-              and 1 <= heads <= layers[layer].mixer.n_heads and 0 <= pool <= 4)
+              and 1 <= heads <= layers[layer].mixer.n_heads)
     if not ok:
         raise ValueError(f"generation_config.json: click_pointer must be {{\"layer\": L, \"heads\": H}} naming an "
-                         f"attention layer (1 <= L < {len(layers)}) and 1 <= H <= its query heads, optionally "
-                         f"\"pool\": 0..4, got {spec!r}")
-    return ClickPointer(spec["layer"], spec["heads"], spec.get("pool", 0))
+                         f"attention layer (1 <= L < {len(layers)}) and 1 <= H <= its query heads, got {spec!r}")
+    return ClickPointer(spec["layer"], spec["heads"])
 
 
 def head_scores(block, h_q: torch.Tensor, k: torch.Tensor, heads: int) -> torch.Tensor:
@@ -95,7 +90,7 @@ class PointerConstraint:
         self.is_coord[self.coord_ids] = True
         cfg = model.config.vision
         image_id = model.config.image_token_id
-        self.slots, self.centres, self.cells, self.near = [], [], [], []
+        self.slots, self.centres, self.cells = [], [], []
         for b, size in enumerate(sizes):
             slots = (input_ids[b] == image_id).nonzero().squeeze(1)
             pos, cell = token_centres(size, cfg)
@@ -105,7 +100,6 @@ class PointerConstraint:
             self.slots.append(slots)
             self.centres.append(torch.from_numpy(pos).float())
             self.cells.append(torch.from_numpy(cell).float())
-            self.near.append(_near(self.centres[-1], self.cells[-1], pointer.pool) if pointer.pool else None)
         self.written = [0] * len(sizes)
         self._h = None
         self._hook = lm.backbone.layers[pointer.layer - 1].register_forward_hook(self._keep)
@@ -126,8 +120,6 @@ class PointerConstraint:
         for j, i in enumerate(todo):
             r = int(rows[i])
             p = probs[j, self.slots[r]]
-            if self.near[r] is not None:  # each token scored with the attention around it
-                p = self.near[r] @ p
             top = int(p.argmax())
             axis = self.written[r]
             c = 1000 * float(self.centres[r][top, axis])
@@ -151,14 +143,6 @@ class PointerConstraint:
         scores = head_scores(self.block, self._h[idx][:, None], k.transpose(1, 2), self.heads)[:, :, 0]
         scores = scores.masked_fill(~state.valid[idx, :n][:, None], float("-inf"))
         return torch.softmax(scores, -1).mean(1)
-
-
-def _near(centres: torch.Tensor, cells: torch.Tensor, pool: int) -> torch.Tensor:
-    """(n, n) 0 / 1: token j lies within ``pool`` cells of token i on both axes (cells of the larger of the two
-    tokens: a thumbnail's tokens are wider)."""
-    gap = (centres[:, None, :] - centres[None, :, :]).abs()
-    reach = pool * torch.maximum(cells[:, None, :], cells[None, :, :]) + 1e-6
-    return (gap <= reach).all(-1).float()
 
 
 def constraint_for(model, processor, input_ids: torch.Tensor, sizes: list[tuple[int, int]]

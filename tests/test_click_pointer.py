@@ -53,12 +53,8 @@ def test_pointer_of_reads_and_checks_the_models_declaration(model, tmp_path, mon
     assert pointer_of(model) is None
     monkeypatch.setattr(model, "generation_config", {"click_pointer": {"layer": 1, "heads": 2}})
     assert pointer_of(model) == ClickPointer(1, 2)
-    monkeypatch.setattr(model, "generation_config", {"click_pointer": {"layer": 1, "heads": 2, "pool": 1}})
-    assert pointer_of(model) == ClickPointer(1, 2, 1)
     for bad in ({"layer": 0, "heads": 1}, {"layer": 2, "heads": 1}, {"layer": 1, "heads": 5}, {"layer": 1},
-                {"layer": 1, "heads": True}, [1, 2], {"layer": 9, "heads": 1}, {"layer": 1, "heads": 2, "pool": 5},
-                {"layer": 1, "heads": 2, "pool": -1}, {"layer": 1, "heads": 2, "pool": True},
-                {"layer": 1, "heads": 2, "width": 1}):
+                {"layer": 1, "heads": True}, [1, 2], {"layer": 9, "heads": 1}):
         monkeypatch.setattr(model, "generation_config", {"click_pointer": bad})
         with pytest.raises(ValueError, match="click_pointer"):
             pointer_of(model)
@@ -66,24 +62,6 @@ def test_pointer_of_reads_and_checks_the_models_declaration(model, tmp_path, mon
     monkeypatch.setattr(model, "generation_config", {})
     save_checkpoint(model, tmp_path / "ck", tmp_path, click_pointer={"layer": 1, "heads": 2})
     assert pointer_of(holotron.load(tmp_path / "ck")) == ClickPointer(1, 2)
-
-
-def test_pooling_scores_each_token_with_the_attention_around_it():
-    """pool = k: a token's score is the attention on the tokens within k cells of it on both axes (a thumbnail's
-    wider cells reach further), so an element spread over several tokens outweighs one peaked distractor."""
-    from holotron.click_pointer import _near
-
-    xs = (torch.arange(4) + 0.5) / 4
-    gy, gx = torch.meshgrid(xs, xs, indexing="ij")
-    centres = torch.cat([torch.stack([gx, gy], -1).reshape(-1, 2), torch.tensor([[0.5, 0.5]])])  # 4 x 4 + a thumbnail
-    cells = torch.cat([torch.full((16, 2), 0.25), torch.ones(1, 2)])
-    near = _near(centres, cells, 1)
-    assert torch.equal(near, near.T) and near[5, :16].sum() == 9 and near[0, :16].sum() == 4 and near[16].sum() == 17
-    assert _near(centres, cells, 2)[0, :16].sum() == 9
-    p = torch.zeros(17)
-    p[15] = 0.3                       # a peaked distractor in a corner
-    p[[5, 6, 9, 10]] = 0.15           # an element over four tokens
-    assert int(p.argmax()) == 15 and int((near @ p)[:16].argmax()) in (5, 6, 9, 10)
 
 
 def _prompt(model, pad: int = 0):
@@ -110,19 +88,14 @@ def _reference_cell(model, ptr, ids, mask, pixels, t, axis):
     p = torch.softmax(sc, -1).mean(0)
     img = (ids[: t + 1] == model.config.image_token_id).nonzero().squeeze(1)
     pos, cell = token_centres((128, 64), model.config.vision)
-    score = p[img]
-    if ptr.pool:
-        from holotron.click_pointer import _near
-
-        score = _near(torch.from_numpy(pos).float(), torch.from_numpy(cell).float(), ptr.pool) @ score
-    top = int(score.argmax())
+    top = int(p[img].argmax())
     c, half = 1000 * pos[top, axis], 500 * cell[top, axis]
     return max(0, math.floor(c - half)), min(1000, math.ceil(c + half))
 
 
-@pytest.mark.parametrize("pad,pool", [(0, 0), (2, 0), (2, 1)])
-def test_the_constraint_writes_each_coordinate_in_the_cell_the_training_attention_points_at(model, pad, pool):
-    ptr = ClickPointer(1, 2, pool)
+@pytest.mark.parametrize("pad", [0, 2])
+def test_the_constraint_writes_each_coordinate_in_the_cell_the_training_attention_points_at(model, pad):
+    ptr = ClickPointer(1, 2)
     ids, mask, pixels = _prompt(model, pad)
     bias = torch.zeros(2100)
     bias[COORDS] = 50.0  # a model whose greedy next tokens are coordinates: the constraint's case
