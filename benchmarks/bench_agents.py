@@ -489,6 +489,13 @@ def _names(allowed):
     return parse
 
 
+def _gib(s: str) -> float:
+    v = float(s)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"expected GiB >= 0, got {s!r}")
+    return v
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -501,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                     help="the Mamba state's dtype (16-bit drift against fp32: docs/benchmarks.md, 16-bit Mamba state)")
-    ap.add_argument("--margin-gib", type=float, default=10.0,
+    ap.add_argument("--margin-gib", type=_gib, default=10.0,
                     help="GPU memory kept free beside the rows (graphs, vision batches, prefill activations); "
                          "more when a twelve-tile run fills the GPU")
     ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -51,3 +52,10 @@ def test_small_agent_run_with_an_fp8_kv_cache_records_it_and_counts_its_bytes(tm
     n_attn = cfg.layer_kinds.count("attention")
     # FP8: head_dim codes and one fp32 scale per KV head and slot, for keys and values
     assert r["state_kv_bytes_per_row"] == n_attn * 2 * cfg.num_key_value_heads * (cfg.head_dim + 4) * r["max_len"]
+
+
+@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--margin-gib", "nan"], ["--cases", "two-tile"]])
+def test_bad_flags_are_one_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_agents.main(["--small", *bad])
+    assert e.value.code == 2 and bad[1] in capsys.readouterr().err

@@ -418,6 +418,15 @@ def test_bwd_config_bad_pk(monkeypatch):
         check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
 
 
+def test_bwd_config_bad_walk_block(monkeypatch):
+    from holotron.kernels import ssd_triton_backward
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "WALK", True)
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "BLOCK_W", 24)
+    with pytest.raises(ValueError, match=r"BLOCK_W.*power of two >= 16, got 24"):
+        check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
+
+
 def test_bwd_config_bad_heads(monkeypatch):
     """HEADS must divide the heads per group (here 2): a clear error naming the setting."""
     from holotron.kernels import ssd_triton_backward
