@@ -27,6 +27,7 @@ import importlib.util
 import logging
 import math
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -83,11 +84,11 @@ def _dims(dims) -> str:
     return ", ".join(str(s) for s in dims)
 
 
-def _expect(cond: bool, msg) -> None:
+def _expect(cond: bool, msg: Callable[[], str]) -> None:
     """Raises ValueError(msg()) unless cond: the message (shapes, dtypes) is formatted only on failure,
     since the checks run on every call of the kernels (52 scans or steps per forward of the 12B model)."""
     if not cond:
-        raise ValueError(msg() if callable(msg) else msg)
+        raise ValueError(msg())
 
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

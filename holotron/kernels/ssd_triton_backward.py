@@ -37,6 +37,9 @@ needs no product. Four launches, all chunk-parallel but one elementwise pass:
   over the headdim: dy x^T, x . R are, and the two whole terms above are added by block 0) and of dD;
   PyTorch adds the shares.
 
+With ``BWD_CONFIG["WALK"]`` the first two are one launch, a reverse walk per headdim block, head and sequence
+(ssd_triton_bwd_walk.py); off: measured no faster on an H200 (docs/benchmarks.md).
+
 A reverse walk that does every product of a chunk with dS^T on chip (the forward's shape) measured slower on
 an H200 (docs/benchmarks.md): the chunks' independent products then run one after another.
 
@@ -95,7 +98,8 @@ BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_d
                   stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None,
                   WALK=None, BLOCK_W=None, warps_walk=None)
 
-# The compiled kernels of the last launch ("dstates", "state", "dbc", "dx"), for the benchmark's register counts.
+# The compiled kernels of the last backward ("dstates" and "state", or "walk"; "dbc", "dx"), for the benchmark's
+# register counts.
 LAST_KERNEL = {}
 
 
@@ -271,6 +275,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
                and _tma_ok(st.element_size(), [st, dst], [n, p * n, bn]))
     if tma:
         _ensure_allocator()
+    LAST_KERNEL.clear()
     LAST_KERNEL["tma"] = bool(tma)
     dinit = empty(n_seq, h, p, n, dtype=torch.float32, device=dev) if has_init else None
     n_pb, n_nb = triton.cdiv(p, bp), triton.cdiv(n, bn)
