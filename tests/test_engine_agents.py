@@ -59,3 +59,34 @@ def test_bad_flags_are_one_usage_error(bad, capsys):
     with pytest.raises(SystemExit) as e:
         bench_agents.main(["--small", *bad])
     assert e.value.code == 2 and bad[1] in capsys.readouterr().err
+
+
+def test_step_alone_is_timed_with_its_rows_active_and_leaves_the_engine_as_it_was(monkeypatch):
+    # after a run every turn is done and every row inactive; an inactive row skips its Mamba state stores, so
+    # timing the step on those rows timed less than a step of the run does
+    import torch
+    from tiny_lm import tiny_lm
+
+    from holotron.engine import Engine
+    from holotron.state import MambaState
+
+    eng = Engine(tiny_lm(), max_batch=4, max_len=64)
+    reqs = [eng.submit(torch.arange(3, 3 + 5 + i), max_new_tokens=3) for i in range(3)]
+    eng.run()
+    assert all(r.done for r in reqs) and int(eng.active.sum()) == 0
+    mamba = next(st for st in eng.state.layers if isinstance(st, MambaState))
+    before = {k: t.clone() for k, t in (("active", eng.active), ("tokens", eng.tokens), ("lengths", eng.state.lengths))}
+    seen = []
+
+    def once(fn, warmup, reps, device):
+        ssm = mamba.ssm.clone()
+        seen.append(eng.active.tolist())
+        fn()
+        seen.append(bool((mamba.ssm[:2] != ssm[:2]).any()))   # the timed step wrote the rows' states
+        return [1.0]
+
+    monkeypatch.setattr(bench_agents, "times_ms", once)
+    assert bench_agents.step_ms(eng, 2, 1) == 1.0
+    assert seen == [[1, 1, 0, 0], True]
+    assert torch.equal(eng.active, before["active"]) and torch.equal(eng.tokens, before["tokens"])
+    assert torch.equal(eng.state.lengths, before["lengths"])
