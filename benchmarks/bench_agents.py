@@ -206,11 +206,16 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     # warm-up: one turn alone, then turns of min(N, 4) sessions together, the second turn of each too
     # (Triton JIT of the scan's launch settings for one and for several sequences, vision, cuBLAS), and the
     # prefill graphs of whole turns at every bucket of rows (what a server captures at startup); the
-    # counters are reset after it (graphs the run still meets are captured in it: chunk_captures, capture_s)
+    # counters are reset after it (graphs the run still meets are captured in it: chunk_captures,
+    # mixed_captures, capture_s)
     t = time.perf_counter()
     turn_len = sorted({len(p[0]) + 1 for a in plan for p in a})
     eng.capture_chunks([(b, tl) for b in row_buckets(min(n, rows)) for tl in (turn_len[0], turn_len[-1])])
     eng.capture_vision(row_buckets(min(eng.vision_tiles, n * tiles)))
+    # a mixed engine: the passes of the shapes met most (many rows decoding, a few turns admitted a step)
+    live = min(n, rows)
+    eng.capture_mixed([(nb, b, tl) for nb in eng.batch_sizes if live // 2 <= nb <= live for b in (1, 2, 3, 4)
+                       for tl in (turn_len[0], turn_len[-1])])
     for k in (1, min(n, 4)):
         ss = [eng.session() for _ in range(k)]
         for turn in range(min(2, len(plan[0]))):

@@ -12,6 +12,8 @@
 #   bash dev/probes/agents_gpu.sh fp8       # GPU tests of the FP8 KV cache; serving and 100 one-tile agents with it
 #   bash dev/probes/agents_gpu.sh twelve256 # twelve-tile, FP8 KV + bf16 Mamba state: hybrid at 256 agents (one call)
 #   bash dev/probes/agents_gpu.sh twelveatt # twelve-tile, FP8 KV + bf16 state: attention at 32 and 100 agents
+#   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
+#                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -101,4 +103,26 @@ if [ "$phase" = twelveatt ]; then
   timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models attention,hybrid \
     --kv-dtype fp8 --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/tatt" 2>&1 | tail -6
   cp "$OUT/tatt/bench_agents.json" "$OUT/agents-twelve-fp8.json"; rm -rf "$OUT/tatt"
+fi
+if [ "$phase" = ab ]; then
+  timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py 2>&1 | tail -3
+  i=0
+  for cfg in "off 8192 float32 0" "on 8192 float32 0" "on 1024 float32 0" "off 8192 bfloat16 0" \
+             "on 1024 bfloat16 0" "off 8192 float32 4096"; do
+    set -- $cfg; i=$((i + 1))
+    timeout 85 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --mixed $1 \
+      --prefill-tokens $2 --ssm-dtype $3 --prefill-min-tokens $4 --budget 78 --no-plot --out "$OUT/x" > /dev/null 2>&1
+    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-min$4.json" 2>/dev/null; rm -rf "$OUT/x"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+print("config | status | total tok/s | output | decode s | prefill s | mixed s | admit s | wall | eff | graph frac | turns")
+for f in sorted(glob.glob(sys.argv[1] + "/ab*.json")):
+    for r in json.load(open(f))["rows"]:
+        g = lambda k: r.get(k, float("nan"))
+        print(f.split("/")[-1][:-5], r.get("status"), f"{g('total_tokens_per_s'):.0f} {g('output_tokens_per_s'):.0f}",
+              f"{g('decode_s'):.1f} {g('prefill_s'):.1f} {g('mixed_s'):.1f} {g('admit_s'):.1f} {g('wall_s'):.1f}",
+              f"{g('decode_efficiency'):.3f} {g('graph_fraction'):.3f}", r.get("turns_completed"),
+              r.get("mixed_captures_in_run"), f"{g('capture_s_in_run'):.1f}")
+PY
 fi
