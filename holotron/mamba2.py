@@ -38,12 +38,13 @@ from .state import MambaState, Positions
 
 __all__ = ["Mamba2Mixer", "mamba_step", "neg_A"]
 
-# HOLOTRON_FUSED_PREFILL=1: a chunk of tokens in 16 bits on CUDA takes the conv as one Triton kernel
-# (kernels.conv_seq), dt's bias and softplus and the gate inside the scan, and the group norm as one kernel
-# (decode_ops.group_normed): fewer launches per Mamba layer. Off by default: measured eagerly on the H200 (conv,
-# gate and norm) it was 1-2% faster on 8,000-token chunks and slower on 16-token ones (host launch overhead,
-# docs/benchmarks.md); not yet measured in the engine's CUDA graphs, where the host's launches cost nothing.
-FUSED_PREFILL = os.environ.get("HOLOTRON_FUSED_PREFILL", "0") not in ("", "0", "off", "false")
+# The fused prefill (HOLOTRON_FUSED_PREFILL=0 turns it off): a chunk of tokens in 16 bits on CUDA takes the conv
+# as one Triton kernel (kernels.conv_seq), dt's bias and softplus and the gate inside the scan, and the group norm
+# as one kernel (decode_ops.group_normed): fewer kernels per Mamba layer. On by default since it was timed in the
+# engine's CUDA graphs on the H200 (2026-12-05, docs/benchmarks.md "Agents at concurrency, second run"): 100
+# one-tile agents 9,664 against 8,565 total tok/s, their prefill 13.4 against 17.9 s; eagerly (no graphs) it was
+# 1-2% faster on 8,000-token chunks and slower on 16-token ones, where the host's launches dominate.
+FUSED_PREFILL = os.environ.get("HOLOTRON_FUSED_PREFILL", "1") not in ("", "0", "off", "false")
 
 # id(A_log) -> (a weak reference to that very tensor, its (storage, device, version), -exp(A_log));
 # an entry leaves with its tensor (the weakref's callback), so a later tensor reusing the id never hits it
