@@ -284,11 +284,13 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     mem = eng.memory()
     st = dict(eng.stats)
     prefilled = eng.prefill_tokens_done
+    # the turns that finished, counted before the sessions close: closing one cancels its turn in flight, which
+    # marks that turn done too (a cut run's count and latencies included those before)
+    finished = [r for r in reqs if r.done and r.error is None]
     for q in sessions:
         eng.close(q)
     note = eng.note
 
-    finished = [r for r in reqs if r.done and r.error is None]
     started = [r for r in reqs if r.t_first is not None]
     prompt = sum(r.input_ids.numel() for r in started)
     out_tok = sum(len(r.tokens) for r in reqs)

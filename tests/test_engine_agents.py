@@ -90,3 +90,22 @@ def test_step_alone_is_timed_with_its_rows_active_and_leaves_the_engine_as_it_wa
     assert seen == [[1, 1, 0, 0], True]
     assert torch.equal(eng.active, before["active"]) and torch.equal(eng.tokens, before["tokens"])
     assert torch.equal(eng.state.lengths, before["lengths"])
+
+
+def test_a_run_cut_by_its_deadline_counts_only_the_turns_that_finished():
+    # the deadline has passed when the loop starts: every agent's first turn is submitted, none runs; closing the
+    # sessions afterwards cancels those turns, which must not count them as completed
+    import argparse
+
+    import torch
+
+    text, vision = bench_agents.configs(True)["hybrid"]
+    model = bench_agents.build_vl(text, vision, torch.device("cpu"), torch.float32)
+    plan = bench_agents.make_plan(3, 2, model.config.tokens_per_tile, (8, 16), (6, 10), text.vocab_size)
+    max_len = -(-(max(bench_agents.history(a) for a in plan) + 64) // 256) * 256
+    args = argparse.Namespace(small=True, prefill_tokens=64, phase_timing="on", ssm_dtype=torch.float32,
+                              kv_dtype=None, overlap="auto", mixed="auto", prefill_graphs="auto",
+                              step_prompt_max=None, prefill_min_tokens=0)
+    r = bench_agents.run_agents(model, plan, 1, 2, max_len, args, deadline=0.0)
+    assert r["status"] == "cut (time)" and r["turns_expected"] == 6
+    assert r["turns_completed"] == 0 and r["output_tokens"] == 0 and not r["all_turns_completed"]
