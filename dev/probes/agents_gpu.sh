@@ -12,6 +12,7 @@
 #   bash dev/probes/agents_gpu.sh fp8       # GPU tests of the FP8 KV cache; serving and 100 one-tile agents with it
 #   bash dev/probes/agents_gpu.sh twelve256 # twelve-tile, FP8 KV + bf16 Mamba state: hybrid at 256 agents (one call)
 #   bash dev/probes/agents_gpu.sh twelveatt # twelve-tile, FP8 KV + bf16 state: attention at 32 and 100 agents
+#   bash dev/probes/agents_gpu.sh twelve100 # twelve-tile, FP8 KV + bf16 state: hybrid at 100 agents (the 256 run's settings)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 set -u
@@ -98,6 +99,11 @@ if [ "$phase" = twelve256 ]; then
   timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 256 --models hybrid --kv-dtype fp8 \
     --ssm-dtype bfloat16 --margin-gib 24 --budget 570 --no-plot --out "$OUT/t256" 2>&1 | tail -5
   cp "$OUT/t256/bench_agents.json" "$OUT/agents-twelve-256-fp8.json"; rm -rf "$OUT/t256"
+fi
+if [ "$phase" = twelve100 ]; then
+  timeout 400 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models hybrid --kv-dtype fp8 \
+    --ssm-dtype bfloat16 --margin-gib 24 --budget 390 --no-plot --out "$OUT/t100" 2>&1 | tail -5
+  cp "$OUT/t100/bench_agents.json" "$OUT/agents-twelve-100-fp8-bf16.json"; rm -rf "$OUT/t100"
 fi
 if [ "$phase" = twelveatt ]; then
   timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models attention,hybrid \
