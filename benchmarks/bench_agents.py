@@ -493,7 +493,36 @@ def table(res: dict) -> None:
 
 
 def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x]
+    """A comma-separated list of concurrencies, each >= 1."""
+    try:
+        out = [int(x) for x in s.split(",") if x]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of integers >= 1, got {s!r}")
+    return out
+
+
+def _at_least(lo: int):
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            v = lo - 1
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {s!r}")
+        return v
+    return parse
+
+
+def _seconds(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {s!r}")
+    return v
 
 
 def _names(allowed):
@@ -519,9 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="tiny configs, N 1,2,4, 2 turns (smoke test, any device)")
     ap.add_argument("--cases", type=_names(list(CASES)), default=list(CASES), help="one-tile,twelve-tile")
     ap.add_argument("--agents", type=_ints, default=None, help="concurrencies (default 1,8,32,64,100,128,256)")
-    ap.add_argument("--turns", type=int, default=None, help="turns per agent (default 8; 2 with --small)")
+    ap.add_argument("--turns", type=_at_least(1), default=None, help="turns per agent (default 8; 2 with --small)")
     ap.add_argument("--models", type=_names(["hybrid", "attention"]), default=["hybrid", "attention"])
-    ap.add_argument("--budget", type=float, default=540.0, help="seconds; configurations near it are skipped")
+    ap.add_argument("--budget", type=_seconds, default=540.0, help="seconds; configurations near it are skipped")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and the PNG")
     ap.add_argument("--ssm-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                     help="the Mamba state's dtype (16-bit drift against fp32: docs/benchmarks.md, 16-bit Mamba state)")
@@ -542,13 +571,13 @@ def main(argv: list[str] | None = None) -> int:
                          "the engine's default, off)")
     ap.add_argument("--prefill-graphs", choices=["auto", "on", "off"], default="auto",
                     help="prefill chunks as CUDA graphs per (rows, tokens) bucket (auto: the engine's default, on)")
-    ap.add_argument("--prefill-min-tokens", type=int, default=0,
+    ap.add_argument("--prefill-min-tokens", type=_at_least(0), default=0,
                     help="while rows decode, wait (at most 8 steps) until this many prompt tokens can share a chunk")
-    ap.add_argument("--step-prompt-max", type=int, default=None,
+    ap.add_argument("--step-prompt-max", type=_at_least(0), default=None,
                     help="text-only turns up to this many tokens read through decode steps (0: off; default: the "
                          "engine's, 32, or 0 with mixed passes)")
-    ap.add_argument("--prefill-tokens", type=int, default=8192, help="the engine's prefill chunk (tokens)")
-    ap.add_argument("--max-rows", type=int, default=None,
+    ap.add_argument("--prefill-tokens", type=_at_least(1), default=8192, help="the engine's prefill chunk (tokens)")
+    ap.add_argument("--max-rows", type=_at_least(1), default=None,
                     help="at most this many engine rows (default: N, or as many as fit); the other sessions wait")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", action="store_true", help="the PNG (drawn anyway when matplotlib is importable)")

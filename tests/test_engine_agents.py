@@ -54,7 +54,10 @@ def test_small_agent_run_with_an_fp8_kv_cache_records_it_and_counts_its_bytes(tm
     assert r["state_kv_bytes_per_row"] == n_attn * 2 * cfg.num_key_value_heads * (cfg.head_dim + 4) * r["max_len"]
 
 
-@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--margin-gib", "nan"], ["--cases", "two-tile"]])
+@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--margin-gib", "nan"], ["--cases", "two-tile"],
+                                 ["--agents", "0"], ["--agents", "4,x"], ["--turns", "0"], ["--budget", "-3"],
+                                 ["--prefill-tokens", "0"], ["--prefill-min-tokens", "-5"], ["--max-rows", "0"],
+                                 ["--step-prompt-max", "-1"]])
 def test_bad_flags_are_one_usage_error(bad, capsys):
     with pytest.raises(SystemExit) as e:
         bench_agents.main(["--small", *bad])
