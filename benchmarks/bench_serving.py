@@ -611,10 +611,28 @@ def table(res: dict) -> None:
 # ----------------------------------------------------------------------------- main
 
 
-def main() -> int:
+def _checked(ok, what: str):
+    """An argparse type that keeps the flag's text once ``ok(text)`` holds, else one usage error naming ``what``."""
+    def parse(s: str) -> str:
+        try:
+            good = ok(s)
+        except ValueError:
+            good = False
+        if not good:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {s!r}")
+        return s
+    return parse
+
+
+def _budget(s: str) -> float:
+    _checked(lambda v: 0 < float(v) < float("inf"), "seconds > 0")(s)
+    return float(s)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", action="store_true", help="tiny configs (smoke test on any device)")
-    ap.add_argument("--budget", type=float, default=210.0, help="seconds; later sections are skipped near it")
+    ap.add_argument("--budget", type=_budget, default=210.0, help="seconds; later sections are skipped near it")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--decode-only", action="store_true",
                     help="only the decode sweeps at batch 1, 8, 64, 128: the plain and the fused step, fp32 / bf16 / "
@@ -627,11 +645,17 @@ def main() -> int:
     ap.add_argument("--fused", choices=["on", "off", "both"], default="both",
                     help="with --decode-only: the fused decode ops (holotron/decode_ops.py) on, off, or both")
     ap.add_argument("--compile", action="store_true", help="with --decode-only: also the torch.compiled step")
-    ap.add_argument("--batches", default="1,8,64,128", help="with --decode-only: the batch sizes")
-    ap.add_argument("--states", default="fp32,bf16,fp16", help="with --decode-only: the Mamba state dtypes")
+    ap.add_argument("--batches", default="1,8,64,128",
+                    type=_checked(lambda v: v and min(int(x) for x in v.split(",")) >= 1,
+                                  "a comma-separated list of integers >= 1"),
+                    help="with --decode-only: the batch sizes")
+    ap.add_argument("--states", default="fp32,bf16,fp16",
+                    type=_checked(lambda v: v and set(v.split(",")) <= {"fp32", "bf16", "fp16"},
+                                  "a comma-separated subset of fp32,bf16,fp16"),
+                    help="with --decode-only: the Mamba state dtypes")
     ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",
                     help="the engines' attention KV cache: auto = the model's dtype, fp8 = e4m3 with a scale per slot")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     global KV_DTYPE
     KV_DTYPE = torch.float8_e4m3fn if args.kv_dtype == "fp8" else None
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")

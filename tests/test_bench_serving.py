@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
 
@@ -26,3 +27,11 @@ def test_serving_repeats_report_the_median_run_of_the_same_workload():
     assert out["tokens_per_s"] == runs[1] and out["warmup_run_s"] is None
     assert out["all_done"] and out["new_tokens"] >= 6 * 16   # 16..64 new tokens a request
     assert out["tokens_per_s"] == out["new_tokens"] / out["seconds"]
+
+
+@pytest.mark.parametrize("bad", [["--budget", "-1"], ["--budget", "inf"], ["--batches", "0"], ["--batches", "8,x"],
+                                 ["--batches", ""], ["--states", "fp64"], ["--states", "fp32,"]])
+def test_bad_flags_are_one_usage_error(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_serving.main(["--small", "--decode-only", *bad])
+    assert e.value.code == 2 and repr(bad[1]) in capsys.readouterr().err
