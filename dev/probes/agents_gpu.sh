@@ -13,6 +13,8 @@
 #   bash dev/probes/agents_gpu.sh twelve256 # twelve-tile, FP8 KV + bf16 Mamba state: hybrid at 256 agents (one call)
 #   bash dev/probes/agents_gpu.sh twelveatt # twelve-tile, FP8 KV + bf16 state: attention at 32 and 100 agents
 #   bash dev/probes/agents_gpu.sh twelve100 # twelve-tile, FP8 KV + bf16 state: hybrid at 100 agents (the 256 run's settings)
+#   bash dev/probes/agents_gpu.sh profile   # one mixed pass (100 decode rows + 2 x 320 tokens) by kernel kind, bf16 / fp32
+#                                           # state, then the 4 x 160 shape
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 set -u
@@ -104,6 +106,13 @@ if [ "$phase" = twelve100 ]; then
   timeout 400 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models hybrid --kv-dtype fp8 \
     --ssm-dtype bfloat16 --margin-gib 24 --budget 390 --no-plot --out "$OUT/t100" 2>&1 | tail -5
   cp "$OUT/t100/bench_agents.json" "$OUT/agents-twelve-100-fp8-bf16.json"; rm -rf "$OUT/t100"
+fi
+if [ "$phase" = profile ]; then
+  for cfg in "bfloat16 2 320" "float32 2 320" "bfloat16 4 160"; do
+    set -- $cfg
+    timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype $1 --chunk $2 --tokens $3 --out "$OUT/p" 2>&1 | tail -24
+    cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-$1-$2x$3.json"; rm -rf "$OUT/p"
+  done
 fi
 if [ "$phase" = twelveatt ]; then
   timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models attention,hybrid \
