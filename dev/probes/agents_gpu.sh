@@ -15,6 +15,8 @@
 #   bash dev/probes/agents_gpu.sh twelve100 # twelve-tile, FP8 KV + bf16 state: hybrid at 100 agents (the 256 run's settings)
 #   bash dev/probes/agents_gpu.sh profile   # one mixed pass (100 decode rows + 2 x 320 tokens) by kernel kind, bf16 / fp32
 #                                           # state, then the 4 x 160 shape
+#   bash dev/probes/agents_gpu.sh curve     # one-tile turns at 1..256 agents, both models, bf16 state (H Company's
+#                                           # figure: tok/s against concurrency), the PNG comes back
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 set -u
@@ -113,6 +115,12 @@ if [ "$phase" = profile ]; then
     timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype $1 --chunk $2 --tokens $3 --out "$OUT/p" 2>&1 | tail -24
     cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-$1-$2x$3.json"; rm -rf "$OUT/p"
   done
+fi
+if [ "$phase" = curve ]; then
+  timeout 590 python3 benchmarks/bench_agents.py --cases one-tile --agents 1,8,32,64,100,128,256 \
+    --models hybrid,attention --ssm-dtype bfloat16 --budget 575 --plot --out "$OUT/c" 2>&1 | tail -18
+  cp "$OUT/c/bench_agents.json" "$OUT/agents-curve-onetile.json"; cp "$OUT/c/agents_throughput.png" "$OUT/" 2>/dev/null
+  rm -rf "$OUT/c"
 fi
 if [ "$phase" = twelveatt ]; then
   timeout 580 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 32,100 --models attention,hybrid \
