@@ -42,7 +42,7 @@ if [ "$phase" = graphs ]; then
   timeout 150 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py tests/test_attn_chunk.py \
     2>&1 | tail -4
   timeout 170 python3 dev/probes/pass_cost.py --out "$OUT" 2>&1 | grep -E "graph|static|1x320|3x320|n=100 " | head -30
-  timeout 150 python3 benchmarks/bench_serving.py --serving-only --out "$OUT/serving" > "$OUT/serving.log" 2>&1
+  timeout 300 python3 benchmarks/bench_serving.py --serving-only --out "$OUT/serving" > "$OUT/serving.log" 2>&1
   grep -E '"(tokens_per_s|steps|seconds|mixed|prefill_graphs)"' "$OUT/serving.log"
   cp "$OUT/serving/bench_serving.json" "$OUT/serving.json"
   timeout 220 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid,attention \
@@ -93,7 +93,7 @@ fi
 if [ "$phase" = fp8 ]; then
   timeout 200 python3 -m pytest -q -m gpu tests/test_engine_fp8kv.py tests/test_attn_chunk.py tests/test_decode_ops.py \
     2>&1 | tail -4
-  timeout 150 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 --out "$OUT/s8" > "$OUT/serving-fp8.log" 2>&1
+  timeout 300 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 --out "$OUT/s8" > "$OUT/serving-fp8.log" 2>&1
   grep -E '"(tokens_per_s|steps|kv_dtype)"' "$OUT/serving-fp8.log"; cp "$OUT/s8/bench_serving.json" "$OUT/serving-fp8.json"
   timeout 200 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --kv-dtype fp8 \
     --budget 190 --no-plot --out "$OUT/a8" 2>&1 | tail -3
