@@ -34,3 +34,22 @@ def times_ms(fn, warmup: int, reps: int, device) -> list[float]:
 def median_ms(fn, warmup: int, reps: int, device) -> float:
     """The median of ``times_ms``."""
     return statistics.median(times_ms(fn, warmup, reps, device))
+
+
+def captured(fn, device, after=None) -> torch.cuda.CUDAGraph:
+    """``fn`` captured in a CUDA graph, after two warm-up calls on a side stream as the decode engine does
+    (Triton compiles, cuBLAS picks its workspaces); ``after()`` runs after each warm-up call (e.g. to put back
+    the lengths a pass advanced)."""
+    device = torch.device(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+            if after is not None:
+                after()
+    torch.cuda.current_stream(device).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g

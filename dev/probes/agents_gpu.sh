@@ -140,7 +140,8 @@ if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-pre
   done
   python3 - "$OUT" <<'PY'
 import glob, json, sys
-print("config | status | total tok/s | output | decode s | prefill s | mixed s | admit s | wall | eff | graph frac | turns")
+print("config | status | total tok/s | output | decode s | prefill s | mixed s | admit s | wall | eff | graph frac | turns"
+      " | mixed captures | capture s")
 for f in sorted(glob.glob(sys.argv[1] + "/ab*.json")):
     for r in json.load(open(f))["rows"]:
         g = lambda k: r.get(k, float("nan"))

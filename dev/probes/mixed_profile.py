@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -27,7 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 from bench_serving import SMALL, build  # noqa: E402
-from timing import times_ms  # noqa: E402
+from timing import captured, median_ms  # noqa: E402
 
 from holotron import mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
@@ -85,28 +84,14 @@ def main() -> int:
         "mixed pass": lambda: lm.mixed(toks, st, active, x, rows, starts, counts),
     }
 
-    def graph_of(fn):
-        s = torch.cuda.Stream(dev)
-        s.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                fn()
-                reset()
-        torch.cuda.current_stream(dev).wait_stream(s)
-        gr = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(gr):
-            fn()
-        return gr
-
     res: dict = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "torch": torch.__version__,
                  "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "fused_prefill": mamba2.FUSED_PREFILL,
                  "decode_rows": n, "chunk_rows": b, "chunk_tokens": t, "history": args.history,
                  "ssm_dtype": args.ssm_dtype, "ms": {}}
     with torch.inference_mode():
         for name, fn in passes.items():
-            run = graph_of(fn).replay if cuda else fn
-            res["ms"][name] = statistics.median(times_ms(lambda run=run: (run(), reset()), 1, 2 if args.small else 10,
-                                                         dev))
+            run = captured(fn, dev, after=reset).replay if cuda else fn
+            res["ms"][name] = median_ms(lambda run=run: (run(), reset()), 1, 2 if args.small else 10, dev)
             print(f"{name:24s} {res['ms'][name]:8.2f} ms{' (graph)' if cuda else ''}", flush=True)
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         passes["mixed pass"]()

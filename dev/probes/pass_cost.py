@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 from bench_serving import SMALL, build  # noqa: E402
+from timing import captured  # noqa: E402
 
 from holotron import mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
@@ -94,16 +95,7 @@ def main() -> int:
     def graph_of(fn):
         """fn captured in a CUDA graph (two warm-ups on a side stream first, as the engine does)."""
         with torch.inference_mode():
-            s = torch.cuda.Stream(dev)
-            s.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    fn()
-            torch.cuda.current_stream(dev).wait_stream(s)
-            gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr):
-                fn()
-        return gr
+            return captured(fn, dev)
 
     cuda = dev.type == "cuda"
     graphs = {n: graph_of(lambda n=n: lm.step(toks[:n], st.rows(n), active[:n])) for n in (64, 100)} if cuda else {}
