@@ -252,10 +252,10 @@ def nan_buffers(monkeypatch):
 def test_nan_fill_is_in_force():
     """The fixture above reaches the wrappers (else the NaN checks would prove nothing): the scans and the
     step allocate through ``ssd_triton_common.empty`` only."""
-    from holotron.kernels import ssd_triton_common, ssd_triton_scan, ssd_triton_step
+    from holotron.kernels import ssd_triton_common, ssd_triton_scan, ssd_triton_step, ssd_triton_twopass
 
     assert torch.isnan(ssd_triton_common.empty(3, dtype=torch.float32, device="cpu")).all()
-    for mod in (ssd_triton_scan, ssd_triton_step):
+    for mod in (ssd_triton_scan, ssd_triton_step, ssd_triton_twopass):
         assert mod.empty is ssd_triton_common.empty and "_empty" not in vars(mod), mod.__name__
 
 
@@ -521,6 +521,23 @@ def test_gpu_real_size_bf16():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [dict(), dict(Q=64), dict(TP_STATES="bf16"), dict(TP_ROWS=32),
+                                 dict(Q=256, num_warps=8), dict(BLOCK_P=128, num_warps=8)],
+                         ids=["auto", "Q64", "bf16-states", "rows32", "Q256-w8", "P128-w8"])
+def test_gpu_real_size_two_pass(monkeypatch, cfg):
+    """``TWO_PASS`` at the real size, two batch rows, bf16, against float64 (the wgmma shapes the interpreter
+    does not exercise)."""
+    from holotron.kernels import ssd_triton_scan
+
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True, **cfg})
+    r = REAL
+    kw = make_inputs(2, 2000, r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=22,
+                     D="channel", z=True, dt_bias=True, dt_softplus=True, initial_state=True, chunk_size=128)
+    y, s = scan(kw, "triton")
+    _gpu_check(kw, y, s, torch.bfloat16)
+
+
+@pytest.mark.gpu
 def test_gpu_real_size_bf16_packed():
     r = REAL
     cu = [0, 1000, 1001, 2500, 4096]  # boundaries inside chunks
@@ -626,7 +643,38 @@ def test_triton_scan_configs(monkeypatch, cfg):
                       initial_state=True), "triton", str(cfg))
 
 
-@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=80), "BLOCK_P")])
+@pytest.mark.parametrize("cfg,dtype", [(dict(), torch.float32), (dict(BLOCK_P=16, Q=16), torch.float32),
+                                       (dict(BLOCK_P=32, TP_BLOCK=64), torch.float32),
+                                       (dict(BLOCK_P=128, Q=32, num_warps=8), torch.float32),
+                                       (dict(TP_STATES="bf16"), torch.bfloat16),
+                                       (dict(TP_ROWS=16), torch.float32), (dict(Q=128, TP_ROWS=32), torch.float32)],
+                         ids=["auto", "P16-Q16", "P32-pass64", "P128-Q32-w8", "bf16-states", "rows16", "Q128-rows32"])
+def test_triton_scan_two_pass(monkeypatch, cfg, dtype):
+    """``TWO_PASS`` (ssd_triton_twopass.py: every chunk's own state, a pass over them, every chunk's y) computes
+    the scan: P=80 in ragged headdim blocks, several chunks with a partial last one, two heads a group, D per
+    channel or per head, z, dt's bias, softplus and limit, an initial state; bf16 chunk states with bf16 inputs;
+    the output kernel's rows in blocks of 16 or 32 (``TP_ROWS``: 2-4 row blocks a chunk, the intra-chunk
+    product over several column blocks). It serves batch rows; packed sequences take the walk (the same
+    function)."""
+    from holotron.kernels import ssd_triton_scan
+
+    calls = []
+    real = ssd_triton_scan.scan_two_pass
+    monkeypatch.setattr(ssd_triton_scan, "scan_two_pass", lambda *a, **k: calls.append(k["Q"]) or real(*a, **k))
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True, **cfg})
+    check(make_inputs(2, 230, 4, 80, 2, 16, chunk_size=64, seed=41, D="channel", z=True, dt_bias=True,
+                      dt_softplus=True, dt_limit=(0.0, 1.2), initial_state=True, dtype=dtype), "triton", str(cfg))
+    check(make_inputs(3, 21, 2, 5, 1, 4, chunk_size=8, seed=42, D="head", initial_state=True, dtype=dtype),
+          "triton", str(cfg))
+    assert calls == [cfg.get("Q", 64), cfg.get("Q", 16)]
+    check(make_inputs(1, 40, 2, 5, 1, 4, chunk_size=16, seed=43, cu_seqlens=[0, 17, 40], dtype=dtype), "triton")
+    assert len(calls) == 2  # packed: the walk
+
+
+@pytest.mark.parametrize("cfg,match", [(dict(BLOCK_P=24), "BLOCK_P"), (dict(BLOCK_P=80), "BLOCK_P"),
+                                       (dict(TWO_PASS=True, TP_ROWS=24), "TP_ROWS"),
+                                       (dict(TWO_PASS=True, TP_ROWS=32, Q=16), "TP_ROWS"),
+                                       (dict(TWO_PASS=True, TP_STATES="fp8"), "TP_STATES")])
 def test_triton_scan_bad_config(monkeypatch, cfg, match):
     from holotron.kernels import ssd_triton_scan
 

@@ -8,6 +8,7 @@ GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the 
     python dev/probes/offline_regs.py dstates [KEY=VALUE ...]  # the chunks' own state-gradient terms
     python dev/probes/offline_regs.py state [KEY=VALUE ...]    # the state-gradient pass (_bwd_spass)
     python dev/probes/offline_regs.py walk [KEY=VALUE ...]     # the state gradient as one walk (BWD_CONFIG WALK)
+    python dev/probes/offline_regs.py tp_states|tp_pass|tp_out [KEY=VALUE ...]   # SCAN_CONFIG TWO_PASS's kernels
 """
 
 from __future__ import annotations
@@ -131,6 +132,37 @@ def bwd_info(kernel="seq", **over):
     return compile_info(fn, sig, const, warps, stages, maxnreg, attrs)
 
 
+def two_pass_info(kernel="tp_out", **over):
+    """SCAN_CONFIG TWO_PASS's kernels (ssd_triton_twopass.py) at the 12B sizes: bf16 inputs and chunk states,
+    H=128, P=80 in headdim blocks of 64, N=128, G=8, chunk 128 (output rows 64 a program), 4 warps; keyword
+    overrides set constexprs (and num_warps, maxnreg, ``states`` the chunk states' dtype)."""
+    from holotron.kernels import ssd_triton_twopass as tp
+
+    fn = getattr(tp, "_" + kernel)
+    warps = over.pop("num_warps", 4)
+    maxnreg = over.pop("maxnreg", None)
+    states = "*" + over.pop("states", "bf16")
+    const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_Z=False, HAS_BIAS=True, SOFTPLUS=True, CLAMP=False,
+                 HAS_INIT=False, Q=128, QR=64, BP=64, BN=128, MASK_P=True, MASK_N=False, OPS="half", BLK=1024)
+    const.update(over)
+    names = list(fn.arg_names)
+    cnames = {names[i] for i in fn.constexprs}
+    const = {k: v for k, v in const.items() if k in cnames}
+    half = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr"}
+    sig, attrs = {}, {}
+    for i, n in enumerate(names):
+        if n in cnames:
+            sig[n] = "constexpr"
+        elif n.endswith("_ptr"):
+            sig[n] = "*bf16" if n in half else states if n == "states_ptr" else "*fp32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif n in ("lo", "hi"):
+            sig[n] = "fp32"
+        else:
+            sig[n] = "i32"
+    return compile_info(fn, sig, const, warps, 2, maxnreg, attrs)
+
+
 def _val(v):
     if v in ("True", "False"):
         return v == "True"
@@ -147,5 +179,8 @@ if __name__ == "__main__":
         print(scan_info(what == "flat", **over))
     elif what in ("dx", "dbc", "dstates", "state", "walk"):
         print(bwd_info(what, **over))
+    elif what in ("tp_states", "tp_pass", "tp_out"):
+        print(two_pass_info(what, **over))
     else:
-        raise SystemExit(f"unknown kernel {what!r}: scan, dx, dbc, dstates, state or walk")
+        raise SystemExit(f"unknown kernel {what!r}: scan, flat, dx, dbc, dstates, state, walk, tp_states, tp_pass "
+                         f"or tp_out")

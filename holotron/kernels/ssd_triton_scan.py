@@ -51,6 +51,7 @@ from .ssd_triton_common import (
 )
 from .ssd_triton_flat import _scan_flat, heads_per_block
 from .ssd_triton_flat import grid as flat_grid
+from .ssd_triton_twopass import scan_two_pass
 
 
 @triton.jit
@@ -161,7 +162,13 @@ def _scan_seq(
 #   FLAT       headdim blocks of BLOCK_P columns laid across a group's heads end to end (ssd_triton_flat.py:
 #              no padded columns at P = 80; a product per head a block touches for the intra-chunk part;
 #              measured slower than the per-head layout on an H200 at every setting tried: off)
-SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None, FLAT=False)
+#   TWO_PASS   the chunks in parallel, in three launches (ssd_triton_twopass.py: each chunk's own state, a
+#              pass over the chunk states, each chunk's y), batch rows without stored states only (else the
+#              walk); Q defaults to the caller's chunk_size there, BLOCK_P to 64; TP_STATES the chunk states'
+#              dtype ("fp32" or "bf16"), TP_BLOCK the pass's elements a program, TP_ROWS the output kernel's
+#              rows a program (None: min(Q, 64)) (not yet timed: off)
+SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None, FLAT=False,
+                   TWO_PASS=False, TP_STATES="fp32", TP_BLOCK=1024, TP_ROWS=None)
 
 # The compiled kernel of the last launch (``LAST_KERNEL["scan"]``): the benchmark reads its registers,
 # spills and shared memory from it.
@@ -179,6 +186,8 @@ def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device
     few = n_seq * h < 2 * _sm_count(dev)
     block = 32 if wide else (64 if few else 128)
     defaults = dict(Q=min(int(chunk_size), 32), BLOCK_P=min(_p2(p), block), num_warps=4)
+    if cfg.get("TWO_PASS"):  # every chunk a program: longer chunks, fewer chunk states
+        defaults.update(Q=int(chunk_size), BLOCK_P=min(_p2(p), 32 if wide else 64))
     for k, v in defaults.items():
         cfg[k] = v if cfg[k] is None else cfg[k]
     cfg["Q"] = max(_DOT_MIN, 1 << (int(cfg["Q"]).bit_length() - 1))  # a power of two
@@ -213,6 +222,9 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
 
     flat = bool(cfg.get("FLAT"))
     xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
+    if cfg.get("TWO_PASS") and not varlen and not store_states:
+        return _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp,
+                         out_dtype)
     zt = None if z is None else _tokens(z)
     if flat:  # a group's columns as one run of each token's row: heads contiguous
         xt = xt if xt.stride(1) == p else xt.contiguous()
@@ -292,6 +304,30 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     )
     return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, states_Q=Qs, n_max=n_max,
                            config=dict(cfg, tma=bool(tma)))
+
+
+def _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp, out_dtype):
+    """``ssd_scan_triton_fwd`` through ssd_triton_twopass.py (batch rows, no stored states)."""
+    b, l, h, p = x.shape
+    g, n = Bt.shape[-2:]
+    zt = None if z is None else _tokens(z)
+    y = empty(b, l, h, p, dtype=x.dtype, device=x.device)
+    final = empty(b, h, p, n, dtype=torch.float32, device=x.device)
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    kinds = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if cfg.get("TP_STATES", "fp32") not in kinds:
+        raise ValueError(f"SCAN_CONFIG['TP_STATES'] must be 'fp32' or 'bf16', got {cfg.get('TP_STATES')!r}")
+    kernels = scan_two_pass(
+        xt, dtt, A.float().contiguous(), Bt, Ct, None if D is None else D.contiguous(), zt,
+        None if dt_bias is None else dt_bias.float().contiguous(),
+        None if initial_state is None else initial_state.float().contiguous(), y.view(b * l, h, p), final,
+        b=b, l=l, h=h, p=p, g=g, n=n, lo=lo, hi=hi, clamp=lo > 0.0 or hi < float("inf"), softplus=dt_softplus,
+        Q=Q, BP=bp, QR=cfg.get("TP_ROWS"), num_warps=int(cfg["num_warps"]),
+        states_dtype=kinds[cfg.get("TP_STATES", "fp32")],
+        pass_block=int(cfg.get("TP_BLOCK", 1024)), D_per_channel=D is not None and D.dim() == 2, dtype=x.dtype)
+    LAST_KERNEL.update(kernels, scan=kernels["tp_out"])
+    return SimpleNamespace(y=y.to(out_dtype), final=final, states=None, choff=None, Q=Q, states_Q=Q, n_max=0,
+                           config=dict(cfg, tma=False))
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,

@@ -1,0 +1,193 @@
+"""The SSD scan's forward in two passes over the chunks (``SCAN_CONFIG["TWO_PASS"]``, off by default): the
+structure the issue of the scan's redesign names as the fallback of the one-walk kernel (ssd_triton_scan.py),
+in three launches where the chunked scans of other libraries take five:
+
+    _tp_states  one program per (headdim block, chunk, head, sequence), all in parallel: the chunk's own
+                state, S_c^T = (B * dt * exp(cs_end - cs))^T @ x (dstate x columns), written to ``states``
+                in ``states_dtype``, and the chunk's decay exp(cs_end) to ``decay``
+    _tp_pass    one program per (block of a state's elements, head, sequence): walks the chunks in order,
+                S = exp(cs_end) S + S_c, overwriting each chunk's own state with the state entering it
+                (fp32 in registers), and writes the final state
+    _tp_out     one program per (headdim block, rows of a chunk, head, sequence), all in parallel: those
+                rows' y as the walk computes it, (C B^T * L) @ x + exp(cs) (C @ S_in^T) + D x, times silu(z),
+                the intra-chunk product over the chunk's columns up to the rows, QR at a time
+
+The walk keeps the state on chip and walks the chunks of a (sequence, head) in one program: at batch 1
+that is a few hundred programs in a latency-bound chain. Here every chunk is a program of its own in the
+first and last launches; the price is the chunk states written, read and written again, and read (in
+``states_dtype``: bf16 halves it), so larger chunks suit it (fewer states). Batch rows only: with
+``cu_seqlens`` or stored states (the backward's need) ``ssd_scan_triton_fwd`` takes the walk. Numerics as
+the walk's (ssd_triton_scan.py's docstring): fp32 decays and accumulation, half operands for bf16 / fp16
+inputs, the state rounded to the operand dtype for C @ S^T.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .ssd_triton_common import _dot_ops, _mm, _p2, _process_dt, _put_y, _tile, empty
+
+__all__ = ["scan_two_pass"]
+
+
+@triton.jit
+def _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0, h, n_tok, s_dt_t, s_dt_h, lo, hi, qs,
+              HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr):
+    """The chunk's processed dt (0 past the sequence's end) and dt * A in the log2 domain, (Q,) fp32 each."""
+    mq = qs < n_tok
+    A = tl.load(A_ptr + h).to(tl.float32) * 1.4426950408889634
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + h).to(tl.float32)
+    else:
+        bias = 0.0
+    dt = tl.load(dt_ptr + (row0 + qs).to(tl.int64) * s_dt_t + h * s_dt_h, mask=mq, other=0.0)
+    dt = tl.where(mq, _process_dt(dt.to(tl.float32), bias, lo, hi, HAS_BIAS, SOFTPLUS, CLAMP), 0.0)
+    return dt, dt * A
+
+
+@triton.jit
+def _tp_states(x_ptr, dt_ptr, A_ptr, B_ptr, bias_ptr, states_ptr, decay_ptr,
+               L, H, P, N, HPG, NC, lo, hi,
+               s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
+               HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
+               Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr,
+               OPS: tl.constexpr):
+    """Program (headdim block, chunk * H + head, sequence): the chunk's own state into ``states``."""
+    c = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    s = tl.program_id(2)
+    p0 = tl.program_id(0) * BP
+    g = h // HPG
+    row0 = s * L + c * Q               # the chunk's first token row
+    n_tok = L - c * Q                  # tokens left in the sequence from there
+    qs = tl.arange(0, Q)
+    ns = tl.arange(0, BN)
+    cols = p0 + tl.arange(0, BP)
+    dt, a = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0, h, n_tok, s_dt_t, s_dt_h, lo, hi, qs,
+                      HAS_BIAS, SOFTPLUS, CLAMP)
+    w = dt * tl.exp2(tl.cumsum(a, axis=0, reverse=True) - a)   # dt_s times the decay from s to the chunk's end
+    xv = _tile(x_ptr + h * s_x_h + p0, row0, s * L + L, P - p0, s_x_t, Q, BP, False, MASK_P)
+    Bv = _tile(B_ptr + g * s_b_g, row0, s * L + L, N, s_b_t, Q, BN, False, MASK_N)
+    BwT = tl.trans((Bv * w[:, None]).to(Bv.dtype))
+    ST = _mm(BwT, xv, xv, OPS)                                  # (BN, BP) fp32
+    base = ((s * NC + c).to(tl.int64) * H + h) * P * N
+    tl.store(states_ptr + base + ns[:, None] + cols[None, :] * N, ST.to(states_ptr.dtype.element_ty),
+             mask=(ns < N)[:, None] & (cols < P)[None, :])
+    if tl.program_id(0) == 0:
+        tl.store(decay_ptr + (s * NC + c) * H + h, tl.exp2(tl.sum(a, axis=0)))
+
+
+@triton.jit
+def _tp_pass(states_ptr, decay_ptr, init_ptr, final_ptr, H, P, N, NC,
+             HAS_INIT: tl.constexpr, BLK: tl.constexpr):
+    """Program (block of BLK elements of a (P, N) state, head, sequence): the chunks in order."""
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    e = tl.program_id(0) * BLK + tl.arange(0, BLK)
+    m = e < P * N
+    fin = (s.to(tl.int64) * H + h) * P * N + e
+    if HAS_INIT:
+        S = tl.load(init_ptr + fin, mask=m, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros([BLK], dtype=tl.float32)
+    for c in range(0, NC):
+        at = ((s * NC + c).to(tl.int64) * H + h) * P * N + e
+        own = tl.load(states_ptr + at, mask=m, other=0.0).to(tl.float32)
+        tl.store(states_ptr + at, S.to(states_ptr.dtype.element_ty), mask=m)
+        S = S * tl.load(decay_ptr + (s * NC + c) * H + h) + own
+    tl.store(final_ptr + fin, S, mask=m)
+
+
+@triton.jit
+def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_ptr, y_ptr,
+            L, H, P, N, HPG, NC, lo, hi,
+            s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
+            HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+            SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, Q: tl.constexpr, QR: tl.constexpr, BP: tl.constexpr,
+            BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr, OPS: tl.constexpr):
+    """Program (headdim block, ((chunk * H + head) * Q / QR + row block), sequence): y of QR rows of a chunk
+    from the state entering the chunk and the chunk's tokens up to those rows (QR columns at a time)."""
+    NR: tl.constexpr = Q // QR
+    r = tl.program_id(1) % NR
+    c = tl.program_id(1) // NR // H
+    h = tl.program_id(1) // NR % H
+    s = tl.program_id(2)
+    p0 = tl.program_id(0) * BP
+    g = h // HPG
+    row0 = s * L + c * Q               # the chunk's first token row
+    n_tok = L - c * Q
+    end = s * L + L
+    qs = tl.arange(0, Q)
+    ks = tl.arange(0, QR)
+    ns = tl.arange(0, BN)
+    cols = p0 + tl.arange(0, BP)
+    _, a_all = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0, h, n_tok, s_dt_t, s_dt_h, lo, hi, qs,
+                         HAS_BIAS, SOFTPLUS, CLAMP)
+    o = r * QR
+    dt_r, a_r = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0 + o, h, n_tok - o, s_dt_t, s_dt_h, lo, hi, ks,
+                          HAS_BIAS, SOFTPLUS, CLAMP)
+    cs_r = tl.sum(tl.where(qs < o, a_all, 0.0), axis=0) + tl.cumsum(a_r, axis=0)
+    if HAS_D:
+        if D_PER_CHANNEL:
+            Dv = tl.load(D_ptr + h * P + cols, mask=cols < P, other=0.0).to(tl.float32)[None, :]
+        else:
+            Dv = tl.load(D_ptr + h).to(tl.float32)
+    else:
+        Dv = 0.0
+    xb = x_ptr + h * s_x_h + p0
+    bb = B_ptr + g * s_b_g
+    Cv = _tile(C_ptr + g * s_c_g, row0 + o, end, N, s_c_t, QR, BN, False, MASK_N)
+    base = ((s * NC + c).to(tl.int64) * H + h) * P * N
+    ST = tl.load(states_ptr + base + ns[:, None] + cols[None, :] * N,
+                 mask=(ns < N)[:, None] & (cols < P)[None, :], other=0.0)
+    y = _mm(Cv, ST, Cv, OPS) * tl.exp2(cs_r)[:, None]
+    for k in range(0, r + 1):  # the chunk's columns up to these rows, QR at a time
+        dt_k, a_k = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0 + k * QR, h, n_tok - k * QR, s_dt_t, s_dt_h, lo, hi,
+                              ks, HAS_BIAS, SOFTPLUS, CLAMP)
+        cs_k = tl.sum(tl.where(qs < k * QR, a_all, 0.0), axis=0) + tl.cumsum(a_k, axis=0)
+        Bv = _tile(bb, row0 + k * QR, end, N, s_b_t, QR, BN, False, MASK_N)
+        xv = _tile(xb, row0 + k * QR, end, P - p0, s_x_t, QR, BP, False, MASK_P)
+        ok = (o + ks)[:, None] >= (k * QR + ks)[None, :]
+        W = _mm(Cv, tl.trans(Bv), Cv, OPS) * tl.exp2(tl.where(ok, cs_r[:, None] - cs_k[None, :], float("-inf")))
+        y += _mm(W * dt_k[None, :], xv, xv, OPS)
+    xv = _tile(xb, row0 + o, end, P - p0, s_x_t, QR, BP, False, MASK_P)
+    _put_y(y, xv, Dv, z_ptr + h * s_z_h + p0, y_ptr + h * s_y_h + p0, y_ptr, row0 + o, end, P - p0, s_z_t,
+           s_y_t, QR, BP, False, MASK_P, HAS_D, HAS_Z)
+
+
+def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, h, p, g, n, lo, hi, clamp,
+                  softplus, Q, BP, QR=None, num_warps=4, states_dtype=torch.float32, pass_block=1024,
+                  D_per_channel=False, dtype=torch.bfloat16) -> dict:
+    """The three launches on the token-major views of ``ssd_scan_triton_fwd`` (xt (b*l, h, p), dtt (b*l, h),
+    Bt / Ct (b*l, g, n), zt like xt or None, yt like xt; A32, bias, init, final fp32; Dc or None), writing
+    yt and final; ``QR`` the output kernel's rows a program (a power of two dividing Q; None: min(Q, 64)).
+    Returns the compiled kernels by name (the benchmark reads their registers)."""
+    QR = min(Q, 64) if QR is None else int(QR)
+    if QR < 16 or QR & (QR - 1) or Q % QR:
+        raise ValueError(f"SCAN_CONFIG['TP_ROWS'] must be a power of two >= 16 dividing the chunk ({Q}), got {QR}")
+    nc = triton.cdiv(l, Q)
+    states = empty(b * nc, h, p, n, dtype=states_dtype, device=xt.device)
+    decay = empty(b * nc, h, dtype=torch.float32, device=xt.device)
+    ops, bn = _dot_ops(dtype), _p2(n)
+    mask_p, mask_n = p % BP != 0, bn != n
+    flags = dict(HAS_BIAS=bias is not None, SOFTPLUS=bool(softplus), CLAMP=clamp)
+    hpg = h // g
+    lo_, hi_ = (lo if clamp else 0.0), (hi if hi < float("inf") else 3.0e38)
+    grid = (triton.cdiv(p, BP), nc * h, b)
+    k1 = _tp_states[grid](
+        xt, dtt, A32, Bt, bias if bias is not None else A32, states, decay, l, h, p, n, hpg, nc, lo_, hi_,
+        xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1), **flags,
+        Q=Q, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, num_warps=num_warps)
+    k2 = _tp_pass[(triton.cdiv(p * n, pass_block), h, b)](
+        states, decay, init if init is not None else final, final, h, p, n, nc, HAS_INIT=init is not None,
+        BLK=pass_block, num_warps=4)
+    k3 = _tp_out[(triton.cdiv(p, BP), nc * h * (Q // QR), b)](
+        xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
+        bias if bias is not None else A32, states, yt, l, h, p, n, hpg, nc, lo_, hi_,
+        xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
+        Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
+        HAS_D=Dc is not None, D_PER_CHANNEL=D_per_channel, HAS_Z=zt is not None, **flags,
+        Q=Q, QR=QR, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, num_warps=num_warps)
+    return {"tp_states": k1, "tp_pass": k2, "tp_out": k3}
