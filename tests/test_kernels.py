@@ -724,6 +724,37 @@ def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block, every, 
             assert_close(out.states[choff[s] + c, :].double(), ref[0], 1e-5, 1e-6, f"seq {s} chunk {c}")
 
 
+@pytest.mark.parametrize("every", [1, 2, 4])
+def test_two_pass_stores_chunk_states(monkeypatch, every):
+    """``TWO_PASS`` with ``store_states``: its chunk is ``states_chunk`` and row s * chunks + c of the returned
+    states is the state of batch row s entering chunk c, as the walk's layout (the naive scan over the tokens
+    before it)."""
+    from holotron.kernels import ssd_triton_scan
+    from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
+
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True})
+    Qs = 16 * every
+    kw = make_inputs(2, 40, 3, 20, 1, 4, chunk_size=16, seed=32, D="head", dt_bias=True, dt_softplus=True,
+                     initial_state=True)
+    a = dict(kw)
+    x, dt, A, B, C = (a.pop(k) for k in ("x", "dt", "A", "B", "C"))
+    out = ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, states_chunk=Qs, **a)
+    nc = math.ceil(40 / Qs)
+    assert out.Q == out.states_Q == Qs and out.choff.tolist() == [0, nc, 2 * nc] and out.n_max == 2 * nc
+    k64 = as64(kw)
+    for s in range(2):
+        for c in range(nc):
+            ref = k64["initial_state"][s:s + 1]
+            if c:
+                sub = dict(k64, initial_state=ref, z=None)
+                for k in ("x", "dt", "B", "C"):
+                    sub[k] = k64[k][s:s + 1, :c * Qs]
+                _, ref = scan(sub, "naive")
+            assert_close(out.states[s * nc + c].double(), ref[0], 1e-5, 1e-6, f"row {s} chunk {c}")
+    with pytest.raises(ValueError, match="states_chunk"):
+        ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, states_chunk=24, **a)
+
+
 def test_triton_scan_states_chunk_must_be_a_power_of_two_multiple():
     from holotron.kernels.ssd_triton_scan import ssd_scan_triton_fwd
 

@@ -402,6 +402,22 @@ def test_grads_whatever_the_forward_chunk(monkeypatch, q):
     check_grads(make_inputs(1, 70, 2, 6, 1, 4, chunk_size=128, seed=12, **ALL), name=f"scan Q {q}")
 
 
+@pytest.mark.parametrize("rows", [None, 16])
+def test_grads_with_the_two_pass_forward(monkeypatch, rows):
+    """SCAN_CONFIG TWO_PASS serves the training forward too: the chunk states its pass leaves are the states
+    entering each of the backward's chunks (its chunk is the backward's, 32 here; output rows of 32 or 16)."""
+    from holotron.kernels import ssd_triton_backward, ssd_triton_scan
+
+    calls = []
+    real = ssd_triton_scan.scan_two_pass
+    monkeypatch.setattr(ssd_triton_scan, "scan_two_pass", lambda *a, **k: calls.append(k["Q"]) or real(*a, **k))
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "chunk_size", 32)
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True,
+                                                         "TP_ROWS": rows})
+    check_grads(make_inputs(2, 70, 2, 6, 1, 4, chunk_size=128, seed=13, **ALL), name=f"two-pass rows {rows}")
+    assert calls and set(calls) == {32}
+
+
 def test_bwd_config_bad_block(monkeypatch):
     from holotron.kernels import ssd_triton_backward
 
@@ -453,6 +469,18 @@ def test_gpu_grads_real_size_bf16():
     kw = make_inputs(r["b"], r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=30,
                      D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True, chunk_size=128)
     _gpu_report(kw, "12B layer bf16")
+
+
+@pytest.mark.gpu
+def test_gpu_grads_real_size_bf16_two_pass(monkeypatch):
+    """The training forward through SCAN_CONFIG TWO_PASS at the real size (two batch rows)."""
+    from holotron.kernels import ssd_triton_scan
+
+    monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True})
+    r = REAL
+    kw = make_inputs(2, 1500, r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=32,
+                     D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True, chunk_size=128)
+    _gpu_report(kw, "12B layer bf16, two-pass forward")
 
 
 @pytest.mark.gpu

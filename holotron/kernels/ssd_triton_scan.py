@@ -163,10 +163,11 @@ def _scan_seq(
 #              no padded columns at P = 80; a product per head a block touches for the intra-chunk part;
 #              measured slower than the per-head layout on an H200 at every setting tried: off)
 #   TWO_PASS   the chunks in parallel, in three launches (ssd_triton_twopass.py: each chunk's own state, a
-#              pass over the chunk states, each chunk's y), batch rows without stored states only (else the
-#              walk); Q defaults to the caller's chunk_size there, BLOCK_P to 64; TP_STATES the chunk states'
-#              dtype ("fp32" or "bf16"), TP_BLOCK the pass's elements a program, TP_ROWS the output kernel's
-#              rows a program (None: min(Q, 64)) (not yet timed: off)
+#              pass over the chunk states, each chunk's y), batch rows only (packed sequences: the walk); Q
+#              defaults to the caller's chunk_size there (with stored states: states_chunk), BLOCK_P to 64;
+#              TP_STATES the chunk states' dtype ("fp32" or "bf16"; stored states: states_dtype), TP_BLOCK
+#              the pass's elements a program, TP_ROWS the output kernel's rows a program (None: min(Q, 64))
+#              (not yet timed: off)
 SCAN_CONFIG = dict(Q=None, BLOCK_P=None, tma=None, num_warps=None, num_stages=None, maxnreg=None, FLAT=False,
                    TWO_PASS=False, TP_STATES="fp32", TP_BLOCK=1024, TP_ROWS=None)
 
@@ -222,9 +223,13 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
 
     flat = bool(cfg.get("FLAT"))
     xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
-    if cfg.get("TWO_PASS") and not varlen and not store_states:
+    if cfg.get("TWO_PASS") and not varlen:  # stored states: its chunk states are those entering each chunk
+        if store_states and states_chunk is not None:
+            Q = int(states_chunk)
+            if Q < _DOT_MIN or Q & (Q - 1):
+                raise ValueError(f"states_chunk must be a power of two >= {_DOT_MIN}, got {states_chunk}")
         return _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp,
-                         out_dtype)
+                         out_dtype, states_dtype if store_states else None)
     zt = None if z is None else _tokens(z)
     if flat:  # a group's columns as one run of each token's row: heads contiguous
         xt = xt if xt.stride(1) == p else xt.contiguous()
@@ -306,8 +311,11 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
                            config=dict(cfg, tma=bool(tma)))
 
 
-def _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp, out_dtype):
-    """``ssd_scan_triton_fwd`` through ssd_triton_twopass.py (batch rows, no stored states)."""
+def _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp, out_dtype,
+              keep=None):
+    """``ssd_scan_triton_fwd`` through ssd_triton_twopass.py (batch rows). ``keep``: the dtype of the chunk
+    states to return (``store_states``: row s * chunks + c is the state entering chunk c of row s, the walk's
+    layout with ``states_chunk`` = Q); None: not returned (their dtype SCAN_CONFIG's TP_STATES)."""
     b, l, h, p = x.shape
     g, n = Bt.shape[-2:]
     zt = None if z is None else _tokens(z)
@@ -317,17 +325,22 @@ def _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initi
     kinds = {"fp32": torch.float32, "bf16": torch.bfloat16}
     if cfg.get("TP_STATES", "fp32") not in kinds:
         raise ValueError(f"SCAN_CONFIG['TP_STATES'] must be 'fp32' or 'bf16', got {cfg.get('TP_STATES')!r}")
+    sdtype = kinds[cfg.get("TP_STATES", "fp32")] if keep is None else keep
+    rows = cfg.get("TP_ROWS")
+    if keep is not None and rows:  # the chunk is the caller's states_chunk there: rows within it
+        rows = min(int(rows), Q)
     kernels = scan_two_pass(
         xt, dtt, A.float().contiguous(), Bt, Ct, None if D is None else D.contiguous(), zt,
         None if dt_bias is None else dt_bias.float().contiguous(),
         None if initial_state is None else initial_state.float().contiguous(), y.view(b * l, h, p), final,
         b=b, l=l, h=h, p=p, g=g, n=n, lo=lo, hi=hi, clamp=lo > 0.0 or hi < float("inf"), softplus=dt_softplus,
-        Q=Q, BP=bp, QR=cfg.get("TP_ROWS"), num_warps=int(cfg["num_warps"]),
-        states_dtype=kinds[cfg.get("TP_STATES", "fp32")],
+        Q=Q, BP=bp, QR=rows, num_warps=int(cfg["num_warps"]), states_dtype=sdtype,
         pass_block=int(cfg.get("TP_BLOCK", 1024)), D_per_channel=D is not None and D.dim() == 2, dtype=x.dtype)
-    LAST_KERNEL.update(kernels, scan=kernels["tp_out"])
-    return SimpleNamespace(y=y.to(out_dtype), final=final, states=None, choff=None, Q=Q, states_Q=Q, n_max=0,
-                           config=dict(cfg, tma=False))
+    LAST_KERNEL.update({k: v for k, v in kernels.items() if k != "states"}, scan=kernels["tp_out"])
+    nc = triton.cdiv(l, Q)
+    choff = None if keep is None else torch.arange(b + 1, dtype=torch.int32, device=x.device) * nc
+    return SimpleNamespace(y=y.to(out_dtype), final=final, states=None if keep is None else kernels["states"],
+                           choff=choff, Q=Q, states_Q=Q, n_max=b * nc, config=dict(cfg, Q=Q, tma=False))
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,

@@ -15,8 +15,9 @@ in three launches where the chunked scans of other libraries take five:
 The walk keeps the state on chip and walks the chunks of a (sequence, head) in one program: at batch 1
 that is a few hundred programs in a latency-bound chain. Here every chunk is a program of its own in the
 first and last launches; the price is the chunk states written, read and written again, and read (in
-``states_dtype``: bf16 halves it), so larger chunks suit it (fewer states). Batch rows only: with
-``cu_seqlens`` or stored states (the backward's need) ``ssd_scan_triton_fwd`` takes the walk. Numerics as
+``states_dtype``: bf16 halves it), so larger chunks suit it (fewer states). After the pass the buffer holds
+the state entering every chunk: what the backward reads (``store_states``), at no extra cost. Batch rows
+only: with ``cu_seqlens`` ``ssd_scan_triton_fwd`` takes the walk. Numerics as
 the walk's (ssd_triton_scan.py's docstring): fp32 decays and accumulation, half operands for bf16 / fp16
 inputs, the state rounded to the operand dtype for C @ S^T.
 """
@@ -163,7 +164,8 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
     """The three launches on the token-major views of ``ssd_scan_triton_fwd`` (xt (b*l, h, p), dtt (b*l, h),
     Bt / Ct (b*l, g, n), zt like xt or None, yt like xt; A32, bias, init, final fp32; Dc or None), writing
     yt and final; ``QR`` the output kernel's rows a program (a power of two dividing Q; None: min(Q, 64)).
-    Returns the compiled kernels by name (the benchmark reads their registers)."""
+    Returns the compiled kernels by name (the benchmark reads their registers) and, as "states", the chunk
+    states: row s * chunks + c the state entering chunk c of batch row s, (b * chunks, h, p, n)."""
     QR = min(Q, 64) if QR is None else int(QR)
     if QR < 16 or QR & (QR - 1) or Q % QR:
         raise ValueError(f"SCAN_CONFIG['TP_ROWS'] must be a power of two >= 16 dividing the chunk ({Q}), got {QR}")
@@ -190,4 +192,4 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
         HAS_D=Dc is not None, D_PER_CHANNEL=D_per_channel, HAS_Z=zt is not None, **flags,
         Q=Q, QR=QR, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, num_warps=num_warps)
-    return {"tp_states": k1, "tp_pass": k2, "tp_out": k3}
+    return {"tp_states": k1, "tp_pass": k2, "tp_out": k3, "states": states}
