@@ -93,7 +93,7 @@ def _tp_pass(states_ptr, decay_ptr, init_ptr, final_ptr, H, P, N, NC,
         S = tl.load(init_ptr + fin, mask=m, other=0.0).to(tl.float32)
     else:
         S = tl.zeros([BLK], dtype=tl.float32)
-    for c in range(0, NC):
+    for c in tl.range(0, NC, num_stages=3):  # the loads do not depend on S: pipelined ahead of the chain
         at = ((s * NC + c).to(tl.int64) * H + h) * P * N + e
         own = tl.load(states_ptr + at, mask=m, other=0.0).to(tl.float32)
         tl.store(states_ptr + at, S.to(states_ptr.dtype.element_ty), mask=m)
