@@ -522,8 +522,8 @@ def test_gpu_real_size_bf16():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [dict(), dict(Q=64), dict(TP_STATES="bf16"), dict(TP_ROWS=32),
-                                 dict(Q=256, num_warps=8), dict(BLOCK_P=128, num_warps=8)],
-                         ids=["auto", "Q64", "bf16-states", "rows32", "Q256-w8", "P128-w8"])
+                                 dict(Q=256, num_warps=8), dict(BLOCK_P=128, num_warps=8), dict(tma=False)],
+                         ids=["auto", "Q64", "bf16-states", "rows32", "Q256-w8", "P128-w8", "no-tma"])
 def test_gpu_real_size_two_pass(monkeypatch, cfg):
     """``TWO_PASS`` at the real size, two batch rows, bf16, against float64 (the wgmma shapes the interpreter
     does not exercise)."""
@@ -647,15 +647,18 @@ def test_triton_scan_configs(monkeypatch, cfg):
                                        (dict(BLOCK_P=32, TP_BLOCK=64), torch.float32),
                                        (dict(BLOCK_P=128, Q=32, num_warps=8), torch.float32),
                                        (dict(TP_STATES="bf16"), torch.bfloat16),
-                                       (dict(TP_ROWS=16), torch.float32), (dict(Q=128, TP_ROWS=32), torch.float32)],
-                         ids=["auto", "P16-Q16", "P32-pass64", "P128-Q32-w8", "bf16-states", "rows16", "Q128-rows32"])
+                                       (dict(TP_ROWS=16), torch.float32), (dict(Q=128, TP_ROWS=32), torch.float32),
+                                       (dict(tma=True), torch.float32), (dict(tma=True, TP_ROWS=16), torch.float32),
+                                       (dict(tma=True, BLOCK_P=16), torch.bfloat16)],
+                         ids=["auto", "P16-Q16", "P32-pass64", "P128-Q32-w8", "bf16-states", "rows16", "Q128-rows32",
+                              "tma", "tma-rows16", "tma-P16-bf16"])
 def test_triton_scan_two_pass(monkeypatch, cfg, dtype):
     """``TWO_PASS`` (ssd_triton_twopass.py: every chunk's own state, a pass over them, every chunk's y) computes
     the scan: P=80 in ragged headdim blocks, several chunks with a partial last one, two heads a group, D per
     channel or per head, z, dt's bias, softplus and limit, an initial state; bf16 chunk states with bf16 inputs;
     the output kernel's rows in blocks of 16 or 32 (``TP_ROWS``: 2-4 row blocks a chunk, the intra-chunk
-    product over several column blocks). It serves batch rows; packed sequences take the walk (the same
-    function)."""
+    product over several column blocks); tiles through tensor descriptors or pointers. It serves batch rows;
+    packed sequences take the walk (the same function)."""
     from holotron.kernels import ssd_triton_scan
 
     calls = []

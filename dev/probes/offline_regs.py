@@ -134,7 +134,8 @@ def bwd_info(kernel="seq", **over):
 
 def two_pass_info(kernel="tp_out", **over):
     """SCAN_CONFIG TWO_PASS's kernels (ssd_triton_twopass.py) at the 12B sizes: bf16 inputs and chunk states,
-    H=128, P=80 in headdim blocks of 64, N=128, G=8, chunk 128 (output rows 64 a program), 4 warps; keyword
+    H=128, P=80 in headdim blocks of 64, N=128, G=8, chunk 128 (output rows 64 a program), tiles through tensor
+    descriptors, 4 warps; keyword
     overrides set constexprs (and num_warps, maxnreg, ``states`` the chunk states' dtype)."""
     from holotron.kernels import ssd_triton_twopass as tp
 
@@ -143,7 +144,8 @@ def two_pass_info(kernel="tp_out", **over):
     maxnreg = over.pop("maxnreg", None)
     states = "*" + over.pop("states", "bf16")
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_Z=False, HAS_BIAS=True, SOFTPLUS=True, CLAMP=False,
-                 HAS_INIT=False, Q=128, QR=64, BP=64, BN=128, MASK_P=True, MASK_N=False, OPS="half", BLK=1024)
+                 HAS_INIT=False, Q=128, QR=64, BP=64, BN=128, MASK_P=True, MASK_N=False, OPS="half", BLK=1024,
+                 TMA=True)
     const.update(over)
     names = list(fn.arg_names)
     cnames = {names[i] for i in fn.constexprs}

@@ -335,12 +335,13 @@ def _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initi
         None if initial_state is None else initial_state.float().contiguous(), y.view(b * l, h, p), final,
         b=b, l=l, h=h, p=p, g=g, n=n, lo=lo, hi=hi, clamp=lo > 0.0 or hi < float("inf"), softplus=dt_softplus,
         Q=Q, BP=bp, QR=rows, num_warps=int(cfg["num_warps"]), states_dtype=sdtype,
-        pass_block=int(cfg.get("TP_BLOCK", 1024)), D_per_channel=D is not None and D.dim() == 2, dtype=x.dtype)
-    LAST_KERNEL.update({k: v for k, v in kernels.items() if k != "states"}, scan=kernels["tp_out"])
+        pass_block=int(cfg.get("TP_BLOCK", 1024)), D_per_channel=D is not None and D.dim() == 2, dtype=x.dtype,
+        tma=cfg.get("tma"))
+    LAST_KERNEL.update({k: v for k, v in kernels.items() if k not in ("states", "tma")}, scan=kernels["tp_out"])
     nc = triton.cdiv(l, Q)
     choff = None if keep is None else torch.arange(b + 1, dtype=torch.int32, device=x.device) * nc
     return SimpleNamespace(y=y.to(out_dtype), final=final, states=None if keep is None else kernels["states"],
-                           choff=choff, Q=Q, states_Q=Q, n_max=b * nc, config=dict(cfg, Q=Q, tma=False))
+                           choff=choff, Q=Q, states_Q=Q, n_max=b * nc, config=dict(cfg, Q=Q, tma=kernels["tma"]))
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,

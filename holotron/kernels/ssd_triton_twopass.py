@@ -28,7 +28,18 @@ import torch
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _dot_ops, _mm, _p2, _process_dt, _put_y, _tile, empty
+from .ssd_triton_common import (
+    _desc,
+    _dot_ops,
+    _ensure_allocator,
+    _mm,
+    _p2,
+    _process_dt,
+    _put_y,
+    _tile,
+    _tma_ok,
+    empty,
+)
 
 __all__ = ["scan_two_pass"]
 
@@ -54,7 +65,7 @@ def _tp_states(x_ptr, dt_ptr, A_ptr, B_ptr, bias_ptr, states_ptr, decay_ptr,
                s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
                HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
                Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr,
-               OPS: tl.constexpr):
+               OPS: tl.constexpr, TMA: tl.constexpr):
     """Program (headdim block, chunk * H + head, sequence): the chunk's own state into ``states``."""
     c = tl.program_id(1) // H
     h = tl.program_id(1) % H
@@ -69,8 +80,11 @@ def _tp_states(x_ptr, dt_ptr, A_ptr, B_ptr, bias_ptr, states_ptr, decay_ptr,
     dt, a = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0, h, n_tok, s_dt_t, s_dt_h, lo, hi, qs,
                       HAS_BIAS, SOFTPLUS, CLAMP)
     w = dt * tl.exp2(tl.cumsum(a, axis=0, reverse=True) - a)   # dt_s times the decay from s to the chunk's end
-    xv = _tile(x_ptr + h * s_x_h + p0, row0, s * L + L, P - p0, s_x_t, Q, BP, False, MASK_P)
-    Bv = _tile(B_ptr + g * s_b_g, row0, s * L + L, N, s_b_t, Q, BN, False, MASK_N)
+    t_seq = (s * L).to(tl.int64)       # tiles at rows of the sequence (descriptors: 0 past its end)
+    xd = _desc(x_ptr + t_seq * s_x_t + h * s_x_h + p0, L, P - p0, s_x_t, Q, BP, TMA)
+    bd = _desc(B_ptr + t_seq * s_b_t + g * s_b_g, L, N, s_b_t, Q, BN, TMA)
+    xv = _tile(xd, c * Q, L, P - p0, s_x_t, Q, BP, TMA, MASK_P)
+    Bv = _tile(bd, c * Q, L, N, s_b_t, Q, BN, TMA, MASK_N)
     BwT = tl.trans((Bv * w[:, None]).to(Bv.dtype))
     ST = _mm(BwT, xv, xv, OPS)                                  # (BN, BP) fp32
     base = ((s * NC + c).to(tl.int64) * H + h) * P * N
@@ -107,7 +121,7 @@ def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_p
             s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
             HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
             SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, Q: tl.constexpr, QR: tl.constexpr, BP: tl.constexpr,
-            BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr, OPS: tl.constexpr):
+            BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr):
     """Program (headdim block, ((chunk * H + head) * Q / QR + row block), sequence): y of QR rows of a chunk
     from the state entering the chunk and the chunk's tokens up to those rows (QR columns at a time)."""
     NR: tl.constexpr = Q // QR
@@ -119,7 +133,7 @@ def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_p
     g = h // HPG
     row0 = s * L + c * Q               # the chunk's first token row
     n_tok = L - c * Q
-    end = s * L + L
+    q0 = c * Q                         # the same within the sequence
     qs = tl.arange(0, Q)
     ks = tl.arange(0, QR)
     ns = tl.arange(0, BN)
@@ -137,9 +151,16 @@ def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_p
             Dv = tl.load(D_ptr + h).to(tl.float32)
     else:
         Dv = 0.0
-    xb = x_ptr + h * s_x_h + p0
-    bb = B_ptr + g * s_b_g
-    Cv = _tile(C_ptr + g * s_c_g, row0 + o, end, N, s_c_t, QR, BN, False, MASK_N)
+    t_seq = (s * L).to(tl.int64)       # tiles at rows of the sequence (descriptors: 0 past its end)
+    xd = _desc(x_ptr + t_seq * s_x_t + h * s_x_h + p0, L, P - p0, s_x_t, QR, BP, TMA)
+    bd = _desc(B_ptr + t_seq * s_b_t + g * s_b_g, L, N, s_b_t, QR, BN, TMA)
+    cd = _desc(C_ptr + t_seq * s_c_t + g * s_c_g, L, N, s_c_t, QR, BN, TMA)
+    yd = _desc(y_ptr + t_seq * s_y_t + h * s_y_h + p0, L, P - p0, s_y_t, QR, BP, TMA)
+    if HAS_Z:
+        zd = _desc(z_ptr + t_seq * s_z_t + h * s_z_h + p0, L, P - p0, s_z_t, QR, BP, TMA)
+    else:
+        zd = yd  # (not read)
+    Cv = _tile(cd, q0 + o, L, N, s_c_t, QR, BN, TMA, MASK_N)
     base = ((s * NC + c).to(tl.int64) * H + h) * P * N
     ST = tl.load(states_ptr + base + ns[:, None] + cols[None, :] * N,
                  mask=(ns < N)[:, None] & (cols < P)[None, :], other=0.0)
@@ -148,22 +169,23 @@ def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_p
         dt_k, a_k = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0 + k * QR, h, n_tok - k * QR, s_dt_t, s_dt_h, lo, hi,
                               ks, HAS_BIAS, SOFTPLUS, CLAMP)
         cs_k = tl.sum(tl.where(qs < k * QR, a_all, 0.0), axis=0) + tl.cumsum(a_k, axis=0)
-        Bv = _tile(bb, row0 + k * QR, end, N, s_b_t, QR, BN, False, MASK_N)
-        xv = _tile(xb, row0 + k * QR, end, P - p0, s_x_t, QR, BP, False, MASK_P)
+        Bv = _tile(bd, q0 + k * QR, L, N, s_b_t, QR, BN, TMA, MASK_N)
+        xv = _tile(xd, q0 + k * QR, L, P - p0, s_x_t, QR, BP, TMA, MASK_P)
         ok = (o + ks)[:, None] >= (k * QR + ks)[None, :]
         W = _mm(Cv, tl.trans(Bv), Cv, OPS) * tl.exp2(tl.where(ok, cs_r[:, None] - cs_k[None, :], float("-inf")))
         y += _mm(W * dt_k[None, :], xv, xv, OPS)
-    xv = _tile(xb, row0 + o, end, P - p0, s_x_t, QR, BP, False, MASK_P)
-    _put_y(y, xv, Dv, z_ptr + h * s_z_h + p0, y_ptr + h * s_y_h + p0, y_ptr, row0 + o, end, P - p0, s_z_t,
-           s_y_t, QR, BP, False, MASK_P, HAS_D, HAS_Z)
+    xv = _tile(xd, q0 + o, L, P - p0, s_x_t, QR, BP, TMA, MASK_P)
+    _put_y(y, xv, Dv, zd, yd, y_ptr, q0 + o, L, P - p0, s_z_t, s_y_t, QR, BP, TMA, MASK_P, HAS_D, HAS_Z)
 
 
 def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, h, p, g, n, lo, hi, clamp,
                   softplus, Q, BP, QR=None, num_warps=4, states_dtype=torch.float32, pass_block=1024,
-                  D_per_channel=False, dtype=torch.bfloat16) -> dict:
+                  D_per_channel=False, dtype=torch.bfloat16, tma=None) -> dict:
     """The three launches on the token-major views of ``ssd_scan_triton_fwd`` (xt (b*l, h, p), dtt (b*l, h),
     Bt / Ct (b*l, g, n), zt like xt or None, yt like xt; A32, bias, init, final fp32; Dc or None), writing
-    yt and final; ``QR`` the output kernel's rows a program (a power of two dividing Q; None: min(Q, 64)).
+    yt and final; ``QR`` the output kernel's rows a program (a power of two dividing Q; None: min(Q, 64));
+    ``tma``: tiles of x, B, C, z and y through tensor descriptors where the addresses allow (None: on a CUDA GPU
+    of compute capability >= 9, as the walk).
     Returns the compiled kernels by name (the benchmark reads their registers) and, as "states", the chunk
     states: row s * chunks + c the state entering chunk c of batch row s, (b * chunks, h, p, n)."""
     QR = min(Q, 64) if QR is None else int(QR)
@@ -178,10 +200,19 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
     hpg = h // g
     lo_, hi_ = (lo if clamp else 0.0), (hi if hi < float("inf") else 3.0e38)
     grid = (triton.cdiv(p, BP), nc * h, b)
+    dev = xt.device
+    if tma is None:
+        tma = dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
+    if tma:  # only where the addresses allow
+        tiles = [xt, Bt, Ct, yt] + ([zt] if zt is not None else [])
+        offsets = [xt.stride(1), Bt.stride(1), Ct.stride(1), yt.stride(1), BP]
+        tma = _tma_ok(xt.element_size(), tiles, offsets + ([zt.stride(1)] if zt is not None else []))
+    if tma:
+        _ensure_allocator()
     k1 = _tp_states[grid](
         xt, dtt, A32, Bt, bias if bias is not None else A32, states, decay, l, h, p, n, hpg, nc, lo_, hi_,
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1), **flags,
-        Q=Q, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, num_warps=num_warps)
+        Q=Q, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, TMA=bool(tma), num_warps=num_warps)
     k2 = _tp_pass[(triton.cdiv(p * n, pass_block), h, b)](
         states, decay, init if init is not None else final, final, h, p, n, nc, HAS_INIT=init is not None,
         BLK=pass_block, num_warps=4)
@@ -191,5 +222,5 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
         HAS_D=Dc is not None, D_PER_CHANNEL=D_per_channel, HAS_Z=zt is not None, **flags,
-        Q=Q, QR=QR, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, num_warps=num_warps)
-    return {"tp_states": k1, "tp_pass": k2, "tp_out": k3, "states": states}
+        Q=Q, QR=QR, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, TMA=bool(tma), num_warps=num_warps)
+    return {"tp_states": k1, "tp_pass": k2, "tp_out": k3, "states": states, "tma": bool(tma)}
