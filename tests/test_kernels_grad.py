@@ -418,6 +418,33 @@ def test_grads_with_the_two_pass_forward(monkeypatch, rows):
     assert calls and set(calls) == {32}
 
 
+@pytest.mark.parametrize("walk", [False, True], ids=["pass", "walk"])
+def test_fp32_states_for_half_inputs(monkeypatch, walk):
+    """BWD_CONFIG STATES "fp32": bf16 inputs, the training forward stores its chunk states in fp32 (so do the
+    state gradients) and the gradients still match float64 within bf16's tolerance, dA and ddt closer than with
+    bf16 storage (the interpreter multiplies every product in fp32: what differs here is the storage); "grads"
+    (the state gradients alone in fp32) in between for dA."""
+    from holotron.kernels import ssd_triton_autograd, ssd_triton_backward
+
+    kept = []
+    real = ssd_triton_autograd._forward
+    monkeypatch.setattr(ssd_triton_autograd, "_forward",
+                        lambda *a, **k: (lambda out: kept.append(out.states.dtype) or out)(real(*a, **k)))
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "chunk_size", 16)
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "WALK", walk)
+    kw = make_inputs(2, 48, 4, 10, 2, 8, dtype=torch.bfloat16, chunk_size=16, seed=14, **ALL)
+    errors = {}
+    for states in (None, "fp32", "grads"):
+        monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "STATES", states)
+        errors[states] = check_grads(kw, name=f"states {states}")
+    assert kept == [torch.bfloat16, torch.float32, torch.bfloat16]
+    assert errors["fp32"]["dA"] < errors[None]["dA"] and errors["fp32"]["ddt"] < errors[None]["ddt"], errors
+    assert errors["fp32"]["dA"] < errors["grads"]["dA"] < errors[None]["dA"], errors
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "STATES", "fp16")
+    with pytest.raises(ValueError, match="STATES"):
+        check_grads(kw)
+
+
 def test_bwd_config_bad_block(monkeypatch):
     from holotron.kernels import ssd_triton_backward
 
@@ -469,6 +496,19 @@ def test_gpu_grads_real_size_bf16():
     kw = make_inputs(r["b"], r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=30,
                      D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True, chunk_size=128)
     _gpu_report(kw, "12B layer bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("states", ["fp32", "grads"])
+def test_gpu_grads_real_size_bf16_fp32_states(monkeypatch, states):
+    """BWD_CONFIG STATES at the real size (the tf32 products the interpreter does not run)."""
+    from holotron.kernels import ssd_triton_backward
+
+    monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "STATES", states)
+    r = REAL
+    kw = make_inputs(r["b"], r["l"], r["h"], r["p"], r["g"], r["n"], dtype=torch.bfloat16, device="cuda", seed=30,
+                     D="head", z=True, dt_bias=True, dt_softplus=True, initial_state=True, chunk_size=128)
+    _gpu_report(kw, f"12B layer bf16, states {states}")
 
 
 @pytest.mark.gpu

@@ -92,7 +92,8 @@ def bwd_info(kernel="seq", **over):
     """The backward's kernels at the 12B sizes: bf16, H=128, P=80 (PP=128), N=128, G=8, chunk 64, headdim blocks
     of 32 (dx kernel: NPB=3 for BWD_CONFIG's P_LOOP), dstate blocks of 64 and the headdim whole (dB / dC kernel:
     PK=32 NPK=3 for BLOCK_PK 32), 4 warps, 2 stages. Pointer dtypes not named
-    below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the inputs)
+    below are fp32; keyword overrides set constexprs (and num_warps, num_stages, maxnreg, dtype of the inputs,
+    ``states`` the dtype of the stored states and state gradients)
     or, when named in BWD_INTS, integer arguments."""
     from holotron.kernels import ssd_triton_backward as bw
     from holotron.kernels import ssd_triton_bwd_walk as wk
@@ -109,6 +110,7 @@ def bwd_info(kernel="seq", **over):
     stages = over.pop("num_stages", 3)  # the launch default
     maxnreg = over.pop("maxnreg", None)
     half = "*" + over.pop("dtype", "bf16")  # the inputs' dtype (fp32: with OPS=ieee)
+    states = "*" + over.pop("states", half[1:])  # the stored states' and state gradients' (BWD_CONFIG STATES)
     for k in [k for k in over if k in ints]:
         ints[k] = over.pop(k)
     const.update(over)
@@ -120,7 +122,8 @@ def bwd_info(kernel="seq", **over):
         if n in cnames:
             sig[n] = "constexpr"
         elif n.endswith("_ptr"):
-            sig[n] = half if n in bf16 else "*i32" if n in i32 else "*fp32"
+            sig[n] = (states if n in ("st_ptr", "dst_ptr", "u_ptr") else half if n in bf16
+                      else "*i32" if n in i32 else "*fp32")
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif ints.get(n) == 1:
             sig[n] = "constexpr"

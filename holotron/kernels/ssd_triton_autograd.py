@@ -29,14 +29,17 @@ def _forward(x, dt, A, B, C, D, initial_state, cu_seqlens, chunk_size):
     """The Triton forward with chunk states (a function of its own so tests can stand in for it)."""
     from .ssd_triton_scan import launch_config, ssd_scan_triton_fwd
 
-    half = x.dtype in (torch.bfloat16, torch.float16)  # states kept in the products' operand dtype
+    half = x.dtype in (torch.bfloat16, torch.float16)  # states kept in the products' operand dtype (or fp32)
+    if BWD_CONFIG.get("STATES") not in (None, "fp32", "grads"):
+        raise ValueError(f"BWD_CONFIG['STATES'] must be None, 'fp32' or 'grads', got {BWD_CONFIG.get('STATES')!r}")
+    keep = x.dtype if half and BWD_CONFIG.get("STATES") != "fp32" else torch.float32
     # the forward walks its own (shorter) chunks and writes the state at the backward's chunk boundaries
     # (both powers of two, so the forward's divides the backward's)
     cfg = launch_config(1, x.shape[2], x.shape[3], chunk_size, x.device, wide=not half)
     # headdim blocks of at most 64 at every batch: with the states stored, a wider block was slower
     return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, initial_state=initial_state, cu_seqlens=cu_seqlens,
                                chunk_size=chunk_size, store_states=True,
-                               states_dtype=x.dtype if half else torch.float32, states_chunk=chunk_size,
+                               states_dtype=keep, states_chunk=chunk_size,
                                config=dict(Q=min(chunk_size, cfg["Q"]), BLOCK_P=min(cfg["BLOCK_P"], 64)))
 
 

@@ -69,8 +69,8 @@ from .ssd_triton_common import (
     _DOT_MIN,
     _dot_ops,
     _ensure_allocator,
-    _mm,
     _p2,
+    _smm,
     _sstore,
     _tile,
     _tma_ok,
@@ -93,10 +93,15 @@ from .ssd_triton_common import (
 # of 32 or 16 spilled and measured 16-25% slower); WALK: the state gradient in one launch (ssd_triton_bwd_walk.py:
 # a reverse walk per (BLOCK_W headdim columns, head, sequence) computing each chunk's term on chip, warps_walk
 # warps) instead of the chunk-parallel term and the entry-by-entry pass (None / False: on an H200 the walk was
-# a little faster than the two launches, but the dB / dC kernel taking sum(dS * S) slower: no gain overall).
+# a little faster than the two launches, but the dB / dC kernel taking sum(dS * S) slower: no gain overall);
+# STATES: the dtype of the chunk states the training forward stores and of the state gradients, for bf16 / fp16
+# inputs (None: the inputs' dtype; "fp32": both fp32, and the products that read them take fp32 operands at
+# tf32 precision, ``_smm``; "grads": the state gradients only). In float64 emulation at the 12B sizes
+# (dev/probes/grad_rounding.py) "fp32" divides dA's error by 7.7 and ddt's by 8, "grads" by 1.9 and 2.6; not
+# yet timed on a GPU.
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
                   stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None,
-                  WALK=None, BLOCK_W=None, warps_walk=None)
+                  WALK=None, BLOCK_W=None, warps_walk=None, STATES=None)
 
 # The compiled kernels of the last backward ("dstates" and "state", or "walk"; "dbc", "dx"), for the benchmark's
 # register counts.
@@ -135,7 +140,7 @@ def _bwd_dstates(
         ecs = tl.where(mq, tl.exp2(cs), 0.0)
         Cm = _tile(C_ptr + ts64 * s_c_t + g * s_c_g, r0, n_end, N, s_c_t, QP, NP, False, True)
         dy = _tile(dy_ptr + ts64 * s_dy_t + h * s_dy_h + p0, r0, n_end, P - p0, s_dy_t, QP, BP, False, True)
-        u = _mm(tl.trans(Cm), dy.to(tl.float32) * ecs[:, None], dy, OPS)  # (n, its columns)
+        u = _smm(tl.trans(Cm), dy.to(tl.float32) * ecs[:, None], dy, OPS, u_ptr)  # (n, its columns)
         mat = k * H + h
         _sstore(u_ptr, mat, p0, 0, P, N, tl.trans(u).to(u_ptr.dtype.element_ty), BP, NP, False)
         if pb == 0:
@@ -261,7 +266,8 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
     QP, PP, NP = _p2(Q), _p2(p), _p2(n)
 
     n_tok = b * l
-    dst = empty(*st.shape, dtype=st.dtype, device=dev)  # each chunk's own term, then the state gradients
+    # each chunk's own term, then the state gradients: in the states' dtype, or fp32 (BWD_CONFIG STATES)
+    dst = empty(*st.shape, dtype=torch.float32 if cfg.get("STATES") in ("fp32", "grads") else st.dtype, device=dev)
     ecl = None if walk else empty(n_rows, h, dtype=torch.float32, device=dev)
     dx = empty(n_tok, h, p, dtype=x.dtype, device=dev)
     dB = empty(n_tok, g, n, dtype=B.dtype, device=dev)
@@ -272,7 +278,7 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
         tma = (_tma_ok(es, [xt, dyt, dx, Bt, Ct, dB, dC],
                        [xt.stride(1), dyt.stride(1), dx.stride(1), Bt.stride(1), Ct.stride(1), dB.stride(1),
                         dC.stride(1), bp, bn])
-               and _tma_ok(st.element_size(), [st, dst], [n, p * n, bn]))
+               and all(_tma_ok(t.element_size(), [t], [n, p * n, bn]) for t in (st, dst)))
     if tma:
         _ensure_allocator()
     LAST_KERNEL.clear()

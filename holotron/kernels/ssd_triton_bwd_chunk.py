@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _desc, _mm, _put, _sdesc, _sload, _tile
+from .ssd_triton_common import _desc, _mm, _put, _sdesc, _sload, _smm, _tile
 
 
 @triton.jit
@@ -78,8 +78,8 @@ def _dbc_chunk(
             S = _sload(sd, mat, p0, n0, P, N, PK, NB, TMA)
             dS = _sload(dsd, mat, p0, n0, P, N, PK, NB, TMA)
             dW += _mm(dy, tl.trans(x), x, OPS)
-            dyS += _mm(dy, S, x, OPS)
-            xdS += _mm(x, dS, x, OPS)
+            dyS += _smm(dy, S, x, OPS, st_ptr)
+            xdS += _smm(x, dS, x, OPS, dst_ptr)
             if SS:
                 ss += tl.sum(tl.sum(S.to(tl.float32) * dS.to(tl.float32), axis=1), axis=0)
         if SS:
@@ -179,7 +179,7 @@ def _dx_chunk(
             dS = _sload(dsd, mat, p0, 0, P, N, BP, NP, TMA)  # (its columns, n): the state gradient leaving
             dW += _mm(dy, tl.trans(x), x, OPS)
             dxv = _mm(tl.trans(Mdt), dy, x, OPS)
-            R = _mm(Bm, tl.trans(dS), x, OPS)  # B dS^T, (Q, its columns)
+            R = _smm(Bm, tl.trans(dS), x, OPS, dst_ptr)  # B dS^T, (Q, its columns)
             xf = x.to(tl.float32)
             dw += tl.sum(xf * R, axis=1)
             dxv += w[:, None] * R

@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .ssd_triton_common import _mm, _sload, _sstore, _tile
+from .ssd_triton_common import _sload, _smm, _sstore, _tile
 
 
 @triton.jit
@@ -66,7 +66,7 @@ def _bwd_dswalk(
         ecs = tl.where(mq, tl.exp2(cs), 0.0)
         Cm = _tile(c_base, r0, n_end, N, s_c_t, QP, NP, False, True)
         dyv = _tile(dy_base, r0, n_end, P - p0, s_dy_t, QP, BP, False, True)
-        u = _mm(tl.trans(dyv.to(tl.float32) * ecs[:, None]), Cm, dyv, OPS)  # (its columns, n)
+        u = _smm(tl.trans(dyv.to(tl.float32) * ecs[:, None]), Cm, dyv, OPS, dst_ptr)  # (its columns, n)
         dS = tl.exp2(tl.sum(dt * A2, axis=0)) * dS + u
     if HAS_INIT:
         _sstore(dinit_ptr, sh, p0, 0, P, N, dS, BP, NP, False)

@@ -98,6 +98,17 @@ def _mm(a, b, like, OPS: tl.constexpr):
 
 
 @triton.jit
+def _smm(a, b, like, OPS: tl.constexpr, state_ptr):
+    """a @ b where one operand is a stored chunk state or state gradient (``state_ptr`` points at them): states
+    stored in fp32 under half inputs (BWD_CONFIG["STATES"] "fp32") take fp32 operands at tf32 precision, which
+    keeps their extra precision (dev/probes/grad_rounding.py); otherwise ``_mm``."""
+    if OPS == "half" and state_ptr.dtype.element_ty == tl.float32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
+    else:
+        return _mm(a, b, like, OPS)
+
+
+@triton.jit
 def _desc(base, rows, cols, stride, BR: tl.constexpr, BC: tl.constexpr, TMA: tl.constexpr):
     """A tensor descriptor (TMA) of a (rows, cols) matrix at ``base`` with row stride ``stride``: tiles of
     (BR, BC); reads past its edges give 0, writes there are dropped. Without TMA, ``base`` itself."""
