@@ -724,7 +724,7 @@ def test_triton_scan_stores_chunk_states(monkeypatch, cu, tma, p, block, every, 
                     sub[k] = flat[k][:, t0:t0 + c * Qs]
                 sub["z"] = None
                 _, ref = scan(sub, "naive")
-            assert_close(out.states[choff[s] + c, :].double(), ref[0], 1e-5, 1e-6, f"seq {s} chunk {c}")
+            assert_close(out.states[choff[s] + c, :].double(), ref[0], rtol=1e-5, atol=1e-6, name=f"seq {s} chunk {c}")
 
 
 @pytest.mark.parametrize("every", [1, 2, 4])
@@ -753,7 +753,7 @@ def test_two_pass_stores_chunk_states(monkeypatch, every):
                 for k in ("x", "dt", "B", "C"):
                     sub[k] = k64[k][s:s + 1, :c * Qs]
                 _, ref = scan(sub, "naive")
-            assert_close(out.states[s * nc + c].double(), ref[0], 1e-5, 1e-6, f"row {s} chunk {c}")
+            assert_close(out.states[s * nc + c].double(), ref[0], rtol=1e-5, atol=1e-6, name=f"row {s} chunk {c}")
     with pytest.raises(ValueError, match="states_chunk"):
         ssd_scan_triton_fwd(x, dt, A, B, C, store_states=True, states_chunk=24, **a)
 

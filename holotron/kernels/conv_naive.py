@@ -8,7 +8,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["conv_seq_naive", "conv_step_naive"]
+__all__ = ["CONV_CONFIG", "conv_seq_naive", "conv_step_naive"]
+
+# shift: over a sequence without a window (training, a first chunk), the conv as K shifted multiply-adds on the
+# token-major input instead of F.conv1d (a grouped conv over the channel-major copy, whose backward PyTorch
+# computes with its depthwise-convolution kernels): the same function, whose backward is elementwise products and
+# sums over tokens. Off until timed on a GPU (dev/probes/conv_train.py).
+CONV_CONFIG = {"shift": False}
 
 
 def conv_seq_naive(x: torch.Tensor, conv: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -19,6 +25,8 @@ def conv_seq_naive(x: torch.Tensor, conv: torch.Tensor | None, weight: torch.Ten
     silu(causal depthwise conv(x) + bias) (b, T, c) in x's dtype, the conv in weight's dtype. weight (c, K)."""
     b, t, c = x.shape
     K = weight.shape[-1]
+    if conv is None and CONV_CONFIG["shift"]:
+        return _shifted(x, weight, bias, counts)
     xt = x.transpose(1, 2).to(weight.dtype)                            # (b, c, T)
     if counts is not None:
         xt = xt * (torch.arange(t, device=x.device)[None, :] < counts[:, None]).to(xt.dtype)[:, None, :]
@@ -32,6 +40,23 @@ def conv_seq_naive(x: torch.Tensor, conv: torch.Tensor | None, weight: torch.Ten
             idx = counts[:, None] + torch.arange(K, device=x.device)
             conv.copy_(full.gather(2, idx[:, None, :].expand(b, c, K)))
     return F.silu(out).transpose(1, 2).to(x.dtype)
+
+
+def _shifted(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, counts: torch.Tensor | None
+             ) -> torch.Tensor:
+    """``conv_seq_naive`` without a window, token-major: out[t] = bias + sum_k weight[:, k] x[t - K + 1 + k]."""
+    b, t, c = x.shape
+    K = weight.shape[-1]
+    xw = x.to(weight.dtype)
+    if counts is not None:
+        xw = xw * (torch.arange(t, device=x.device)[None, :] < counts[:, None]).to(xw.dtype)[:, :, None]
+    full = torch.cat([xw.new_zeros(b, K - 1, c), xw], dim=1)           # (b, K - 1 + T, c)
+    out = full[:, 0:t] * weight[:, 0]
+    for k in range(1, K):
+        out = out + full[:, k:k + t] * weight[:, k]
+    if bias is not None:
+        out = out + bias
+    return F.silu(out).to(x.dtype)
 
 
 def conv_step_naive(conv: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,

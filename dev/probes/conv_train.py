@@ -1,0 +1,79 @@
+"""Probe: the training path's causal depthwise conv, forward + backward, F.conv1d against K shifted multiply-adds
+(``CONV_CONFIG["shift"]``, holotron/kernels/conv_naive.py), on a GPU, at the shapes training meets:
+
+    tiny     the tiny model's ground stage: 32 screens x 1,345 tokens, 768 channels, fp32 weights under bf16
+             autocast (holotron.train on CUDA)
+    12b      the 12B model's training step: 1 x 4,096 tokens, 12,288 channels, bf16 weights and inputs
+             (benchmarks/bench_train_step.py)
+
+Each case: the outputs and gradients of both forms compared, then CUDA-event medians of forward + backward.
+
+    python dev/probes/conv_train.py [OUT_DIR]      # JSON to OUT_DIR/conv_train.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from holotron.kernels import conv_naive, conv_seq
+
+CASES = {"tiny": dict(b=32, t=1345, c=768, weights=torch.float32, autocast=True),
+         "12b": dict(b=1, t=4096, c=12288, weights=torch.bfloat16, autocast=False)}
+
+
+def run_case(b, t, c, weights, autocast, reps=50) -> dict:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(b, t, c, device="cuda", generator=g).bfloat16().requires_grad_()
+    w = (torch.randn(c, 4, device="cuda", generator=g) * 0.5).to(weights).requires_grad_()
+    bias = torch.randn(c, device="cuda", generator=g).to(weights).requires_grad_()
+    gy = torch.randn(b, t, c, device="cuda", generator=g).bfloat16()
+    out = {}
+    res = {}
+    for shift in (False, True):
+        conv_naive.CONV_CONFIG["shift"] = shift
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                y = conv_seq(x, None, w, bias)
+            return y, torch.autograd.grad(y, (x, w, bias), gy)
+
+        y, grads = step()
+        res[shift] = [y.float(), *(v.float() for v in grads)]
+        for _ in range(3):
+            step()
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            step()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+        out["shift" if shift else "conv1d"] = {"ms": statistics.median(times), "ms_min": min(times)}
+    conv_naive.CONV_CONFIG["shift"] = False
+    out["rel_diff"] = {k: float((a - r).norm() / r.norm().clamp_min(1e-30))
+                       for k, a, r in zip(("y", "dx", "dweight", "dbias"), res[True], res[False])}
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for name, case in CASES.items():
+        res[name] = run_case(**case)
+        r = res[name]
+        print(f"{name}: conv1d {r['conv1d']['ms']:.3f} ms, shift {r['shift']['ms']:.3f} ms (forward + backward); "
+              f"relative differences {', '.join(f'{k} {v:.1e}' for k, v in r['rel_diff'].items())}", flush=True)
+    if argv:
+        Path(argv[0]).mkdir(parents=True, exist_ok=True)
+        (Path(argv[0]) / "conv_train.json").write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
