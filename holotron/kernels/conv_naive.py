@@ -5,6 +5,8 @@ against, and the path of training (autograd) and of the CPU."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -13,8 +15,9 @@ __all__ = ["CONV_CONFIG", "conv_seq_naive", "conv_step_naive"]
 # shift: over a sequence without a window (training, a first chunk), the conv as K shifted multiply-adds on the
 # token-major input instead of F.conv1d (a grouped conv over the channel-major copy, whose backward PyTorch
 # computes with its depthwise-convolution kernels): the same function, whose backward is elementwise products and
-# sums over tokens. Off until timed on a GPU (dev/probes/conv_train.py).
-CONV_CONFIG = {"shift": False}
+# sums over tokens. Off until timed on a GPU (dev/probes/conv_train.py); HOLOTRON_CONV_SHIFT=1 turns it on (a
+# training job's A/B).
+CONV_CONFIG = {"shift": os.environ.get("HOLOTRON_CONV_SHIFT", "0") not in ("", "0")}
 
 
 def conv_seq_naive(x: torch.Tensor, conv: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
