@@ -321,6 +321,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "chunk_captures_in_run": st["chunk_captures"], "capture_s_in_run": st["capture_s"],
         "mixed_graphs": len(eng.mixed_graphs), "mixed_captures_in_run": st["mixed_captures"],
         "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"], "mixed_s": st["mixed_s"],
+        "vision_s": st.get("vision_s", 0.0), "vision_tiles": st.get("vision_tiles", 0),
+        "vision_calls": st.get("vision_calls", 0),
         "other_s": wall - st["decode_s"] - st["prefill_s"] - st["admit_s"] - st["mixed_s"],
         "engine_decode_tokens_per_s": engine_tps, "graph_batch": b_main, "graph_ms": graph_ms[b_main],
         "graph_tokens_per_s": graph_tps, "decode_efficiency": engine_tps / graph_tps,

@@ -313,7 +313,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         """Zero the step counters and phase seconds in ``stats`` (benchmarks, after a warm-up)."""
         self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
                       "chunk_captures": 0, "mixed_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
-                      "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0}
+                      "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0, "vision_s": 0.0, "vision_tiles": 0,
+                      "vision_calls": 0}
         self.prefill_tokens_done = 0
 
     def _sync(self) -> None:

@@ -138,6 +138,9 @@ def test_a_failed_vision_capture_leaves_the_engine_eager_and_serving():
     r = eng.submit(p, pixel_values=tiles, max_new_tokens=5)
     eng.run()
     assert r.tokens == generate(model, p[None], 5, pixel_values=tiles, eos_token_id=[], engine=False)[0].tolist()
+    # the vision encoder's share of the admissions is counted apart (bench_agents.py reports it)
+    assert eng.stats["vision_tiles"] == 1 and eng.stats["vision_calls"] == 1
+    assert 0 < eng.stats["vision_s"] <= eng.stats["admit_s"]
 
 
 def test_vl_batch_with_images_and_a_shared_screenshot():
