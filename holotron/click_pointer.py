@@ -5,6 +5,7 @@ pointer.py) has the first few query heads of one attention layer trained to put 
 answer's positions, on the image tokens of the element asked for. Its generation_config.json then says so:
 
     "click_pointer": {"layer": 8, "heads": 2}       # backbone.layers[8], query heads 0 and 1 (the bundled model)
+    "click_pointer": {"layer": 8, "heads": 1, "first": 1}   # query head 1 alone (``--pointer-element-heads 1``)
 
 With single-token coordinates (the word tokenizer's one token per value 0..1000, holotron/tokenizer.py), decoding
 can use that pointer (``PointerConstraint``, the ``constrain`` of ``generation.stream``): when the greedy next
@@ -33,8 +34,9 @@ __all__ = ["ClickPointer", "pointer_of", "head_scores", "PointerConstraint", "co
 
 @dataclass(frozen=True)
 class ClickPointer:
-    layer: int   # index into the language model's backbone.layers: an attention layer
-    heads: int   # its first ``heads`` query heads
+    layer: int      # index into the language model's backbone.layers: an attention layer
+    heads: int      # ``heads`` of its query heads,
+    first: int = 0  # from this one
 
 
 def pointer_of(model) -> ClickPointer | None:
@@ -47,29 +49,30 @@ def pointer_of(model) -> ClickPointer | None:
         return None
     lm = getattr(model, "language_model", model)
     layers = lm.backbone.layers
-    ok = (isinstance(spec, dict) and set(spec) == {"layer", "heads"}
+    ok = (isinstance(spec, dict) and {"layer", "heads"} <= set(spec) <= {"layer", "heads", "first"}
           and all(isinstance(spec[k], int) and not isinstance(spec[k], bool) for k in spec))
     if ok:
-        layer, heads = spec["layer"], spec["heads"]
+        layer, heads, first = spec["layer"], spec["heads"], spec.get("first", 0)
         ok = (1 <= layer < len(layers) and layers[layer].kind == "attention"
-              and 1 <= heads <= layers[layer].mixer.n_heads)
+              and heads >= 1 and first >= 0 and first + heads <= layers[layer].mixer.n_heads)
     if not ok:
-        raise ValueError(f"generation_config.json: click_pointer must be {{\"layer\": L, \"heads\": H}} naming an "
-                         f"attention layer (1 <= L < {len(layers)}) and 1 <= H <= its query heads, got {spec!r}")
-    return ClickPointer(spec["layer"], spec["heads"])
+        raise ValueError(f"generation_config.json: click_pointer must be {{\"layer\": L, \"heads\": H}} (and "
+                         f"optionally \"first\": F) naming an attention layer (1 <= L < {len(layers)}) and query heads "
+                         f"F .. F + H - 1 among its own, got {spec!r}")
+    return ClickPointer(spec["layer"], spec["heads"], spec.get("first", 0))
 
 
-def head_scores(block, h_q: torch.Tensor, k: torch.Tensor, heads: int) -> torch.Tensor:
-    """The pre-softmax scores of the first ``heads`` query heads of the attention block ``block``, as the layer
-    computes them: ``h_q`` (R, P, D) the residual stream entering the block at the query positions (``norm``,
-    ``q_proj``), ``k`` (R, t, Hkv, hd) the layer's keys, grouped KV heads, / sqrt(head_dim). Returns (R, heads,
-    P, t), float32, nothing masked. The training loss's scores (``train.pointer.attention_scores``) and the
-    decoding constraint's (keys from the decode state's cache) are both this."""
+def head_scores(block, h_q: torch.Tensor, k: torch.Tensor, heads: int, first: int = 0) -> torch.Tensor:
+    """The pre-softmax scores of query heads ``first`` .. ``first + heads - 1`` of the attention block ``block``,
+    as the layer computes them: ``h_q`` (R, P, D) the residual stream entering the block at the query positions
+    (``norm``, ``q_proj``), ``k`` (R, t, Hkv, hd) the layer's keys, grouped KV heads, / sqrt(head_dim). Returns
+    (R, heads, P, t), float32, nothing masked. The training loss's scores (``train.pointer.attention_scores``)
+    and the decoding constraint's (keys from the decode state's cache) are both this."""
     attn = block.mixer
     hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
     u = block.norm(h_q.to(block.norm.weight.dtype))
-    q = attn.q_proj(u).view(*h_q.shape[:2], attn.n_heads, hd)[:, :, :heads].float()        # (R, P, heads, hd)
-    kv = torch.arange(heads, device=q.device) // r
+    q = attn.q_proj(u).view(*h_q.shape[:2], attn.n_heads, hd)[:, :, first:first + heads].float()  # (R, P, heads, hd)
+    kv = torch.arange(first, first + heads, device=q.device) // r
     return torch.einsum("rphd,rthd->rhpt", q, k[:, :, kv].float()) / math.sqrt(hd)
 
 
@@ -83,7 +86,7 @@ class PointerConstraint:
     def __init__(self, model, pointer: ClickPointer, coord_ids: list[int], input_ids: torch.Tensor,
                  sizes: list[tuple[int, int]]):
         lm = getattr(model, "language_model", model)
-        self.layer, self.heads = pointer.layer, pointer.heads
+        self.layer, self.heads, self.first = pointer.layer, pointer.heads, pointer.first
         self.block = lm.backbone.layers[pointer.layer]
         self.coord_ids = torch.tensor(coord_ids, device=input_ids.device)
         self.is_coord = torch.zeros(lm.config.vocab_size, dtype=torch.bool, device=input_ids.device)
@@ -140,7 +143,7 @@ class PointerConstraint:
             k = cache.read((idx, slice(None), slice(0, n)), torch.float32)[0]
         else:
             k = cache.k[idx, :, :n]                                                             # (n, Hkv, seqlen, hd)
-        scores = head_scores(self.block, self._h[idx][:, None], k.transpose(1, 2), self.heads)[:, :, 0]
+        scores = head_scores(self.block, self._h[idx][:, None], k.transpose(1, 2), self.heads, self.first)[:, :, 0]
         scores = scores.masked_fill(~state.valid[idx, :n][:, None], float("-inf"))
         return torch.softmax(scores, -1).mean(1)
 

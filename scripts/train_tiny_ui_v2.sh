@@ -26,7 +26,8 @@
 # the schedule's length; unset: one job, its schedule ending with its MINUTES), MATCH_COOLDOWN (0.15),
 # GROUND_BATCH (32), QUERIES (16), GROUND_LR (1.5e-3), GROUND_TOTAL (minutes of grounding over all ground jobs,
 # default 20: the schedule's length), COOLDOWN (the cool-down's share of GROUND_TOTAL, default 0.2), POINTER_CORE
-# (set: ground jobs with --pointer-core), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64), FINAL_N (1000),
+# (set: ground jobs with --pointer-core), ELEMENT_HEADS (ground jobs with --pointer-element-heads N: the last N of
+# the two pointer heads on the element's own tokens, the click pointer then those; default 0), PAD_AUG (0.5), EVAL_N (dev screens per eval, 64), FINAL_N (1000),
 # LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), LENGTH_MULTIPLE (ground batches' rows padded
 # to a multiple of it, default 1), COMPILE (set: ground jobs with --compile), FONTS (mixed: match and ground jobs
 # with --fonts mixed, the training screens' text in one face per screen of holotron/data/fonts/ or Aileron;
@@ -88,6 +89,7 @@ print(s['train_seconds'] / 60 + (s['args'].get('schedule_done') or 0))" \
     $PY -m holotron.train "${common[@]}" "${start[@]}" --out "$OUT/ground" --save-optimizer \
         --batch-size "${GROUND_BATCH:-32}" --queries "${QUERIES:-16}" --followups short --lr "${GROUND_LR:-1.5e-3}" \
         --aux-weight 0.5 --pointer-weight 1 --pointer-heads 2 --match-weight 0.5 ${POINTER_CORE:+--pointer-core} \
+        --pointer-element-heads "${ELEMENT_HEADS:-0}" \
         --schedule wsd --cooldown "${COOLDOWN:-0.2}" --schedule-minutes "${GROUND_TOTAL:-20}" --warmup 0.03 \
         --time-budget "$MIN" --eval-every 400 --length-multiple "${LENGTH_MULTIPLE:-1}" ${COMPILE:+--compile}
     exit 0

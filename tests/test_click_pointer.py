@@ -53,8 +53,11 @@ def test_pointer_of_reads_and_checks_the_models_declaration(model, tmp_path, mon
     assert pointer_of(model) is None
     monkeypatch.setattr(model, "generation_config", {"click_pointer": {"layer": 1, "heads": 2}})
     assert pointer_of(model) == ClickPointer(1, 2)
+    monkeypatch.setattr(model, "generation_config", {"click_pointer": {"layer": 1, "heads": 1, "first": 3}})
+    assert pointer_of(model) == ClickPointer(1, 1, 3)
     for bad in ({"layer": 0, "heads": 1}, {"layer": 2, "heads": 1}, {"layer": 1, "heads": 5}, {"layer": 1},
-                {"layer": 1, "heads": True}, [1, 2], {"layer": 9, "heads": 1}):
+                {"layer": 1, "heads": True}, [1, 2], {"layer": 9, "heads": 1}, {"layer": 1, "heads": 2, "first": 3},
+                {"layer": 1, "heads": 1, "first": -1}, {"layer": 1, "heads": 1, "last": 1}):
         monkeypatch.setattr(model, "generation_config", {"click_pointer": bad})
         with pytest.raises(ValueError, match="click_pointer"):
             pointer_of(model)
@@ -83,7 +86,7 @@ def _reference_cell(model, ptr, ids, mask, pixels, t, axis):
             model(ids[None, : t + 1], pixel_values=pixels, attention_mask=mask[None, : t + 1])
     finally:
         hook.remove()
-    sc = attention_scores(layers[ptr.layer], seen["h"], torch.tensor([[t]]), ptr.heads)[0, :, 0]
+    sc = attention_scores(layers[ptr.layer], seen["h"], torch.tensor([[t]]), ptr.first + ptr.heads)[0, ptr.first:, 0]
     sc = sc.masked_fill(mask[: t + 1] == 0, float("-inf"))
     p = torch.softmax(sc, -1).mean(0)
     img = (ids[: t + 1] == model.config.image_token_id).nonzero().squeeze(1)
@@ -93,9 +96,10 @@ def _reference_cell(model, ptr, ids, mask, pixels, t, axis):
     return max(0, math.floor(c - half)), min(1000, math.ceil(c + half))
 
 
+@pytest.mark.parametrize("ptr", [ClickPointer(1, 2), ClickPointer(1, 1, 1), ClickPointer(1, 2, 2)],
+                         ids=["heads01", "head1", "heads23"])
 @pytest.mark.parametrize("pad", [0, 2])
-def test_the_constraint_writes_each_coordinate_in_the_cell_the_training_attention_points_at(model, pad):
-    ptr = ClickPointer(1, 2)
+def test_the_constraint_writes_each_coordinate_in_the_cell_the_training_attention_points_at(model, pad, ptr):
     ids, mask, pixels = _prompt(model, pad)
     bias = torch.zeros(2100)
     bias[COORDS] = 50.0  # a model whose greedy next tokens are coordinates: the constraint's case

@@ -347,6 +347,12 @@ def test_match_then_ground_then_resume_on_the_micro_preset(tmp_path, word_tok, c
     _run(*g, "--resume", ground, "--steps", "3")
     state = json.loads((ground / "trainer_state.json").read_text())
     assert state["step"] == 3
+    # the last of the two pointer heads on the element's own tokens: the run's click pointer is that head
+    _run(*g, "--init-from", match, "--steps", "1", "--pointer-element-heads", "1", "--out", tmp_path / "el")
+    gc = json.loads((tmp_path / "el" / "generation_config.json").read_text())
+    assert gc["click_pointer"]["heads"] == 1 and gc["click_pointer"]["first"] == 1
+    with pytest.raises(SystemExit, match="--pointer-element-heads"):
+        _run(*g, "--steps", "1", "--pointer-element-heads", "3", "--out", tmp_path / "bad")
 
 
 def test_init_parts_vision_takes_the_vision_side_alone_under_a_new_tokenizer(tmp_path, word_tok, capsys):
@@ -392,6 +398,67 @@ def _ground_batch(word_tok, n=3, seed=3):
     cfg = make_config("micro", p.vocab_size)
     sb = ScreenBatches(word_tok, cfg.vision, n, seed=seed, queries=3, short_followups=True, chars=True, match=True)
     return p, cfg, sb[0]
+
+
+def test_element_only_pointer_positives_and_heads(word_tok):
+    """``pointer_element``: each question also gets its element's tokens without its label text (a label outside
+    the box left out), in the same slots; ``attention_pointer_loss(element_heads=1)`` scores its last head on
+    those and the first on the element and its label, each as if alone."""
+    from holotron.train import IGNORE, attention_pointer_loss, normalize_tiles, pointer_layout
+    from holotron.train.batches import step_indices
+
+    p = Processor.from_pretrained(word_tok)
+    # the tiny model's 1,024 px tiles (32 px tokens: a field's label and its box lie on different tokens)
+    vision = make_config("tiny-ui", p.vocab_size).vision
+    data = ScreenBatches(word_tok, vision, 2, seed=7, queries=8, short_followups=True, pointer_element=True)
+    batch = data[0]
+    plain = ScreenBatches(word_tok, vision, 2, seed=7, queries=8, short_followups=True)[0]
+    for k in ("pointer_queries", "pointer_targets", "pointer_on", "pointer_at"):
+        assert torch.equal(batch[k], plain[k]), k
+    el, full = batch["pointer_targets_el"], batch["pointer_targets"]
+    assert set(el[:, 0].tolist()) == set(range(batch["pointer_queries"].shape[0]))
+    s = generate_sample(data.sample_seed(0, 0), split="train")
+    cls, pos = image_token_targets(s, vision)
+    assert torch.equal(el[el[:, 0] == 0, 1], element_tokens(s, s.target, pos, cls, token_cell(s.size, vision),
+                                                            labels=False))
+    smaller = [q for q in range(batch["pointer_queries"].shape[0])
+               if set(el[el[:, 0] == q, 1].tolist()) < set(full[full[:, 0] == q, 1].tolist())]
+    assert smaller  # some asked elements have their label outside their box
+    assert torch.equal(step_indices(batch, data.processor.image_token_id)["pointer_on_el"],
+                       batch["pointer_on_el"])
+
+    # the loss, on a micro batch, element-only positives made up: each question's first token alone
+    cfg = make_config("micro", p.vocab_size)
+    batch = ScreenBatches(word_tok, cfg.vision, 3, seed=7, queries=4, short_followups=True)[0]
+    full = batch["pointer_targets"]
+    el = full[torch.cat([torch.tensor([True]), full[1:, 0] != full[:-1, 0]])]
+    assert len(el) < len(full)
+    torch.manual_seed(0)
+    model = init_weights(Holotron(cfg), 0)
+    aux = AuxHeads(cfg)
+    ids, labels = batch["input_ids"], batch["labels"]
+    seen = {}
+    hook = model.language_model.backbone.layers[aux.layer].register_forward_hook(
+        lambda m, a, o: seen.__setitem__("h", o))
+    with torch.no_grad():
+        model.language_model.hidden_states(inputs_embeds=model.embed_inputs(
+            ids, normalize_tiles(batch["pixel_values"], cfg.vision, None, batch["num_tiles"])))
+    hook.remove()
+    keep, is_img = labels[:, 1:] != IGNORE, ids == cfg.image_token_id
+    block = model.language_model.backbone.layers[aux.layer + 1]
+    lay = pointer_layout(keep, batch["pointer_queries"], full, is_img)
+    lay_el = dict(lay, pointer_on=pointer_layout(keep, batch["pointer_queries"], el, is_img)["pointer_on"])
+    lay["pointer_on_el"] = lay_el["pointer_on"]
+    with torch.no_grad():
+        one = {k: float(attention_pointer_loss(block, seen["h"], v, 1)[0]) for k, v in (("full", lay), ("el", lay_el))}
+        two = {k: float(attention_pointer_loss(block, seen["h"], v, 2)[0]) for k, v in (("full", lay), ("el", lay_el))}
+        head1_el = 2 * two["el"] - one["el"]              # the second head's own loss on the element-only positives
+        mixed = float(attention_pointer_loss(block, seen["h"], lay, 2, element_heads=1)[0])
+        both = float(attention_pointer_loss(block, seen["h"], lay, 2, element_heads=2)[0])
+    assert mixed == pytest.approx((one["full"] + head1_el) / 2, rel=1e-5)
+    assert both == pytest.approx(two["el"], rel=1e-6) and two["el"] != pytest.approx(two["full"], rel=1e-3)
+    with pytest.raises(ValueError, match="element"):
+        attention_pointer_loss(block, seen["h"], {k: v for k, v in lay.items() if k != "pointer_on_el"}, 2, 1)
 
 
 def test_the_batchs_host_side_indices_are_the_positions_the_boolean_masks_pick_row_by_row(word_tok):

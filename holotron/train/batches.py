@@ -31,7 +31,9 @@ class ScreenBatches(torch.utils.data.Dataset):
     (``augment.pad_sample``); ``seeds``: fixed screen seeds (the batch of every step), e.g. for a dev batch;
     ``pointer_core``: a question's pointer tokens are those whose centre lies on its element or the element's
     label text (``element_tokens.element_core_tokens``) instead of those one of whose sub-points does;
-    ``length_multiple``: each batch's rows right-padded to a multiple of it (``collate``).
+    ``length_multiple``: each batch's rows right-padded to a multiple of it (``collate``); ``pointer_element``:
+    also each question's element tokens without its label text ("pointer_tokens_el", for the element-only pointer
+    heads, ``--pointer-element-heads``).
     With a tokenizer that has single-token coordinates (``holotron.tokenizer.coordinate_token_ids``) each
     answer also carries, for its x and y tokens, the range of values that land in the element's box
     ("coord_targets": row, label position, lo, hi, centre; ``coords.coordinate_box_range``)."""
@@ -39,7 +41,8 @@ class ScreenBatches(torch.utils.data.Dataset):
     def __init__(self, tokenizer_dir, vision: VisionConfig, batch_size: int, seed: int = 0, queries: int = 1,
                  split: str = "train", options: dict | None = None, *, chars: bool = False,
                  short_followups: bool = False, grid_aug: float = 0.0, match: bool = False, pad=None,
-                 seeds: list[int] | None = None, pointer_core: bool = False, length_multiple: int = 1):
+                 seeds: list[int] | None = None, pointer_core: bool = False, length_multiple: int = 1,
+                 pointer_element: bool = False):
         if not 0.0 <= grid_aug <= 1.0:
             raise ValueError(f"grid_aug must be in [0, 1], got {grid_aug}")
         self.tokenizer_dir, self.vision, self.batch_size = str(tokenizer_dir), vision, batch_size
@@ -48,7 +51,7 @@ class ScreenBatches(torch.utils.data.Dataset):
         self.match, self.pad, self.seeds, self.pointer_core = match, pad, seeds, pointer_core
         if length_multiple < 1:
             raise ValueError(f"length_multiple must be >= 1, got {length_multiple}")
-        self.length_multiple = length_multiple
+        self.length_multiple, self.pointer_element = length_multiple, pointer_element
         self._processor, self._grid, self._coords = None, None, None
 
     def __len__(self) -> int:
@@ -103,15 +106,17 @@ class ScreenBatches(torch.utils.data.Dataset):
         owner = {tuple(e.box): e for e in sample.elements}
         cell = token_cell(sample.size, self.vision, grid)
 
-        def on_element(b):  # the image tokens a question's pointer puts its probability on
+        def on_element(b, labels=True):  # the image tokens a question's pointer puts its probability on
             if tuple(b) not in owner:
                 return pointer_tokens(b, sample.size, pos, cls)
             if self.pointer_core:
-                return element_core_tokens(sample, owner[tuple(b)], pos, cls)
-            return element_tokens(sample, owner[tuple(b)], pos, cls, cell)
+                return element_core_tokens(sample, owner[tuple(b)], pos, cls, labels=labels)
+            return element_tokens(sample, owner[tuple(b)], pos, cls, cell, labels=labels)
 
         targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
                    "pointer_tokens": [on_element(b) for b in boxes], "coords": coords}
+        if self.pointer_element:
+            targets["pointer_tokens_el"] = [on_element(b, labels=False) for b in boxes]
         if chars:
             targets["image_chars"] = chars[0]
         if self.match:
@@ -198,6 +203,9 @@ def step_indices(batch: dict, image_token_id: int) -> dict:
         out["coord_rows"] = torch.searchsorted(flat, c[:, 0] * T + c[:, 1] - 1)
     if "pointer_queries" in batch:
         out.update(pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets"], ids == image_token_id))
+        if "pointer_targets_el" in batch:  # the same slots, the element-only positives
+            out["pointer_on_el"] = pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets_el"],
+                                                  ids == image_token_id)["pointer_on"]
     return out
 
 
@@ -221,4 +229,8 @@ def _collate_targets(targets: list[dict]) -> dict:
                 queries.append((b, pos))
         out["pointer_queries"] = torch.tensor(queries, dtype=torch.long).reshape(-1, 2)
         out["pointer_targets"] = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+        if all("pointer_tokens_el" in t for t in targets):
+            pairs = [(q, int(i)) for q, toks in enumerate(tk for t in targets for tk in t["pointer_tokens_el"])
+                     for i in toks]
+            out["pointer_targets_el"] = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
     return out

@@ -38,7 +38,7 @@ def save_checkpoint(model: Holotron, folder, tokenizer_dir, *, dtype: torch.dtyp
     ``dtype`` (the SSM constants stay fp32), generation_config.json, the tokenizer files and
     ``trainer_state.json``; with ``optimizer``, ``training_state.pt`` (fp32 weights + AdamW state) too:
     tensors, numbers and plain containers only, so it loads with ``torch.load(..., weights_only=True)``.
-    ``click_pointer`` ({"layer", "heads"}): the attention pointer the run trained, written into
+    ``click_pointer`` ({"layer", "heads"[, "first"]}): the attention pointer the run trained, written into
     generation_config.json for decoding (holotron/click_pointer.py)."""
     folder = Path(folder)
     cpu = copy.deepcopy(model).to("cpu").to(dtype)

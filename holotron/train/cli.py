@@ -82,6 +82,10 @@ def parser() -> argparse.ArgumentParser:
                    help="put the pointer loss on the first N heads of the last attention layer itself, at every "
                         "position that writes an answer token, instead of on a training-only head: the "
                         "layer that feeds the digits then looks at the element (default 0: the training-only head)")
+    p.add_argument("--pointer-element-heads", type=int, default=0, metavar="K",
+                   help="the last K of the --pointer-heads put the probability on the element's own tokens, its "
+                        "label text outside the box left out (a field's, a checkbox's): where a click must land; "
+                        "the run's click pointer (generation_config.json) is then those K heads (default 0)")
     p.add_argument("--pointer-core", action="store_true",
                    help="the pointer's positives: only the image tokens whose centre lies on the asked element or on "
                         "its label text (default: every token one of whose 4 x 4 sub-points does, which includes a "
@@ -227,6 +231,9 @@ def check_args(args) -> None:
         raise SystemExit(f"holotron.train: error: --schedule-minutes must be > 0, got {args.schedule_minutes}")
     if args.pointer_heads < 0:
         raise SystemExit(f"holotron.train: error: --pointer-heads must be >= 0, got {args.pointer_heads}")
+    if not 0 <= args.pointer_element_heads <= args.pointer_heads:
+        raise SystemExit(f"holotron.train: error: --pointer-element-heads must be between 0 and --pointer-heads "
+                         f"({args.pointer_heads}), got {args.pointer_element_heads}")
     if args.pointer_core and not args.pointer_weight:
         raise SystemExit("holotron.train: error: --pointer-core chooses the pointer loss's positives: it needs "
                          "--pointer-weight > 0")

@@ -75,15 +75,17 @@ def _tokens_in(boxes, points, tile: torch.Tensor) -> torch.Tensor:
 
 
 def element_tokens(sample, element, positions: torch.Tensor, classes: torch.Tensor,
-                   cell: tuple[float, float], points=None) -> torch.Tensor:
+                   cell: tuple[float, float], points=None, labels: bool = True) -> torch.Tensor:
     """The image tokens (indices, thumbnail left out) that show ``element``'s box or a text that spells its
     label (a sub-point of the token's ``cell`` inside; ``token_cell``); if none, the token nearest to the
     element's centre. ``positions`` / ``classes``: ``image_token_targets``' (the thumbnail's classes are
-    -100); ``points``: ``_sub_points`` when the caller has them."""
+    -100); ``points``: ``_sub_points`` when the caller has them; ``labels`` False: the box alone (a label
+    outside it, a field's or a checkbox's, left out)."""
     w, h = sample.size
     tile = classes != IGNORE
     points = points if points is not None else _sub_points(positions, sample.size, cell)
-    own = _tokens_in([element.box] + [t.box for t in _label_texts(sample, element)], points, tile)
+    texts = _label_texts(sample, element) if labels else []
+    own = _tokens_in([element.box] + [t.box for t in texts], points, tile)
     if not bool(own.any()):
         cx, cy = (element.box[0] + element.box[2]) / 2, (element.box[1] + element.box[3]) / 2
         d = ((positions[:, 0] * w - cx) ** 2 + (positions[:, 1] * h - cy) ** 2).masked_fill(~tile, float("inf"))
@@ -91,11 +93,13 @@ def element_tokens(sample, element, positions: torch.Tensor, classes: torch.Tens
     return own.nonzero().squeeze(1)
 
 
-def element_core_tokens(sample, element, positions: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+def element_core_tokens(sample, element, positions: torch.Tensor, classes: torch.Tensor,
+                        labels: bool = True) -> torch.Tensor:
     """Like ``element_tokens``, but a token counts only when its own centre lies in ``element``'s box or in a
     text that spells its label (``targets.pointer_tokens`` of each box: a box too small to hold a token centre
     gives the token nearest its centre). So a token whose own position an answer copies lies in the box: with
     ``element_tokens``' rule a token one sub-point of which touches a one-row-tall box is a positive, and its
-    own row may lie a whole row outside the box (``--pointer-core``; dev/LOG.md, 2026-12-04, third v2 run)."""
-    boxes = [element.box] + [t.box for t in _label_texts(sample, element)]
+    own row may lie a whole row outside the box (``--pointer-core``; dev/LOG.md, 2026-12-04, third v2 run).
+    ``labels`` False: the box alone."""
+    boxes = [element.box] + ([t.box for t in _label_texts(sample, element)] if labels else [])
     return torch.unique(torch.cat([pointer_tokens(b, sample.size, positions, classes) for b in boxes]))

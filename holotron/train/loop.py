@@ -95,6 +95,9 @@ def train(args) -> dict:
     if args.stage == "ground" and aux is not None and args.pointer_weight > 0 and args.pointer_heads > 0:
         heads = model.language_model.backbone.layers[aux.layer + 1].mixer.n_heads
         pointer = {"layer": aux.layer + 1, "heads": min(args.pointer_heads, heads)}
+        if args.pointer_element_heads:  # decoding points with the element-only heads
+            k = min(args.pointer_element_heads, pointer["heads"])
+            pointer = {"layer": aux.layer + 1, "heads": k, "first": pointer["heads"] - k}
 
     def save(folder: Path, status: str, seconds: float) -> dict:
         state = trainer_state(args, step, history, evals, n_params, seconds, status)
@@ -195,7 +198,8 @@ def train_step(args, model: Holotron, aux: AuxHeads | None, trainable: nn.Module
         else:
             loss, _ = loss_fn(model, batch, device, aux, args.aux_weight, parts, args.char_weight,
                               args.pointer_weight, augment=aug_gen, pointer_heads=args.pointer_heads,
-                              match_weight=args.match_weight, coord_ids=coord_ids)
+                              match_weight=args.match_weight, coord_ids=coord_ids,
+                              pointer_element_heads=args.pointer_element_heads)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     gnorm = torch.nn.utils.clip_grad_norm_(trainable.parameters(), args.grad_clip)
@@ -256,7 +260,7 @@ def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
                          chars=aux is not None and args.char_weight > 0, options=options,
                          short_followups=args.followups == "short", grid_aug=args.grid_aug,
                          match=aux is not None and args.match_weight > 0, pad=pad, pointer_core=args.pointer_core,
-                         length_multiple=args.length_multiple)
+                         length_multiple=args.length_multiple, pointer_element=args.pointer_element_heads > 0)
 
 
 def screen_options(args) -> dict:

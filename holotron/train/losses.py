@@ -22,7 +22,7 @@ GAUSS_WEIGHT = 0.1  # the pull toward the box centre beside the in-box term (_an
 def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | None = None,
             aux_weight: float = 0.0, parts: dict | None = None, char_weight: float = 1.0,
             pointer_weight: float = 0.0, augment: torch.Generator | bool | None = None,
-            pointer_heads: int = 0, match_weight: float = 0.0,
+            pointer_heads: int = 0, match_weight: float = 0.0, pointer_element_heads: int = 0,
             coord_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over the answer tokens of a (right-padded) batch; also their count.
 
@@ -31,7 +31,8 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
     (x 10) on the residual stream entering the last attention layer), averaged over image tokens, and,
     when the batch has "image_chars", ``char_weight`` x the character cross-entropy per patch on the
     projector output, and, when the batch has pointer targets, ``pointer_weight`` x ``pointer_loss`` (with
-    ``pointer_heads`` > 0: ``attention_pointer_loss`` on that many heads of the last attention layer instead).
+    ``pointer_heads`` > 0: ``attention_pointer_loss`` on that many heads of the last attention layer instead, the
+    last ``pointer_element_heads`` of them on the element's own tokens).
     ``augment``: ``colour_aug`` each screen (all its tiles alike; True, or a torch.Generator for it).
     With ``coord_ids`` (the ids of the coordinate tokens 0..1000) and the batch's "coord_targets", the x and y
     tokens of each answer are scored by ``_answer_with_boxes`` (any value inside the box) instead of the
@@ -98,7 +99,8 @@ def loss_fn(model: Holotron, batch: dict, device: torch.device, aux: AuxHeads | 
         if "pointer_queries" in batch and pointer_weight > 0:
             if pointer_heads > 0:
                 block = model.language_model.backbone.layers[aux.layer + 1]
-                l_ptr, acc = attention_pointer_loss(block, mid["h"], batch, pointer_heads)  # (its layout)
+                l_ptr, acc = attention_pointer_loss(block, mid["h"], batch, pointer_heads,  # (its layout)
+                                                    pointer_element_heads)
             else:
                 l_ptr, acc = pointer_loss(aux, mid["h"], ids == model.config.image_token_id,
                                           batch["pointer_queries"].to(device), batch["pointer_targets"].to(device))

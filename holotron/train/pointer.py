@@ -108,8 +108,8 @@ def pointer_layout(keep: torch.Tensor, queries: torch.Tensor, targets: torch.Ten
             "pointer_on": on, "pointer_len": T, "pointer_slots": len(qs)}
 
 
-def attention_pointer_loss(block: nn.Module, h: torch.Tensor, layout: dict, heads: int) -> tuple[torch.Tensor,
-                                                                                               torch.Tensor]:
+def attention_pointer_loss(block: nn.Module, h: torch.Tensor, layout: dict, heads: int,
+                           element_heads: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The pointer on the model's own attention: for the first ``heads`` query heads of the attention
     layer ``block`` (whose input residual stream is ``h``, (B, T, D)), at every position that predicts a
     token of a question's answer (``answer_spans``), the softmax of that head's scores over the tokens the
@@ -118,6 +118,10 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, layout: dict, head
     heads and positions. So the layer that feeds the answer attends to the element and its values carry
     the element's position (which one tile's ViT position code states) into the digits. Also the share of
     (head, position) pairs whose most-attended token is on the element (a 0-d device tensor).
+
+    ``element_heads``: the last that many of the ``heads`` put the probability on the element's own tokens
+    (``layout["pointer_on_el"]``: a label outside the box, a field's or a checkbox's, left out), where a click
+    must land, while the others keep the element and its label text (where the reading happens).
 
     ``layout``: ``pointer_layout``'s, worked out on the host (in the data workers), its tensors on the host or
     on ``h``'s device. All rows at once, each row's answer positions side by side: a fixed number of kernels
@@ -130,12 +134,23 @@ def attention_pointer_loss(block: nn.Module, h: torch.Tensor, layout: dict, head
     heads = min(heads, block.mixer.n_heads)
     scores = attention_scores(block, h[:, :T].index_select(0, rows), at, heads)             # (R, heads, P, T)
     visible = torch.isfinite(scores[:, 0])                                                 # (R, P, T)
-    on = torch.zeros(R * P * T, dtype=torch.bool, device=dev).index_fill_(0, on_index, True)
-    on = on.view(R, P, T) & visible & valid[..., None]
+    def positives(index):
+        on = torch.zeros(R * P * T, dtype=torch.bool, device=dev).index_fill_(0, index, True)
+        return (on.view(R, P, T) & visible & valid[..., None])[:, None]                   # (R, 1, P, T)
+
+    on = positives(on_index)
+    element_heads = min(element_heads, heads)
+    if element_heads:
+        if "pointer_on_el" not in layout:
+            raise ValueError("attention_pointer_loss: element_heads needs the batch's element-only positives "
+                             "(ScreenBatches(pointer_element=True))")
+        el = positives(layout["pointer_on_el"].to(dev, non_blocking=True))
+        last = (torch.arange(heads, device=dev) >= heads - element_heads).view(1, heads, 1, 1)
+        on = torch.where(last, el, on)                                                     # (R, heads, P, T)
     lse = torch.logsumexp(scores, -1)                                                      # (R, heads, P)
-    lse_on = torch.logsumexp(scores.masked_fill(~on[:, None], float("-inf")), -1)
+    lse_on = torch.logsumexp(scores.masked_fill(~on, float("-inf")), -1)
     padding = ~valid[:, None]                                                              # (R, 1, P)
     loss = (lse - lse_on).masked_fill(padding, 0.0).sum() / (heads * count)
     top = scores.argmax(-1, keepdim=True)                                                  # (R, heads, P, 1)
-    hits = on[:, None].expand(-1, heads, -1, -1).gather(3, top).squeeze(3).masked_fill(padding, False)
+    hits = on.expand(-1, heads, -1, -1).gather(3, top).squeeze(3).masked_fill(padding, False)
     return loss, hits.sum() / (heads * count)
