@@ -19,6 +19,11 @@ averaged over the heads) picks the top token t. Clicks, each scored by the score
     cell of centre the model's best values inside the cell centred on ``centre`` (x, then y after that x)
 
     python dev/probes/centre_click.py CKPT [--n 200] [--offset 0] [--heads 2] [--json OUT.json]
+    python dev/probes/centre_click.py CKPT --centre-error 6     # the head's error itself, per split
+
+``--centre-error N``: on N dev-seed screens of each split, the head's centre (f cx / f, f cy / f) at every image
+token whose target has f = 1 (matching.match_targets) against that target: median and 90th percentile of the
+absolute error in 0-1000 units per axis, and how often f > 0.5 where the target's f is 1 or 0.
 
 CKPT: a holotron.train output folder with ``aux_heads.pt``. CPU, fp32. Also per target role.
 """
@@ -129,6 +134,41 @@ def run(folder, n: int = 200, offset: int = 0, heads: int = 2, split: str = "hel
                    "per_role": {r: hits[m][r] for r in roles}} for m in METHODS}}
 
 
+def centre_error(folder, n: int = 6) -> dict:
+    """The element-centre head against its targets on ``n`` dev screens of each split (see the docstring)."""
+    folder = Path(folder)
+    model = holotron.load(folder, dtype=torch.float32, device="cpu").eval()
+    aux = AuxHeads(model.config)
+    aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
+    seen = {}
+    hook = model.language_model.backbone.layers[aux.layer].register_forward_hook(
+        lambda m, a, out: seen.__setitem__("h", out))
+    out = {}
+    try:
+        for split in ("train", "heldout"):
+            errs, agree = [], []
+            for i in range(n):
+                b = ScreenBatches(folder, model.config.vision, 1, queries=1, split=split, seeds=[DEV_SEED0 + i],
+                                  match=True)[0]
+                ids = b["input_ids"]
+                img = (ids == model.config.image_token_id)[0].nonzero().squeeze(1)
+                px = normalize_tiles(b["pixel_values"], model.config.vision, None, b["num_tiles"])
+                with torch.no_grad():
+                    model.language_model.hidden_states(inputs_embeds=model.embed_inputs(ids, px))
+                    c = aux.centre_mid(seen["h"][0, img])
+                t = b["image_centres"]
+                on = t[:, 2] > 0.5
+                errs.append(1000 * (c[on, :2] / c[on, 2:3].clamp_min(1e-3) - t[on, :2]).abs())
+                agree.append(((c[:, 2] > 0.5) == on).float().mean())
+            e = torch.cat(errs)
+            out[split] = {"tokens": len(e), "median_abs_err_xy": e.median(0).values.tolist(),
+                          "p90_abs_err_xy": e.quantile(0.9, 0).tolist(),
+                          "f_agreement": float(torch.stack(agree).mean())}
+    finally:
+        hook.remove()
+    return out
+
+
 def _clip(v: float) -> int:
     return min(1000, max(0, round(v)))
 
@@ -151,8 +191,18 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--centre-error", type=int, default=0, metavar="N")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.centre_error:
+        r = centre_error(a.model, a.centre_error)
+        for split, v in r.items():
+            print(f"{split}: {v['tokens']} tokens on elements, median |error| x / y {v['median_abs_err_xy'][0]:.1f} / "
+                  f"{v['median_abs_err_xy'][1]:.1f}, p90 {v['p90_abs_err_xy'][0]:.1f} / {v['p90_abs_err_xy'][1]:.1f}, "
+                  f"f agrees on {100 * v['f_agreement']:.1f}% of tokens")
+        if a.json:
+            Path(a.json).write_text(json.dumps(r, indent=1))
+        return 0
     r = run(a.model, a.n, a.offset, a.heads)
     roles = sorted(r["roles"])
     print(f"{'':15s} {'all':>6s} " + " ".join(f"{x[:8]:>8s}" for x in roles))
