@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -50,6 +49,9 @@ from holotron.train.checkpoint import AUX_FILE
 from holotron.train.heads import AuxHeads
 from holotron.train.pointer import attention_scores
 from holotron.train.tiles import normalize_tiles
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pointer_click import _cell, _in_cell  # noqa: E402  (the token grid's spacing, the best value in a cell)
 
 METHODS = ("in cell", "centre", "centre read", "centre gated", "cell of centre")
 
@@ -171,18 +173,6 @@ def centre_error(folder, n: int = 6) -> dict:
 
 def _clip(v: float) -> int:
     return min(1000, max(0, round(v)))
-
-
-def _cell(v: torch.Tensor) -> float:
-    """The token grid's spacing along one axis (0-1 units): the smallest gap between distinct centres."""
-    u = torch.unique(v)
-    return float((u[1:] - u[:-1]).min()) if len(u) > 1 else 1.0
-
-
-def _in_cell(logits: torch.Tensor, centre: float, width: float) -> int:
-    """The argmax coordinate (0-1000) among the values within half a cell of ``centre``."""
-    lo, hi = max(0, math.floor(centre - width / 2)), min(1000, math.ceil(centre + width / 2))
-    return lo + int(logits[lo: hi + 1].argmax())
 
 
 def main(argv=None) -> int:

@@ -86,6 +86,37 @@ def _put_y(y, xv, Dv, zd, yd, y_ptr, row, rows, cols, s_z_t, s_y_t, Q: tl.conste
 
 
 @triton.jit
+def _load_D(D_ptr, h, P, cols, HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr):
+    """The forward scans' skip weight D of head ``h`` for the columns ``cols``: per channel (1, BP), per head (a
+    scalar), or 0.0 without D."""
+    if HAS_D:
+        if D_PER_CHANNEL:
+            Dv = tl.load(D_ptr + h * P + cols, mask=cols < P, other=0.0).to(tl.float32)[None, :]
+        else:
+            Dv = tl.load(D_ptr + h).to(tl.float32)
+    else:
+        Dv = 0.0
+    return Dv
+
+
+@triton.jit
+def _seq_descs(x_ptr, B_ptr, C_ptr, y_ptr, z_ptr, t_seq64, rows, h, g, p0, P, N, s_x_t, s_x_h, s_b_t, s_b_g,
+               s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h, BR: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
+               TMA: tl.constexpr, HAS_Z: tl.constexpr):
+    """The forward scans' tiles of a sequence (``rows`` tokens from row ``t_seq64``) for head ``h`` (group ``g``)
+    from column ``p0``: ``_desc``s of x, B, C, y and z (y's when there is no z: not read), tiles of BR rows."""
+    xd = _desc(x_ptr + t_seq64 * s_x_t + h * s_x_h + p0, rows, P - p0, s_x_t, BR, BP, TMA)
+    bd = _desc(B_ptr + t_seq64 * s_b_t + g * s_b_g, rows, N, s_b_t, BR, BN, TMA)
+    cd = _desc(C_ptr + t_seq64 * s_c_t + g * s_c_g, rows, N, s_c_t, BR, BN, TMA)
+    yd = _desc(y_ptr + t_seq64 * s_y_t + h * s_y_h + p0, rows, P - p0, s_y_t, BR, BP, TMA)
+    if HAS_Z:
+        zd = _desc(z_ptr + t_seq64 * s_z_t + h * s_z_h + p0, rows, P - p0, s_z_t, BR, BP, TMA)
+    else:
+        zd = yd
+    return xd, bd, cd, yd, zd
+
+
+@triton.jit
 def _mm(a, b, like, OPS: tl.constexpr):
     """a @ b with fp32 accumulation. OPS: "half" casts the operands to like's dtype (bf16 / fp16),
     "ieee" multiplies fp32 operands in full precision (never TF32), "tf32" fp32 operands in TF32."""

@@ -36,11 +36,13 @@ from .ssd_triton_common import (
     _desc,
     _dot_ops,
     _ensure_allocator,
+    _load_D,
     _mm,
     _p2,
     _process_dt,
     _put,
     _put_y,
+    _seq_descs,
     _seq_span,
     _sm_count,
     _state_in,
@@ -89,24 +91,12 @@ def _scan_seq(
         bias = tl.load(bias_ptr + h).to(tl.float32)
     else:
         bias = 0.0
-    if HAS_D:
-        if D_PER_CHANNEL:
-            Dv = tl.load(D_ptr + h * P + cols, mask=mp, other=0.0).to(tl.float32)[None, :]
-        else:
-            Dv = tl.load(D_ptr + h).to(tl.float32)
-    else:
-        Dv = 0.0
+    Dv = _load_D(D_ptr, h, P, cols, HAS_D, D_PER_CHANNEL)
 
     # the sequence's rows of x, B, C, z, y for this head (and group), from the program's first column
     t_seq64 = t_seq.to(tl.int64)
-    xd = _desc(x_ptr + t_seq64 * s_x_t + h * s_x_h + p0, n_tok, P - p0, s_x_t, Q, BP, TMA)
-    bd = _desc(B_ptr + t_seq64 * s_b_t + g * s_b_g, n_tok, N, s_b_t, Q, BN, TMA)
-    cd = _desc(C_ptr + t_seq64 * s_c_t + g * s_c_g, n_tok, N, s_c_t, Q, BN, TMA)
-    yd = _desc(y_ptr + t_seq64 * s_y_t + h * s_y_h + p0, n_tok, P - p0, s_y_t, Q, BP, TMA)
-    if HAS_Z:
-        zd = _desc(z_ptr + t_seq64 * s_z_t + h * s_z_h + p0, n_tok, P - p0, s_z_t, Q, BP, TMA)
-    else:
-        zd = yd  # (not read)
+    xd, bd, cd, yd, zd = _seq_descs(x_ptr, B_ptr, C_ptr, y_ptr, z_ptr, t_seq64, n_tok, h, g, p0, P, N, s_x_t, s_x_h,
+                                    s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h, Q, BP, BN, TMA, HAS_Z)
     STATES_TMA: tl.constexpr = TMA and not MASK_P
     if STORE_STATES:
         # states (rows, h, p, n) as a matrix of rows * h * p rows of n: a tile is S^T transposed, (BP, N)

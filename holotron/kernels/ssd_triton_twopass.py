@@ -32,10 +32,12 @@ from .ssd_triton_common import (
     _desc,
     _dot_ops,
     _ensure_allocator,
+    _load_D,
     _mm,
     _p2,
     _process_dt,
     _put_y,
+    _seq_descs,
     _tile,
     _tma_ok,
     empty,
@@ -144,22 +146,10 @@ def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_p
     dt_r, a_r = _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0 + o, h, n_tok - o, s_dt_t, s_dt_h, lo, hi, ks,
                           HAS_BIAS, SOFTPLUS, CLAMP)
     cs_r = tl.sum(tl.where(qs < o, a_all, 0.0), axis=0) + tl.cumsum(a_r, axis=0)
-    if HAS_D:
-        if D_PER_CHANNEL:
-            Dv = tl.load(D_ptr + h * P + cols, mask=cols < P, other=0.0).to(tl.float32)[None, :]
-        else:
-            Dv = tl.load(D_ptr + h).to(tl.float32)
-    else:
-        Dv = 0.0
+    Dv = _load_D(D_ptr, h, P, cols, HAS_D, D_PER_CHANNEL)
     t_seq = (s * L).to(tl.int64)       # tiles at rows of the sequence (descriptors: 0 past its end)
-    xd = _desc(x_ptr + t_seq * s_x_t + h * s_x_h + p0, L, P - p0, s_x_t, QR, BP, TMA)
-    bd = _desc(B_ptr + t_seq * s_b_t + g * s_b_g, L, N, s_b_t, QR, BN, TMA)
-    cd = _desc(C_ptr + t_seq * s_c_t + g * s_c_g, L, N, s_c_t, QR, BN, TMA)
-    yd = _desc(y_ptr + t_seq * s_y_t + h * s_y_h + p0, L, P - p0, s_y_t, QR, BP, TMA)
-    if HAS_Z:
-        zd = _desc(z_ptr + t_seq * s_z_t + h * s_z_h + p0, L, P - p0, s_z_t, QR, BP, TMA)
-    else:
-        zd = yd  # (not read)
+    xd, bd, cd, yd, zd = _seq_descs(x_ptr, B_ptr, C_ptr, y_ptr, z_ptr, t_seq, L, h, g, p0, P, N, s_x_t, s_x_h,
+                                    s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h, QR, BP, BN, TMA, HAS_Z)
     Cv = _tile(cd, q0 + o, L, N, s_c_t, QR, BN, TMA, MASK_N)
     base = ((s * NC + c).to(tl.int64) * H + h) * P * N
     ST = tl.load(states_ptr + base + ns[:, None] + cols[None, :] * N,
