@@ -38,38 +38,25 @@ from pathlib import Path
 
 import torch
 
-import holotron
 from holotron.data import generate_sample
 from holotron.data.eval_report import wilson_interval
 from holotron.eval import DEV_SEED0
-from holotron.processor import Processor
-from holotron.tokenizer import coordinate_token_ids
 from holotron.train.batches import ScreenBatches
-from holotron.train.checkpoint import AUX_FILE
-from holotron.train.heads import AuxHeads
 from holotron.train.pointer import attention_scores
 from holotron.train.tiles import normalize_tiles
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pointer_click import _cell, _in_cell  # noqa: E402  (the token grid's spacing, the best value in a cell)
+from pointer_click import _cell, _in_cell, load  # noqa: E402  (the token grid, a cell's best value, loading)
 
 METHODS = ("in cell", "centre", "centre read", "centre gated", "cell of centre")
 
 
 def run(folder, n: int = 200, offset: int = 0, heads: int = 2, split: str = "heldout") -> dict:
     folder = Path(folder)
-    model = holotron.load(folder, dtype=torch.float32, device="cpu").eval()
-    aux = AuxHeads(model.config)
-    aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
-    layers = model.language_model.backbone.layers
-    block = layers[aux.layer + 1]
-    coords = coordinate_token_ids(Processor.from_pretrained(folder))
-    if not coords:
-        raise SystemExit("centre_click: the checkpoint's tokenizer has no single-token coordinates")
+    model, aux, coords, seen, hook = load(folder, "centre_click")
+    block = model.language_model.backbone.layers[aux.layer + 1]
     coord_t = torch.tensor(coords)
     emb = model.language_model.backbone.embeddings
-    seen = {}
-    hook = layers[aux.layer].register_forward_hook(lambda m, a, out: seen.__setitem__("h", out))
     hits = {m: collections.Counter() for m in METHODS}    # role -> hits, and "all"
     axis = {m: [0, 0] for m in METHODS}
     roles, f_top, done = collections.Counter(), [], 0
@@ -138,13 +125,7 @@ def run(folder, n: int = 200, offset: int = 0, heads: int = 2, split: str = "hel
 
 def centre_error(folder, n: int = 6) -> dict:
     """The element-centre head against its targets on ``n`` dev screens of each split (see the docstring)."""
-    folder = Path(folder)
-    model = holotron.load(folder, dtype=torch.float32, device="cpu").eval()
-    aux = AuxHeads(model.config)
-    aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
-    seen = {}
-    hook = model.language_model.backbone.layers[aux.layer].register_forward_hook(
-        lambda m, a, out: seen.__setitem__("h", out))
+    model, aux, _, seen, hook = load(folder, "centre_click")
     out = {}
     try:
         for split in ("train", "heldout"):

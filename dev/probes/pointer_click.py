@@ -40,20 +40,27 @@ from holotron.train.tiles import normalize_tiles
 METHODS = ("greedy", "top token", "in cell", "in 3 cells")
 
 
-def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = "heldout") -> dict:
-    folder = Path(folder)
+def load(folder, probe: str = "pointer_click"):
+    """(model fp32 on the CPU, its training-only heads, the coordinates' ids, a dict whose "h" a hook keeps set
+    to the residual stream entering the last attention layer, the hook) of a ground checkpoint folder."""
     model = holotron.load(folder, dtype=torch.float32, device="cpu").eval()
     aux = AuxHeads(model.config)
-    aux.load_state_dict(torch.load(folder / AUX_FILE, map_location="cpu", weights_only=True))
-    layers = model.language_model.backbone.layers
-    block = layers[aux.layer + 1]
+    aux.load_state_dict(torch.load(Path(folder) / AUX_FILE, map_location="cpu", weights_only=True))
     coords = coordinate_token_ids(Processor.from_pretrained(folder))
     if not coords:
-        raise SystemExit("pointer_click: the checkpoint's tokenizer has no single-token coordinates")
+        raise SystemExit(f"{probe}: the checkpoint's tokenizer has no single-token coordinates")
+    seen = {}
+    hook = model.language_model.backbone.layers[aux.layer].register_forward_hook(
+        lambda m, a, out: seen.__setitem__("h", out))
+    return model, aux, coords, seen, hook
+
+
+def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = "heldout") -> dict:
+    folder = Path(folder)
+    model, aux, coords, seen, hook = load(folder)
+    block = model.language_model.backbone.layers[aux.layer + 1]
     coord_t = torch.tensor(coords)
     emb = model.language_model.backbone.embeddings
-    seen = {}
-    hook = layers[aux.layer].register_forward_hook(lambda m, a, out: seen.__setitem__("h", out))
     hits = {m: 0 for m in METHODS}
     axis_hits = {m: [0, 0] for m in METHODS}
     done = 0
