@@ -6,7 +6,8 @@
     12b      the 12B model's training step: 1 x 4,096 tokens, 12,288 channels, bf16 weights and inputs
              (benchmarks/bench_train_step.py)
 
-Each case: the outputs and gradients of both forms compared, then CUDA-event medians of forward + backward.
+Each case: the outputs and gradients of both forms compared, then CUDA-event medians of forward + backward; also
+the shifted form through ``torch.compile`` (one fused kernel each way: what a compiled training step would get).
 
     python dev/probes/conv_train.py [OUT_DIR]      # JSON to OUT_DIR/conv_train.json
 """
@@ -34,8 +35,10 @@ def run_case(b, t, c, weights, autocast, reps=50) -> dict:
     gy = torch.randn(b, t, c, device="cuda", generator=g).bfloat16()
     out = {}
     res = {}
-    for shift in (False, True):
-        conv_naive.CONV_CONFIG["shift"] = shift
+    plain = conv_naive._shifted
+    for shift in (False, True, "compiled"):
+        conv_naive.CONV_CONFIG["shift"] = bool(shift)
+        conv_naive._shifted = torch.compile(plain) if shift == "compiled" else plain
 
         def step():
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
@@ -54,10 +57,13 @@ def run_case(b, t, c, weights, autocast, reps=50) -> dict:
             e.record()
             torch.cuda.synchronize()
             times.append(s.elapsed_time(e))
-        out["shift" if shift else "conv1d"] = {"ms": statistics.median(times), "ms_min": min(times)}
+        name = {False: "conv1d", True: "shift", "compiled": "shift_compiled"}[shift]
+        out[name] = {"ms": statistics.median(times), "ms_min": min(times)}
     conv_naive.CONV_CONFIG["shift"] = False
-    out["rel_diff"] = {k: float((a - r).norm() / r.norm().clamp_min(1e-30))
-                       for k, a, r in zip(("y", "dx", "dweight", "dbias"), res[True], res[False])}
+    conv_naive._shifted = plain
+    out["rel_diff"] = {f"{v} {k}": float((a - r).norm() / r.norm().clamp_min(1e-30))
+                       for v in (True, "compiled")
+                       for k, a, r in zip(("y", "dx", "dweight", "dbias"), res[v], res[False])}
     return out
 
 
@@ -67,8 +73,9 @@ def main(argv=None) -> int:
     for name, case in CASES.items():
         res[name] = run_case(**case)
         r = res[name]
-        print(f"{name}: conv1d {r['conv1d']['ms']:.3f} ms, shift {r['shift']['ms']:.3f} ms (forward + backward); "
-              f"relative differences {', '.join(f'{k} {v:.1e}' for k, v in r['rel_diff'].items())}", flush=True)
+        print(f"{name}: conv1d {r['conv1d']['ms']:.3f} ms, shift {r['shift']['ms']:.3f} ms, compiled shift "
+              f"{r['shift_compiled']['ms']:.3f} ms (forward + backward); relative differences "
+              f"{', '.join(f'{k} {v:.1e}' for k, v in r['rel_diff'].items())}", flush=True)
     if argv:
         Path(argv[0]).mkdir(parents=True, exist_ok=True)
         (Path(argv[0]) / "conv_train.json").write_text(json.dumps(res, indent=1))
