@@ -10,6 +10,7 @@ Each case: the outputs and gradients of both forms compared, then CUDA-event med
 the shifted form through ``torch.compile`` (one fused kernel each way: what a compiled training step would get).
 
     python dev/probes/conv_train.py [OUT_DIR]      # JSON to OUT_DIR/conv_train.json
+    python dev/probes/conv_train.py --smoke        # tiny shapes on the CPU (a check of the probe itself)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -27,12 +29,12 @@ CASES = {"tiny": dict(b=32, t=1345, c=768, weights=torch.float32, autocast=True)
          "12b": dict(b=1, t=4096, c=12288, weights=torch.bfloat16, autocast=False)}
 
 
-def run_case(b, t, c, weights, autocast, reps=50) -> dict:
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(b, t, c, device="cuda", generator=g).bfloat16().requires_grad_()
-    w = (torch.randn(c, 4, device="cuda", generator=g) * 0.5).to(weights).requires_grad_()
-    bias = torch.randn(c, device="cuda", generator=g).to(weights).requires_grad_()
-    gy = torch.randn(b, t, c, device="cuda", generator=g).bfloat16()
+def run_case(b, t, c, weights, autocast, reps=50, dev="cuda") -> dict:
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(b, t, c, device=dev, generator=g).bfloat16().requires_grad_()
+    w = (torch.randn(c, 4, device=dev, generator=g) * 0.5).to(weights).requires_grad_()
+    bias = torch.randn(c, device=dev, generator=g).to(weights).requires_grad_()
+    gy = torch.randn(b, t, c, device=dev, generator=g).bfloat16()
     out = {}
     res = {}
     plain = conv_naive._shifted
@@ -41,22 +43,27 @@ def run_case(b, t, c, weights, autocast, reps=50) -> dict:
         conv_naive._shifted = torch.compile(plain) if shift == "compiled" else plain
 
         def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(dev, dtype=torch.bfloat16, enabled=autocast):
                 y = conv_seq(x, None, w, bias)
             return y, torch.autograd.grad(y, (x, w, bias), gy)
 
         y, grads = step()
-        res[shift] = [y.float(), *(v.float() for v in grads)]
+        res[shift] = [y.detach().float(), *(v.float() for v in grads)]
         for _ in range(3):
             step()
         times = []
         for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            step()
-            e.record()
-            torch.cuda.synchronize()
-            times.append(s.elapsed_time(e))
+            if dev == "cuda":
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                step()
+                e.record()
+                torch.cuda.synchronize()
+                times.append(s.elapsed_time(e))
+            else:
+                t0 = time.perf_counter()
+                step()
+                times.append(1e3 * (time.perf_counter() - t0))
         name = {False: "conv1d", True: "shift", "compiled": "shift_compiled"}[shift]
         out[name] = {"ms": statistics.median(times), "ms_min": min(times)}
     conv_naive.CONV_CONFIG["shift"] = False
@@ -69,9 +76,13 @@ def run_case(b, t, c, weights, autocast, reps=50) -> dict:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    smoke = "--smoke" in argv
+    argv = [a for a in argv if a != "--smoke"]
+    res = {"device": "cpu (smoke)" if smoke else torch.cuda.get_device_name(), "torch": torch.__version__}
     for name, case in CASES.items():
-        res[name] = run_case(**case)
+        if smoke:
+            case = dict(case, b=2, t=37, c=24)
+        res[name] = run_case(**case, reps=3 if smoke else 50, dev="cpu" if smoke else "cuda")
         r = res[name]
         print(f"{name}: conv1d {r['conv1d']['ms']:.3f} ms, shift {r['shift']['ms']:.3f} ms, compiled shift "
               f"{r['shift_compiled']['ms']:.3f} ms (forward + backward); relative differences "
