@@ -81,7 +81,7 @@ if [ "$JOB" = ground ]; then
 print(s['train_seconds'] / 60 + (s['args'].get('schedule_done') or 0))" \
                    "$OUT/ground/trainer_state.json")
         mv "$OUT/ground" "$OUT/ground-prev-$$"
-        start=(--init-from "$OUT/ground-prev-$$" --schedule-done "$done_min")
+        start=(--init-from "$OUT/ground-prev-$$" --schedule-done "$done_min" --rewarm-steps 50)
     elif [ ! -f "$OUT/match/config.json" ]; then
         echo "ground: no $OUT/match checkpoint and no $OUT/ground/training_state.pt: run the match job first" >&2
         exit 2

@@ -355,6 +355,19 @@ def test_match_then_ground_then_resume_on_the_micro_preset(tmp_path, word_tok, c
         _run(*g, "--steps", "1", "--pointer-element-heads", "3", "--out", tmp_path / "bad")
 
 
+def test_rewarm_steps_ramp_a_fresh_optimiser_up_to_the_schedule(tmp_path, word_tok, capsys):
+    """--rewarm-steps N: this job's first N steps take (k / N) of the schedule's rate (a fresh optimiser picked up
+    mid-schedule, as scripts/train_tiny_ui_v2.sh does after --schedule-done), then the schedule's own."""
+    base = ["--config", "micro", "--device", "cpu", "--workers", "0", "--batch-size", "1", "--log-every", "1",
+            "--eval-every", "0", "--no-final-eval", "--stage", "match", "--tokenizer", word_tok, "--lr", "1e-3",
+            "--warmup", "0", "--schedule", "wsd", "--cooldown", "0.01", "--steps", "5"]
+    _run(*base, "--rewarm-steps", "4", "--out", tmp_path / "a")
+    lrs = [r["lr"] for r in json.loads((tmp_path / "a" / "trainer_state.json").read_text())["log"]]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    with pytest.raises(SystemExit, match="--rewarm-steps"):
+        _run(*base, "--rewarm-steps", "-1", "--out", tmp_path / "b")
+
+
 def test_init_parts_vision_takes_the_vision_side_alone_under_a_new_tokenizer(tmp_path, word_tok, capsys):
     from holotron.tokenizer import build_task_tokenizer as build
 

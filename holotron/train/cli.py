@@ -112,6 +112,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule-done", type=float, default=0.0, metavar="MIN",
                    help="with --schedule-minutes: training minutes of the schedule already behind a run that "
                         "starts with --init-from instead of --resume (a job whose optimiser state was lost)")
+    p.add_argument("--rewarm-steps", type=int, default=0, metavar="N",
+                   help="ramp the learning rate up to the schedule's over this job's first N steps (a job that "
+                        "starts a fresh optimiser mid-schedule, --schedule-done: Adam's first updates are as large "
+                        "as the learning rate on every parameter; default 0: off)")
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
@@ -227,6 +231,8 @@ def check_args(args) -> None:
         raise SystemExit("holotron.train: error: --init-parts says which weights --init-from gives: give --init-from")
     if args.schedule_done < 0 or (args.schedule_done and not args.schedule_minutes):
         raise SystemExit("holotron.train: error: --schedule-done must be >= 0 and needs --schedule-minutes")
+    if args.rewarm_steps < 0:
+        raise SystemExit(f"holotron.train: error: --rewarm-steps must be >= 0, got {args.rewarm_steps}")
     if args.schedule_minutes is not None and args.schedule_minutes <= 0:
         raise SystemExit(f"holotron.train: error: --schedule-minutes must be > 0, got {args.schedule_minutes}")
     if args.pointer_heads < 0:

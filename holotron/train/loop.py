@@ -109,7 +109,7 @@ def train(args) -> dict:
     budget_s = args.time_budget * 60 if args.time_budget else None
     stop_reason, save_s, eval_s = "steps", 0.0, 0.0
     meter = _Meter(history, elapsed_before, args.batch_size)
-    bar = _progress_bar(args, step)
+    bar, first = _progress_bar(args, step), step
     prof, prof_end = start_profiler(args.profile, device), step + PROFILE_SKIP + 1 + args.profile
     model.train()
     try:
@@ -126,6 +126,8 @@ def train(args) -> dict:
                         progress = max(progress, (time.perf_counter() - t_start) / budget_s)
                 lr = lr_at(progress, args.lr, args.warmup, args.min_lr_ratio, schedule=args.schedule,
                            cooldown=args.cooldown)
+                if step - first < args.rewarm_steps:  # a fresh optimiser mid-schedule: ramp up to the schedule
+                    lr *= (step - first + 1) / args.rewarm_steps
                 for group in opt.param_groups:
                     group["lr"] = lr
                 parts = {} if (step + 1) % args.log_every == 0 or step + 1 == args.steps else None
