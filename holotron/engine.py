@@ -316,10 +316,14 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0, "vision_s": 0.0, "vision_tiles": 0,
                       "vision_calls": 0}
         self.prefill_tokens_done = 0
+        self._vision_events = []  # (start, end) CUDA events of vision calls, summed into vision_s at a sync
 
     def _sync(self) -> None:
         if self.timing and self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+            for start, end in self._vision_events:
+                self.stats["vision_s"] += start.elapsed_time(end) / 1e3
+            self._vision_events.clear()
 
     def run(self) -> None:
         """Step until the queue is empty and every turn has finished."""
