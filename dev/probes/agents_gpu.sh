@@ -14,7 +14,7 @@
 #   bash dev/probes/agents_gpu.sh twelveatt # twelve-tile, FP8 KV + bf16 state: attention at 32 and 100 agents
 #   bash dev/probes/agents_gpu.sh twelve100 # twelve-tile, FP8 KV + bf16 state: hybrid at 100 agents (the 256 run's settings)
 #   bash dev/probes/agents_gpu.sh profile   # one mixed pass (100 decode rows + 2 x 320 tokens) by kernel kind, bf16 / fp32
-#                                           # state, then the 4 x 160 shape
+#                                           # state, then the 4 x 160 shape and the serving section's (62 + 4 x 16)
 #   bash dev/probes/agents_gpu.sh curve     # one-tile turns at 1..256 agents, both models, bf16 state (H Company's
 #                                           # figure: tok/s against concurrency), the PNG comes back
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
@@ -110,10 +110,14 @@ if [ "$phase" = twelve100 ]; then
   cp "$OUT/t100/bench_agents.json" "$OUT/agents-twelve-100-fp8-bf16.json"; rm -rf "$OUT/t100"
 fi
 if [ "$phase" = profile ]; then
-  for cfg in "bfloat16 2 320" "float32 2 320" "bfloat16 4 160"; do
+  # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's
+  # (about 62 decoding rows and 4 suffixes of 16 tokens after the 1,024-token prefix: its mixed passes took
+  # 18.7 ms against 7.5 for its decode steps, 2026-12-05)
+  for cfg in "bfloat16 2 320 100 1800" "float32 2 320 100 1800" "bfloat16 4 160 100 1800" "bfloat16 4 16 62 1040"; do
     set -- $cfg
-    timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype $1 --chunk $2 --tokens $3 --out "$OUT/p" 2>&1 | tail -24
-    cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-$1-$2x$3.json"; rm -rf "$OUT/p"
+    timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype $1 --chunk $2 --tokens $3 --decode $4 --history $5 \
+      --out "$OUT/p" 2>&1 | tail -24
+    cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-$1-$2x$3-$4.json"; rm -rf "$OUT/p"
   done
 fi
 if [ "$phase" = curve ]; then
