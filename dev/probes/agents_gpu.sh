@@ -112,7 +112,7 @@ fi
 if [ "$phase" = profile ]; then
   # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's
   # (about 62 decoding rows and 4 suffixes of 16 tokens after the 1,024-token prefix: its mixed passes took
-  # 18.7 ms against 7.5 for its decode steps, 2026-12-05)
+  # 18.7 ms against 10.5 for its decode steps alone, 2026-12-05)
   for cfg in "bfloat16 2 320 100 1800" "float32 2 320 100 1800" "bfloat16 4 160 100 1800" "bfloat16 4 16 62 1040"; do
     set -- $cfg
     timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype $1 --chunk $2 --tokens $3 --decode $4 --history $5 \
