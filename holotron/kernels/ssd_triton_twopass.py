@@ -63,16 +63,18 @@ def _chunk_dt(dt_ptr, A_ptr, bias_ptr, row0, h, n_tok, s_dt_t, s_dt_h, lo, hi, q
 
 @triton.jit
 def _tp_states(x_ptr, dt_ptr, A_ptr, B_ptr, bias_ptr, states_ptr, decay_ptr,
-               L, H, P, N, HPG, NC, lo, hi,
+               L, H, P, N, HPG, NC, NPB, lo, hi,
                s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g,
                HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr,
                Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr,
                OPS: tl.constexpr, TMA: tl.constexpr):
-    """Program (headdim block, chunk * H + head, sequence): the chunk's own state into ``states``."""
-    c = tl.program_id(1) // H
-    h = tl.program_id(1) % H
-    s = tl.program_id(2)
-    p0 = tl.program_id(0) * BP
+    """Program ((chunk * H + head) * NPB + headdim block, sequence): the chunk's own state into ``states`` (the
+    chunks and heads on the grid's first axis, whose size has no 65,535 limit)."""
+    pb = tl.program_id(0) % NPB
+    c = tl.program_id(0) // NPB // H
+    h = tl.program_id(0) // NPB % H
+    s = tl.program_id(1)
+    p0 = pb * BP
     g = h // HPG
     row0 = s * L + c * Q               # the chunk's first token row
     n_tok = L - c * Q                  # tokens left in the sequence from there
@@ -92,7 +94,7 @@ def _tp_states(x_ptr, dt_ptr, A_ptr, B_ptr, bias_ptr, states_ptr, decay_ptr,
     base = ((s * NC + c).to(tl.int64) * H + h) * P * N
     tl.store(states_ptr + base + ns[:, None] + cols[None, :] * N, ST.to(states_ptr.dtype.element_ty),
              mask=(ns < N)[:, None] & (cols < P)[None, :])
-    if tl.program_id(0) == 0:
+    if pb == 0:
         tl.store(decay_ptr + (s * NC + c) * H + h, tl.exp2(tl.sum(a, axis=0)))
 
 
@@ -119,19 +121,21 @@ def _tp_pass(states_ptr, decay_ptr, init_ptr, final_ptr, H, P, N, NC,
 
 @triton.jit
 def _tp_out(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_ptr, y_ptr,
-            L, H, P, N, HPG, NC, lo, hi,
+            L, H, P, N, HPG, NC, NPB, lo, hi,
             s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
             HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
             SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, Q: tl.constexpr, QR: tl.constexpr, BP: tl.constexpr,
             BN: tl.constexpr, MASK_P: tl.constexpr, MASK_N: tl.constexpr, OPS: tl.constexpr, TMA: tl.constexpr):
-    """Program (headdim block, ((chunk * H + head) * Q / QR + row block), sequence): y of QR rows of a chunk
-    from the state entering the chunk and the chunk's tokens up to those rows (QR columns at a time)."""
+    """Program ((((chunk * H + head) * Q / QR + row block) * NPB + headdim block), sequence): y of QR rows of a
+    chunk from the state entering the chunk and the chunk's tokens up to those rows (QR columns at a time)."""
     NR: tl.constexpr = Q // QR
-    r = tl.program_id(1) % NR
-    c = tl.program_id(1) // NR // H
-    h = tl.program_id(1) // NR % H
-    s = tl.program_id(2)
-    p0 = tl.program_id(0) * BP
+    pb = tl.program_id(0) % NPB
+    rest = tl.program_id(0) // NPB
+    r = rest % NR
+    c = rest // NR // H
+    h = rest // NR % H
+    s = tl.program_id(1)
+    p0 = pb * BP
     g = h // HPG
     row0 = s * L + c * Q               # the chunk's first token row
     n_tok = L - c * Q
@@ -189,7 +193,7 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
     flags = dict(HAS_BIAS=bias is not None, SOFTPLUS=bool(softplus), CLAMP=clamp)
     hpg = h // g
     lo_, hi_ = (lo if clamp else 0.0), (hi if hi < float("inf") else 3.0e38)
-    grid = (triton.cdiv(p, BP), nc * h, b)
+    npb = triton.cdiv(p, BP)
     dev = xt.device
     if tma is None:
         tma = dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
@@ -199,16 +203,16 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
         tma = _tma_ok(xt.element_size(), tiles, offsets + ([zt.stride(1)] if zt is not None else []))
     if tma:
         _ensure_allocator()
-    k1 = _tp_states[grid](
-        xt, dtt, A32, Bt, bias if bias is not None else A32, states, decay, l, h, p, n, hpg, nc, lo_, hi_,
+    k1 = _tp_states[(nc * h * npb, b)](
+        xt, dtt, A32, Bt, bias if bias is not None else A32, states, decay, l, h, p, n, hpg, nc, npb, lo_, hi_,
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1), **flags,
         Q=Q, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, TMA=bool(tma), num_warps=num_warps)
     k2 = _tp_pass[(triton.cdiv(p * n, pass_block), h, b)](
         states, decay, init if init is not None else final, final, h, p, n, nc, HAS_INIT=init is not None,
         BLK=pass_block, num_warps=4)
-    k3 = _tp_out[(triton.cdiv(p, BP), nc * h * (Q // QR), b)](
+    k3 = _tp_out[(nc * h * (Q // QR) * npb, b)](
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
-        bias if bias is not None else A32, states, yt, l, h, p, n, hpg, nc, lo_, hi_,
+        bias if bias is not None else A32, states, yt, l, h, p, n, hpg, nc, npb, lo_, hi_,
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
         HAS_D=Dc is not None, D_PER_CHANNEL=D_per_channel, HAS_Z=zt is not None, **flags,
