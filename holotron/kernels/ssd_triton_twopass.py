@@ -1,6 +1,6 @@
 """The SSD scan's forward in two passes over the chunks (``SCAN_CONFIG["TWO_PASS"]``, off by default): the
-structure the issue of the scan's redesign names as the fallback of the one-walk kernel (ssd_triton_scan.py),
-in three launches where the chunked scans of other libraries take five:
+structure of the chunked scans of other libraries (each chunk's state, a pass over the chunks, each chunk's
+output), the alternative to the one-walk kernel (ssd_triton_scan.py), in three launches where they take five:
 
     _tp_states  one program per (headdim block, chunk, head, sequence), all in parallel: the chunk's own
                 state, S_c^T = (B * dt * exp(cs_end - cs))^T @ x (dstate x columns), written to ``states``
@@ -15,7 +15,9 @@ in three launches where the chunked scans of other libraries take five:
 The walk keeps the state on chip and walks the chunks of a (sequence, head) in one program: at batch 1
 that is a few hundred programs in a latency-bound chain. Here every chunk is a program of its own in the
 first and last launches; the price is the chunk states written, read and written again, and read (in
-``states_dtype``: bf16 halves it), so larger chunks suit it (fewer states). After the pass the buffer holds
+``states_dtype``: bf16 halves it), so larger chunks suit it (fewer states). The buffer takes batch x chunks x
+heads x headdim x dstate elements (5.4 GB in fp32 at 8 x 16384 tokens in chunks of 128 at the 12B sizes).
+After the pass the buffer holds
 the state entering every chunk: what the backward reads (``store_states``), at no extra cost. Batch rows
 only: with ``cu_seqlens`` ``ssd_scan_triton_fwd`` takes the walk. Numerics as
 the walk's (ssd_triton_scan.py's docstring): fp32 decays and accumulation, half operands for bf16 / fp16
