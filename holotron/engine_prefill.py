@@ -105,7 +105,8 @@ class Admission:
             if events:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-            t0 = time.perf_counter()
+            else:
+                t0 = time.perf_counter()
             feats = torch.cat([self._embed_images(px[i:i + self.vision_tiles])
                                for i in range(0, px.shape[0], self.vision_tiles)])
             if events:

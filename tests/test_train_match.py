@@ -462,6 +462,8 @@ def test_element_only_pointer_positives_and_heads(word_tok):
     lay = pointer_layout(keep, batch["pointer_queries"], full, is_img)
     lay_el = dict(lay, pointer_on=pointer_layout(keep, batch["pointer_queries"], el, is_img)["pointer_on"])
     lay["pointer_on_el"] = lay_el["pointer_on"]
+    assert torch.equal(pointer_layout(keep, batch["pointer_queries"], full, is_img, el)["pointer_on_el"],
+                       lay_el["pointer_on"])  # the element-only positives in the same slots
     with torch.no_grad():
         one = {k: float(attention_pointer_loss(block, seen["h"], v, 1)[0]) for k, v in (("full", lay), ("el", lay_el))}
         two = {k: float(attention_pointer_loss(block, seen["h"], v, 2)[0]) for k, v in (("full", lay), ("el", lay_el))}

@@ -17,11 +17,10 @@ that is a few hundred programs in a latency-bound chain. Here every chunk is a p
 first and last launches; the price is the chunk states written, read and written again, and read (in
 ``states_dtype``: bf16 halves it), so larger chunks suit it (fewer states). The buffer takes batch x chunks x
 heads x headdim x dstate elements (5.4 GB in fp32 at 8 x 16384 tokens in chunks of 128 at the 12B sizes).
-After the pass the buffer holds
-the state entering every chunk: what the backward reads (``store_states``), at no extra cost. Batch rows
-only: with ``cu_seqlens`` ``ssd_scan_triton_fwd`` takes the walk. Numerics as
-the walk's (ssd_triton_scan.py's docstring): fp32 decays and accumulation, half operands for bf16 / fp16
-inputs, the state rounded to the operand dtype for C @ S^T.
+After the pass it holds the state entering every chunk: what the backward reads (``store_states``), at no
+extra cost. Batch rows only: with ``cu_seqlens`` ``ssd_scan_triton_fwd`` takes the walk. Numerics as the
+walk's (ssd_triton_scan.py's docstring): fp32 decays and accumulation, half operands for bf16 / fp16 inputs,
+the state rounded to the operand dtype for C @ S^T.
 """
 
 from __future__ import annotations

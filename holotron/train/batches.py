@@ -202,10 +202,8 @@ def step_indices(batch: dict, image_token_id: int) -> dict:
         c = batch["coord_targets"]
         out["coord_rows"] = torch.searchsorted(flat, c[:, 0] * T + c[:, 1] - 1)
     if "pointer_queries" in batch:
-        out.update(pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets"], ids == image_token_id))
-        if "pointer_targets_el" in batch:  # the same slots, the element-only positives
-            out["pointer_on_el"] = pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets_el"],
-                                                  ids == image_token_id)["pointer_on"]
+        out.update(pointer_layout(keep, batch["pointer_queries"], batch["pointer_targets"], ids == image_token_id,
+                                  batch.get("pointer_targets_el")))
     return out
 
 

@@ -68,7 +68,8 @@ def attention_scores(block: nn.Module, h: torch.Tensor, positions: torch.Tensor,
     return scores.masked_fill(~visible[:, None], float("-inf"))
 
 
-def pointer_layout(keep: torch.Tensor, queries: torch.Tensor, targets: torch.Tensor, is_img: torch.Tensor) -> dict:
+def pointer_layout(keep: torch.Tensor, queries: torch.Tensor, targets: torch.Tensor, is_img: torch.Tensor,
+                   targets_el: torch.Tensor | None = None) -> dict:
     """Where ``attention_pointer_loss`` scores, worked out on the host from the batch alone (the data workers do
     it in ``batches.collate``): each row's answer positions (``answer_spans``) side by side, padded to the row
     with the most. ``keep`` (B, T - 1): position t predicts a labelled token; ``queries`` (Q, 2) and ``targets``
@@ -76,7 +77,8 @@ def pointer_layout(keep: torch.Tensor, queries: torch.Tensor, targets: torch.Ten
     "pointer_rows" (R,): the rows with a question; "pointer_at" (R, P): each slot's sequence position (0 in the
     padding); "pointer_valid" (R, P); "pointer_on" (K,): the flat indices into (R, P, ``pointer_len``) of
     (slot, image token of its question's element, as a sequence position of the row); "pointer_len": the
-    tokens each row is scored over (the last answer position + 1); "pointer_slots": the valid slots."""
+    tokens each row is scored over (the last answer position + 1); "pointer_slots": the valid slots. With
+    ``targets_el`` (the batch's "pointer_targets_el") also "pointer_on_el", the same for the element-only tokens."""
     keep, queries, targets, is_img = (t.detach().cpu() for t in (keep, queries, targets, is_img))
     qs, rows, pos = answer_spans(keep, queries)
     row_ids = sorted(set(rows))
@@ -91,21 +93,27 @@ def pointer_layout(keep: torch.Tensor, queries: torch.Tensor, targets: torch.Ten
     at[r_of, s_of] = torch.tensor(pos, dtype=torch.long)
     valid = torch.zeros(R, P, dtype=torch.bool)
     valid[r_of, s_of] = True
-    # per slot, the (question, token) pairs of its question: the targets sorted by question, each slot's run of them
     q_of = torch.tensor(qs, dtype=torch.long)
-    order = torch.argsort(targets[:, 0], stable=True)
-    n = torch.bincount(targets[:, 0], minlength=queries.shape[0])
-    first = torch.cumsum(n, 0) - n
-    per_slot = n[q_of]
-    slot_rep = torch.repeat_interleave(torch.arange(len(qs)), per_slot)
-    k = torch.arange(int(per_slot.sum())) - torch.repeat_interleave(torch.cumsum(per_slot, 0) - per_slot, per_slot)
-    token = targets[order[first[q_of[slot_rep]] + k], 1]                          # image token index in its row
     img = is_img[torch.tensor(row_ids, dtype=torch.long), :T].nonzero()           # (n, 2): row, pos
     img_first = torch.searchsorted(img[:, 0].contiguous(), torch.arange(R))       # row -> its first image token
-    r, sl = r_of[slot_rep], s_of[slot_rep]
-    on = (r * P + sl) * T + img[img_first[r] + token, 1]
-    return {"pointer_rows": torch.tensor(row_ids, dtype=torch.long), "pointer_at": at, "pointer_valid": valid,
-            "pointer_on": on, "pointer_len": T, "pointer_slots": len(qs)}
+
+    def on_index(targets):  # per slot, the (question, token) pairs of its question: the targets sorted by question
+        order = torch.argsort(targets[:, 0], stable=True)
+        n = torch.bincount(targets[:, 0], minlength=queries.shape[0])
+        first = torch.cumsum(n, 0) - n
+        per_slot = n[q_of]
+        slot_rep = torch.repeat_interleave(torch.arange(len(qs)), per_slot)
+        k = torch.arange(int(per_slot.sum())) - torch.repeat_interleave(torch.cumsum(per_slot, 0) - per_slot,
+                                                                         per_slot)
+        token = targets[order[first[q_of[slot_rep]] + k], 1]                      # image token index in its row
+        r, sl = r_of[slot_rep], s_of[slot_rep]
+        return (r * P + sl) * T + img[img_first[r] + token, 1]
+
+    out = {"pointer_rows": torch.tensor(row_ids, dtype=torch.long), "pointer_at": at, "pointer_valid": valid,
+           "pointer_on": on_index(targets), "pointer_len": T, "pointer_slots": len(qs)}
+    if targets_el is not None:
+        out["pointer_on_el"] = on_index(targets_el.detach().cpu())
+    return out
 
 
 def attention_pointer_loss(block: nn.Module, h: torch.Tensor, layout: dict, heads: int,
