@@ -659,11 +659,11 @@ def test_triton_scan_two_pass(monkeypatch, cfg, dtype):
     the output kernel's rows in blocks of 16 or 32 (``TP_ROWS``: 2-4 row blocks a chunk, the intra-chunk
     product over several column blocks); tiles through tensor descriptors or pointers. It serves batch rows;
     packed sequences take the walk (the same function)."""
-    from holotron.kernels import ssd_triton_scan
+    from holotron.kernels import ssd_triton_scan, ssd_triton_twopass
 
     calls = []
-    real = ssd_triton_scan.scan_two_pass
-    monkeypatch.setattr(ssd_triton_scan, "scan_two_pass", lambda *a, **k: calls.append(k["Q"]) or real(*a, **k))
+    real = ssd_triton_twopass.scan_two_pass
+    monkeypatch.setattr(ssd_triton_twopass, "scan_two_pass", lambda *a, **k: calls.append(k["Q"]) or real(*a, **k))
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True, **cfg})
     check(make_inputs(2, 230, 4, 80, 2, 16, chunk_size=64, seed=41, D="channel", z=True, dt_bias=True,
                       dt_softplus=True, dt_limit=(0.0, 1.2), initial_state=True, dtype=dtype), "triton", str(cfg))

@@ -406,11 +406,11 @@ def test_grads_whatever_the_forward_chunk(monkeypatch, q):
 def test_grads_with_the_two_pass_forward(monkeypatch, rows):
     """SCAN_CONFIG TWO_PASS serves the training forward too: the chunk states its pass leaves are the states
     entering each of the backward's chunks (its chunk is the backward's, 32 here; output rows of 32 or 16)."""
-    from holotron.kernels import ssd_triton_backward, ssd_triton_scan
+    from holotron.kernels import ssd_triton_backward, ssd_triton_scan, ssd_triton_twopass
 
     calls = []
-    real = ssd_triton_scan.scan_two_pass
-    monkeypatch.setattr(ssd_triton_scan, "scan_two_pass", lambda *a, **k: calls.append(k["Q"]) or real(*a, **k))
+    real = ssd_triton_twopass.scan_two_pass
+    monkeypatch.setattr(ssd_triton_twopass, "scan_two_pass", lambda *a, **k: calls.append(k["Q"]) or real(*a, **k))
     monkeypatch.setitem(ssd_triton_backward.BWD_CONFIG, "chunk_size", 32)
     monkeypatch.setattr(ssd_triton_scan, "SCAN_CONFIG", {**ssd_triton_scan.SCAN_CONFIG, "TWO_PASS": True,
                                                          "TP_ROWS": rows})

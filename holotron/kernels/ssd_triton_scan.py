@@ -53,7 +53,7 @@ from .ssd_triton_common import (
 )
 from .ssd_triton_flat import _scan_flat, heads_per_block
 from .ssd_triton_flat import grid as flat_grid
-from .ssd_triton_twopass import scan_two_pass
+from .ssd_triton_twopass import two_pass_fwd
 
 
 @triton.jit
@@ -218,8 +218,10 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
             Q = int(states_chunk)
             if Q < _DOT_MIN or Q & (Q - 1):
                 raise ValueError(f"states_chunk must be a power of two >= {_DOT_MIN}, got {states_chunk}")
-        return _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp,
-                         out_dtype, states_dtype if store_states else None)
+        out, kernels = two_pass_fwd(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg,
+                                    Q, bp, out_dtype, states_dtype if store_states else None)
+        LAST_KERNEL.update(kernels, scan=kernels["tp_out"])
+        return out
     zt = None if z is None else _tokens(z)
     if flat:  # a group's columns as one run of each token's row: heads contiguous
         xt = xt if xt.stride(1) == p else xt.contiguous()
@@ -299,39 +301,6 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
     )
     return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, states_Q=Qs, n_max=n_max,
                            config=dict(cfg, tma=bool(tma)))
-
-
-def _two_pass(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp, out_dtype,
-              keep=None):
-    """``ssd_scan_triton_fwd`` through ssd_triton_twopass.py (batch rows). ``keep``: the dtype of the chunk
-    states to return (``store_states``: row s * chunks + c is the state entering chunk c of row s, the walk's
-    layout with ``states_chunk`` = Q); None: not returned (their dtype SCAN_CONFIG's TP_STATES)."""
-    b, l, h, p = x.shape
-    g, n = Bt.shape[-2:]
-    zt = None if z is None else _tokens(z)
-    y = empty(b, l, h, p, dtype=x.dtype, device=x.device)
-    final = empty(b, h, p, n, dtype=torch.float32, device=x.device)
-    lo, hi = float(dt_limit[0]), float(dt_limit[1])
-    kinds = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    if cfg.get("TP_STATES", "fp32") not in kinds:
-        raise ValueError(f"SCAN_CONFIG['TP_STATES'] must be 'fp32' or 'bf16', got {cfg.get('TP_STATES')!r}")
-    sdtype = kinds[cfg.get("TP_STATES", "fp32")] if keep is None else keep
-    rows = cfg.get("TP_ROWS")
-    if keep is not None and rows:  # the chunk is the caller's states_chunk there: rows within it
-        rows = min(int(rows), Q)
-    kernels = scan_two_pass(
-        xt, dtt, A.float().contiguous(), Bt, Ct, None if D is None else D.contiguous(), zt,
-        None if dt_bias is None else dt_bias.float().contiguous(),
-        None if initial_state is None else initial_state.float().contiguous(), y.view(b * l, h, p), final,
-        b=b, l=l, h=h, p=p, g=g, n=n, lo=lo, hi=hi, clamp=lo > 0.0 or hi < float("inf"), softplus=dt_softplus,
-        Q=Q, BP=bp, QR=rows, num_warps=int(cfg["num_warps"]), states_dtype=sdtype,
-        pass_block=int(cfg.get("TP_BLOCK", 1024)), D_per_channel=D is not None and D.dim() == 2, dtype=x.dtype,
-        tma=cfg.get("tma"))
-    LAST_KERNEL.update({k: v for k, v in kernels.items() if k not in ("states", "tma")}, scan=kernels["tp_out"])
-    nc = triton.cdiv(l, Q)
-    choff = None if keep is None else torch.arange(b + 1, dtype=torch.int32, device=x.device) * nc
-    return SimpleNamespace(y=y.to(out_dtype), final=final, states=None if keep is None else kernels["states"],
-                           choff=choff, Q=Q, states_Q=Q, n_max=b * nc, config=dict(cfg, Q=Q, tma=kernels["tma"]))
 
 
 def ssd_scan_triton(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,

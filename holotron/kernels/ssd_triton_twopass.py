@@ -25,6 +25,8 @@ the state rounded to the operand dtype for C @ S^T.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 import triton
 import triton.language as tl
@@ -41,10 +43,11 @@ from .ssd_triton_common import (
     _seq_descs,
     _tile,
     _tma_ok,
+    _tokens,
     empty,
 )
 
-__all__ = ["scan_two_pass"]
+__all__ = ["scan_two_pass", "two_pass_fwd"]
 
 
 @triton.jit
@@ -219,3 +222,38 @@ def scan_two_pass(xt, dtt, A32, Bt, Ct, Dc, zt, bias, init, yt, final, *, b, l, 
         HAS_D=Dc is not None, D_PER_CHANNEL=D_per_channel, HAS_Z=zt is not None, **flags,
         Q=Q, QR=QR, BP=BP, BN=bn, MASK_P=mask_p, MASK_N=mask_n, OPS=ops, TMA=bool(tma), num_warps=num_warps)
     return {"tp_states": k1, "tp_pass": k2, "tp_out": k3, "states": states, "tma": bool(tma)}
+
+
+def two_pass_fwd(x, xt, dtt, A, Bt, Ct, D, z, dt_bias, dt_softplus, dt_limit, initial_state, cfg, Q, bp, out_dtype,
+                 keep=None):
+    """``ssd_scan_triton_fwd`` (ssd_triton_scan.py) through these launches, for batch rows: x and its token-major
+    views, the launch settings ``cfg`` (SCAN_CONFIG's TP_* keys), the chunk Q and headdim block ``bp``. ``keep``:
+    the dtype of the chunk states to return (``store_states``: row s * chunks + c is the state entering chunk c
+    of row s, the walk's layout with ``states_chunk`` = Q); None: not returned (their dtype TP_STATES). Returns
+    (that function's namespace, the compiled kernels by name)."""
+    b, l, h, p = x.shape
+    g, n = Bt.shape[-2:]
+    zt = None if z is None else _tokens(z)
+    y = empty(b, l, h, p, dtype=x.dtype, device=x.device)
+    final = empty(b, h, p, n, dtype=torch.float32, device=x.device)
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    kinds = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if cfg.get("TP_STATES", "fp32") not in kinds:
+        raise ValueError(f"SCAN_CONFIG['TP_STATES'] must be 'fp32' or 'bf16', got {cfg.get('TP_STATES')!r}")
+    sdtype = kinds[cfg.get("TP_STATES", "fp32")] if keep is None else keep
+    rows = cfg.get("TP_ROWS")
+    if keep is not None and rows:  # the chunk is the caller's states_chunk there: rows within it
+        rows = min(int(rows), Q)
+    kernels = scan_two_pass(
+        xt, dtt, A.float().contiguous(), Bt, Ct, None if D is None else D.contiguous(), zt,
+        None if dt_bias is None else dt_bias.float().contiguous(),
+        None if initial_state is None else initial_state.float().contiguous(), y.view(b * l, h, p), final,
+        b=b, l=l, h=h, p=p, g=g, n=n, lo=lo, hi=hi, clamp=lo > 0.0 or hi < float("inf"), softplus=dt_softplus,
+        Q=Q, BP=bp, QR=rows, num_warps=int(cfg["num_warps"]), states_dtype=sdtype,
+        pass_block=int(cfg.get("TP_BLOCK", 1024)), D_per_channel=D is not None and D.dim() == 2, dtype=x.dtype,
+        tma=cfg.get("tma"))
+    states, tma = kernels.pop("states"), kernels.pop("tma")
+    nc = triton.cdiv(l, Q)
+    choff = None if keep is None else torch.arange(b + 1, dtype=torch.int32, device=x.device) * nc
+    return SimpleNamespace(y=y.to(out_dtype), final=final, states=None if keep is None else states, choff=choff, Q=Q,
+                           states_Q=Q, n_max=b * nc, config=dict(cfg, Q=Q, tma=tma)), kernels
