@@ -93,6 +93,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current
     stream after each phase of a step and add its seconds to ``stats`` (benchmarks; a chunk running on
     its own stream overlaps the decode phase).
+    ``vision_stream`` (off by default; not measured yet): admissions' screenshots run on a stream of their own
+    while the step's pass runs (``holotron/engine_vision.py``); their turns are prefilled from the next step.
     ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
     state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default
     float32; bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32
@@ -113,7 +115,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
                  step_prompt_max: int | None = None, overlap: bool = False, prefill_min_tokens: int = 0,
                  prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None,
-                 kv_dtype: torch.dtype | None = None):
+                 kv_dtype: torch.dtype | None = None, vision_stream: bool = False):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -159,6 +161,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.prefill_graphs = (self.cuda_graph and not self.overlap) if prefill_graphs is None else bool(prefill_graphs)
         self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
+        self.vision_stream = bool(vision_stream)   # holotron/engine_vision.py
+        self._vstream = torch.cuda.Stream(self.device) if vision_stream and self.device.type == "cuda" else None
 
         dev, R = self.device, max_batch
         with torch.inference_mode():
@@ -321,9 +325,13 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     def _sync(self) -> None:
         if self.timing and self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+            left = []   # on the vision stream (``vision_stream``) a call may still run: read at a later sync
             for start, end in self._vision_events:
-                self.stats["vision_s"] += start.elapsed_time(end) / 1e3
-            self._vision_events.clear()
+                if end.query():
+                    self.stats["vision_s"] += start.elapsed_time(end) / 1e3
+                else:
+                    left.append((start, end))
+            self._vision_events = left
 
     def run(self) -> None:
         """Step until the queue is empty and every turn has finished."""

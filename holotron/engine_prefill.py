@@ -27,6 +27,7 @@ import torch
 
 from .engine_chunks import bucket_down
 from .engine_requests import Prefix, Request, Session
+from .engine_vision import _NextStep
 from .sampling import choose_tokens
 from .state import device_ints
 
@@ -86,9 +87,24 @@ class Admission:
             raise ValueError(f"submit: num_tiles sums to {int(torch.as_tensor(nt).sum())} but pixel_values holds "
                              f"{px.shape[0]} tiles")
 
-    def _embed_new(self, reqs: list[Request]) -> None:
+    def _embed_new(self, reqs: list[Request], side: bool = False) -> None:
         """Set ``req.x``: (T, D) embeddings of what each request prefills (the pending token, the prompt);
-        screenshots of all of them through the vision encoder in shared batches."""
+        screenshots of all of them through the vision encoder in shared batches. ``side`` (admissions, with
+        ``vision_stream``): the turns with screenshots are embedded on the vision stream and marked ``ready``
+        (holotron/engine_vision.py)."""
+        with_px = [r for r in reqs if r.image_kw.get("pixel_values") is not None]
+        if not (side and with_px and self.vision_stream):
+            return self._embed(reqs)
+        mine = set(map(id, with_px))
+        self._embed([r for r in reqs if id(r) not in mine])
+        with self._on_vision_stream([r.image_kw["pixel_values"] for r in with_px]) as done:
+            self._embed(with_px)
+        for r in with_px:
+            r.ready = done[0] if done[0] is not None else _NextStep(self)  # off CUDA: done from the next step
+            if r.x is not None and r.x.is_cuda:  # made on the vision stream, read on this one
+                r.x.record_stream(torch.cuda.current_stream(self.device))
+
+    def _embed(self, reqs: list[Request]) -> None:
         emb = self.lm.backbone.embeddings
         images: dict[int, torch.Tensor] = {}
         with_px = [r for r in reqs if r.image_kw.get("pixel_values") is not None]
@@ -167,12 +183,12 @@ class Admission:
             return []
         good = admitted
         try:
-            self._embed_new(good)
+            self._embed_new(good, side=True)
         except (ValueError, RuntimeError):  # find the culprit(s) one by one; the others go on
             good = []
             for req in admitted:
                 try:
-                    self._embed_new([req])
+                    self._embed_new([req], side=True)
                     good.append(req)
                 except (ValueError, RuntimeError) as e:
                     self._fail(req, e)
@@ -261,9 +277,12 @@ class Admission:
         from the prefilling requests in arrival order; None when none is due (``_gathering``)."""
         if not self.prefilling or self._gathering():
             return None
+        ready = self._ready(self.prefilling, wait=not any(self._decoding(i) for i in range(self.max_batch)))
+        if not ready:
+            return None
         budget = self.prefill_tokens
         take, T = [], 0
-        for req in self.prefilling:
+        for req in ready:
             piece = min(req.x.shape[0] - req.pos, budget)
             t = max(T, piece)
             if take and t * (len(take) + 1) > budget:

@@ -98,6 +98,7 @@ class Request:
     admitted_step: int = 0                # the engine step it entered the prefill at
     forced: list[int] | None = None       # a short prompt fed through decode steps instead (its ids)
     fpos: int = 0                         # how many of them the decode steps have been given
+    ready: object = None                  # the event of embeddings made on the vision stream, until taken
 
     @property
     def row(self) -> int | None:

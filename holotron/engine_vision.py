@@ -7,11 +7,19 @@ call runs a graph captured for its tile count rounded up to a bucket (1, 2, 3, 4
 static input buffer, from the second call of that bucket on (or ahead, ``capture_vision``); the pad tiles'
 outputs are dropped. A tile size other than the model's, or a graph
 that cannot be captured, runs eagerly (said in ``note``). ``CapturedVision`` is a base class of ``Engine``.
+
+``vision_stream`` (off by default): the screenshots admitted in a step, and the embeddings of their turns, are
+computed on a stream of their own while the step's pass runs on the current one (the vision encoder is
+matmul-bound at a few tiles a call and leaves the GPU part idle; the pass does too). Such a turn enters the
+prefill as usual but a chunk takes it only once its event is done (``_ready``), usually the next step; a step
+with nothing else to run waits for it. Off CUDA the same bookkeeping runs with a stand-in event that is done
+from the next engine step on (``_NextStep``), so the CPU tests see turns wait a step.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import torch
 
@@ -23,7 +31,49 @@ log = logging.getLogger("holotron.engine")
 
 
 class CapturedVision:
-    """``Engine._embed_images``, ``capture_vision``."""
+    """``Engine._embed_images``, ``capture_vision``, and the vision stream's ``_on_vision_stream`` / ``_ready``."""
+
+    @contextmanager
+    def _on_vision_stream(self, tensors):
+        """Work queued inside runs on the vision stream, after what the current stream has queued so far (the
+        pixels, ``tensors``, are ready). Yields a list; on exit it holds the event that marks the work done
+        (None off CUDA)."""
+        done = []
+        if self._vstream is None:  # off CUDA: run now; each turn gets its own stand-in (``_embed_new``)
+            yield done
+            done.append(None)
+            return
+        main = torch.cuda.current_stream(self.device)
+        self._vstream.wait_stream(main)
+        for t in tensors:  # made on the current stream, read on the vision stream: not reused before it has
+            if t.is_cuda:
+                t.record_stream(self._vstream)
+        with torch.cuda.stream(self._vstream):
+            yield done
+            ev = torch.cuda.Event()
+            ev.record()
+        done.append(ev)
+
+    def _ready(self, reqs: list, wait: bool) -> list:
+        """The requests of ``reqs`` whose embeddings are done (those made on the vision stream once their event
+        is); the current stream is ordered after each such event. ``wait``: when none is done, wait for the
+        oldest one's (nothing else would run this step)."""
+        out = []
+        for r in reqs:
+            if r.ready is not None and r.ready.query():
+                self._took_ready(r)
+            if r.ready is None:
+                out.append(r)
+        if not out and wait and reqs:
+            reqs[0].ready.synchronize()
+            self._took_ready(reqs[0])
+            out.append(reqs[0])
+        return out
+
+    def _took_ready(self, r) -> None:
+        if isinstance(r.ready, torch.cuda.Event):
+            torch.cuda.current_stream(self.device).wait_event(r.ready)
+        r.ready = None
 
     def _embed_images(self, px: torch.Tensor) -> torch.Tensor:
         """Tiles (n, 3, S, S), n <= ``vision_tiles`` -> (n, tokens per tile, D) language-model embeddings."""
@@ -83,3 +133,17 @@ class CapturedVision:
         for n in tiles:
             self._vision_graph(bucket_up(min(max(n, 1), self.vision_tiles), row_buckets(self.vision_tiles)),
                                vcfg.image_size)
+
+
+class _NextStep:
+    """Off CUDA, the "event" of a turn's screenshot work under ``vision_stream``: done once the engine has moved
+    past the step that admitted it (the work itself ran at once)."""
+
+    def __init__(self, engine):
+        self.engine, self.step = engine, engine.steps
+
+    def query(self) -> bool:
+        return self.engine.steps > self.step
+
+    def synchronize(self) -> None:
+        pass

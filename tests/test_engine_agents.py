@@ -54,6 +54,18 @@ def test_small_agent_run_with_an_fp8_kv_cache_records_it_and_counts_its_bytes(tm
     assert r["state_kv_bytes_per_row"] == n_attn * 2 * cfg.num_key_value_heads * (cfg.head_dim + 4) * r["max_len"]
 
 
+def test_small_agent_run_with_the_vision_stream_serves_every_turn_and_records_it(tmp_path):
+    rc = bench_agents.main(["--small", "--agents", "3", "--turns", "2", "--models", "hybrid", "--cases", "twelve-tile",
+                            "--prefill-tokens", "64", "--max-rows", "2", "--no-plot", "--vision-stream", "on",
+                            "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "bench_agents.json").read_text())
+    assert res["vision_stream"] == "on"
+    (r,) = res["rows"]
+    assert r["status"] == "ok" and r["all_turns_completed"] and r["errors"] == 0
+    assert r["vision_tiles"] == r["turns_expected"] * r["tiles"]
+
+
 @pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--margin-gib", "nan"], ["--cases", "two-tile"],
                                  ["--agents", "0"], ["--agents", "4,x"], ["--turns", "0"], ["--budget", "-3"],
                                  ["--prefill-tokens", "0"], ["--prefill-min-tokens", "-5"], ["--max-rows", "0"],
@@ -108,7 +120,7 @@ def test_a_run_cut_by_its_deadline_counts_only_the_turns_that_finished():
     max_len = -(-(max(bench_agents.history(a) for a in plan) + 64) // 256) * 256
     args = argparse.Namespace(small=True, prefill_tokens=64, phase_timing="on", ssm_dtype=torch.float32,
                               kv_dtype=None, overlap="auto", mixed="auto", prefill_graphs="auto",
-                              step_prompt_max=None, prefill_min_tokens=0)
+                              step_prompt_max=None, prefill_min_tokens=0, vision_stream="off")
     r = bench_agents.run_agents(model, plan, 1, 2, max_len, args, deadline=0.0)
     assert r["status"] == "cut (time)" and r["turns_expected"] == 6
     assert r["turns_completed"] == 0 and r["output_tokens"] == 0 and not r["all_turns_completed"]

@@ -19,6 +19,8 @@
 #                                           # figure: tok/s against concurrency), the PNG comes back
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
+#   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
+#                                           # the vision stream off / on with the best settings so far (11,226 tok/s)
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -131,26 +133,27 @@ if [ "$phase" = twelveatt ]; then
     --kv-dtype fp8 --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/tatt" 2>&1 | tail -6
   cp "$OUT/tatt/bench_agents.json" "$OUT/agents-twelve-fp8.json"; rm -rf "$OUT/tatt"
 fi
-if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens;..." RUN_S=80
-  timeout 100 python3 -m pytest -q -m gpu tests/test_engine_sessions.py -k cuda_graphs 2>&1 | tail -3
+if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream];..."
+  timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py tests/test_engine_vision_stream.py -k "cuda" 2>&1 | tail -3
   i=0
   IFS=';' read -ra cfgs <<< "${CONFIGS:-off 8192 float32 0 0;on 8192 float32 0 0;on 1024 float32 0 0;off 8192 float32 1 0;off 8192 bfloat16 0 0;off 8192 float32 0 4096}"
   for cfg in "${cfgs[@]}"; do
     set -- $cfg; i=$((i + 1))
     HOLOTRON_FUSED_PREFILL=$4 timeout ${RUN_S:-80} python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
       --models hybrid --mixed $1 --prefill-tokens $2 --ssm-dtype $3 --prefill-min-tokens $5 --budget $((${RUN_S:-80} - 6)) \
-      --no-plot --out "$OUT/x" > /dev/null 2>&1
-    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5.json" 2>/dev/null; rm -rf "$OUT/x"
+      --vision-stream ${6:-off} --no-plot --out "$OUT/x" > /dev/null 2>&1
+    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}.json" 2>/dev/null; rm -rf "$OUT/x"
   done
   python3 - "$OUT" <<'PY'
 import glob, json, sys
-print("config | status | total tok/s | output | decode s | prefill s | mixed s | admit s | wall | eff | graph frac | turns"
-      " | mixed captures | capture s")
+print("config | status | total tok/s | output | decode s | prefill s | mixed s | admit s | vision s | wall | eff | graph frac"
+      " | turns | mixed captures | capture s")
 for f in sorted(glob.glob(sys.argv[1] + "/ab*.json")):
     for r in json.load(open(f))["rows"]:
         g = lambda k: r.get(k, float("nan"))
         print(f.split("/")[-1][:-5], r.get("status"), f"{g('total_tokens_per_s'):.0f} {g('output_tokens_per_s'):.0f}",
-              f"{g('decode_s'):.1f} {g('prefill_s'):.1f} {g('mixed_s'):.1f} {g('admit_s'):.1f} {g('wall_s'):.1f}",
+              f"{g('decode_s'):.1f} {g('prefill_s'):.1f} {g('mixed_s'):.1f} {g('admit_s'):.1f} {g('vision_s'):.1f}",
+              f"{g('wall_s'):.1f}",
               f"{g('decode_efficiency'):.3f} {g('graph_fraction'):.3f}", r.get("turns_completed"),
               r.get("mixed_captures_in_run"), f"{g('capture_s_in_run'):.1f}")
 PY
