@@ -277,7 +277,7 @@ class Admission:
         from the prefilling requests in arrival order; None when none is due (``_gathering``)."""
         if not self.prefilling or self._gathering():
             return None
-        ready = self._ready(self.prefilling, wait=not any(self._decoding(i) for i in range(self.max_batch)))
+        ready = self._ready(self.prefilling)
         if not ready:
             return None
         budget = self.prefill_tokens

@@ -54,17 +54,19 @@ class CapturedVision:
             ev.record()
         done.append(ev)
 
-    def _ready(self, reqs: list, wait: bool) -> list:
+    def _ready(self, reqs: list) -> list:
         """The requests of ``reqs`` whose embeddings are done (those made on the vision stream once their event
-        is); the current stream is ordered after each such event. ``wait``: when none is done, wait for the
-        oldest one's (nothing else would run this step)."""
+        is); the current stream is ordered after each such event. When none is done and no row decodes, wait
+        for the oldest one's (nothing else would run this step)."""
+        if all(r.ready is None for r in reqs):
+            return reqs
         out = []
         for r in reqs:
             if r.ready is not None and r.ready.query():
                 self._took_ready(r)
             if r.ready is None:
                 out.append(r)
-        if not out and wait and reqs:
+        if not out and not any(self._decoding(i) for i in range(self.max_batch)):
             reqs[0].ready.synchronize()
             self._took_ready(reqs[0])
             out.append(reqs[0])
