@@ -144,14 +144,19 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    r = run(a.model, a.n, a.heads, a.batch)
-    for m in METHODS:
-        s = r[m]
-        print(f"{m:10s} {100 * s['accuracy']:5.1f}%  (95% CI {100 * s['ci95'][0]:.1f}-{100 * s['ci95'][1]:.1f}; "
-              f"x in box {100 * s['x_in_box']:.1f}%, y {100 * s['y_in_box']:.1f}%)")
-    if a.json:
-        Path(a.json).write_text(json.dumps(r, indent=1))
+    report(run(a.model, a.n, a.heads, a.batch), METHODS, a.json)
     return 0
+
+
+def report(r: dict, methods, json_path=None) -> None:
+    """One line per method (accuracy, interval, each axis in the box); the whole result to ``json_path``."""
+    width = max(len(m) for m in methods)
+    for m in methods:
+        s = r[m]
+        print(f"{m:{width}s} {100 * s['accuracy']:5.1f}%  (95% CI {100 * s['ci95'][0]:.1f}-{100 * s['ci95'][1]:.1f}; "
+              f"x in box {100 * s['x_in_box']:.1f}%, y {100 * s['y_in_box']:.1f}%)")
+    if json_path:
+        Path(json_path).write_text(json.dumps(r, indent=1))
 
 
 if __name__ == "__main__":

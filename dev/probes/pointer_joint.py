@@ -26,14 +26,13 @@ CKPT: a holotron.train ground output folder with ``aux_heads.pt``. CPU, fp32.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pointer_click import _cell, _in_cell, load  # noqa: E402
+from pointer_click import _cell, _in_cell, load, report  # noqa: E402
 
 from holotron.data import generate_sample  # noqa: E402
 from holotron.data.eval_report import wilson_interval  # noqa: E402
@@ -177,13 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    r = run(a.model, a.n, a.heads, a.first, a.batch)
-    for m in methods():
-        s = r[m]
-        print(f"{m:14s} {100 * s['accuracy']:5.1f}%  (95% CI {100 * s['ci95'][0]:.1f}-{100 * s['ci95'][1]:.1f}; "
-              f"x in box {100 * s['x_in_box']:.1f}%, y {100 * s['y_in_box']:.1f}%)")
-    if a.json:
-        Path(a.json).write_text(json.dumps(r, indent=1))
+    report(run(a.model, a.n, a.heads, a.first, a.batch), methods(), a.json)
     return 0
 
 
