@@ -68,14 +68,9 @@ def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = 
         with torch.no_grad():
             for start in range(0, n, batch_size):
                 seeds = [DEV_SEED0 + i for i in range(start, min(n, start + batch_size))]
-                batch = ScreenBatches(folder, model.config.vision, len(seeds), queries=1, split=split, seeds=seeds)[0]
-                ids = batch["input_ids"]
-                is_img = ids == model.config.image_token_id
-                pixels = normalize_tiles(batch["pixel_values"], model.config.vision, None, batch["num_tiles"])
-                x_emb = model.embed_inputs(ids, pixels)
+                _, batch, is_img, x_emb, first = dev_batch(model, folder, seeds, split)
                 pos = batch["image_positions"]
                 counts = is_img.sum(1)
-                first = torch.cumsum(counts, 0) - counts
                 ct = batch["coord_targets"]  # (row, label position, lo, hi, centre), x then y per row
                 for b in range(len(seeds)):
                     (_, px, xlo, xhi, _), (_, py, ylo, yhi, _) = ct[ct[:, 0] == b][:2].tolist()
@@ -122,6 +117,17 @@ def run(folder, n: int = 200, heads: int = 2, batch_size: int = 8, split: str = 
             "heads": heads, **{m: {"accuracy": hits[m] / done, "ci95": list(wilson_interval(hits[m], done)),
                                   "x_in_box": axis_hits[m][0] / done, "y_in_box": axis_hits[m][1] / done}
                                for m in METHODS}}
+
+
+def dev_batch(model, folder, seeds: list[int], split: str):
+    """One question per screen of ``seeds``: (the ScreenBatches, its batch, the image tokens (B, T), the input
+    embeddings (B, T, D), each row's first image token's index among the batch's image tokens)."""
+    ds = ScreenBatches(folder, model.config.vision, len(seeds), queries=1, split=split, seeds=seeds)
+    batch = ds[0]
+    is_img = batch["input_ids"] == model.config.image_token_id
+    pixels = normalize_tiles(batch["pixel_values"], model.config.vision, None, batch["num_tiles"])
+    counts = is_img.sum(1)
+    return ds, batch, is_img, model.embed_inputs(batch["input_ids"], pixels), torch.cumsum(counts, 0) - counts
 
 
 def _cell(v: torch.Tensor) -> float:

@@ -4,11 +4,11 @@ The shipped pointer (query heads 0-1 of the last attention layer) was trained to
 label text, so for a text field, a dropdown or a checkbox it points at the label, outside the box
 (docs/tiny-model.md). ``--pointer-element-heads`` trains such a head on the GPU with the whole model; this probe
 asks, on this CPU, how far the query rows of one head alone get: the residual stream entering that layer is
-computed once per screen by the frozen model (training looks, new seeds) and kept; then only the ``--head``'s
-rows of ``q_proj`` (head_dim x hidden) learn, by the element-only pointer loss (``attention_pointer_loss``'s
-positives ``pointer_on_el``) at every answer position. Its keys, values and every other weight stay as they
-are, so the model's other heads and layers see the same inputs; the head's own output changes, which the
-end-to-end eval of the written checkpoint measures.
+computed once per screen by the frozen model (training looks, new seeds; ``top_tune.collect``) and kept; then only
+the ``--head``'s rows of ``q_proj`` (head_dim x hidden) learn, by the element-only pointer loss
+(``attention_pointer_loss``'s positives ``pointer_on_el``) at every answer position. Its keys, values and every
+other weight stay as they are, so the model's other heads and layers see the same inputs; the head's own output
+changes, which the end-to-end eval of the written checkpoint measures.
 
     python dev/probes/pointer_head_tune.py CKPT OUT [--screens 960] [--head 1] [--epochs 4] [--lr 3e-3]
 
@@ -31,39 +31,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pointer_click import load  # noqa: E402
-
-from holotron.train.batches import ScreenBatches, step_indices  # noqa: E402
-from holotron.train.tiles import normalize_tiles  # noqa: E402
-
-SEED0 = 900_000_000  # training looks on seeds no training stream drew (their first seeds lie far below 10**9 ...)
-
-
-def collect(model, folder, seen, n_screens: int, batch: int, queries: int) -> list[dict]:
-    """Per batch of training-look screens: the residual stream entering the pointer layer (bf16) and the
-    pointer's layout (answer positions, element-only positives)."""
-    out, t0 = [], time.time()
-    with torch.no_grad():
-        for start in range(0, n_screens, batch):
-            seeds = [SEED0 + i for i in range(start, min(n_screens, start + batch))]
-            ds = ScreenBatches(folder, model.config.vision, len(seeds), queries=queries, split="train",
-                               options={"vocab": "train"}, short_followups=True, seeds=seeds, pointer_element=True)
-            b = ds[0]
-            ind = step_indices(b, model.config.image_token_id)
-            pixels = normalize_tiles(b["pixel_values"], model.config.vision, None, b["num_tiles"])
-            x = model.embed_inputs(b["input_ids"], pixels)
-            model.language_model.hidden_states(inputs_embeds=x)
-            T = ind["pointer_len"]
-            out.append({"h": seen["h"][:, :T].to(torch.bfloat16).index_select(0, ind["pointer_rows"]),
-                        **{k: ind[k] for k in ("pointer_at", "pointer_valid", "pointer_on_el")}, "T": T})
-            print(f"{start + len(seeds)} screens cached, {time.time() - t0:.0f} s", file=sys.stderr)
-    return out
+from top_tune import SEED0, collect  # noqa: E402
 
 
 def head_loss(block, item: dict, head: int, w_rows: torch.Tensor, k: torch.Tensor | None = None):
     """(element-only pointer loss of query head ``head`` with q_proj rows ``w_rows``, hits, positions)."""
     attn = block.mixer
     hd, r = attn.head_dim, attn.n_heads // attn.n_kv_heads
-    h = item["h"].float()
+    h = item["h"].float().index_select(0, item["pointer_rows"])                              # the rows asked
     R, T, _ = h.shape
     at, valid = item["pointer_at"], item["pointer_valid"]
     u = block.norm(h)

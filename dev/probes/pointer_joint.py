@@ -32,15 +32,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pointer_click import _cell, _in_cell, load, report  # noqa: E402
+from pointer_click import _cell, _in_cell, dev_batch, load, report  # noqa: E402
 
 from holotron.data import generate_sample  # noqa: E402
 from holotron.data.eval_report import wilson_interval  # noqa: E402
 from holotron.eval import DEV_SEED0  # noqa: E402
-from holotron.train.batches import ScreenBatches  # noqa: E402
 from holotron.train.coords import coordinate_box_range  # noqa: E402
 from holotron.train.pointer import attention_scores  # noqa: E402
-from holotron.train.tiles import normalize_tiles  # noqa: E402
 
 LAMS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -86,16 +84,10 @@ def run(folder, n: int = 200, heads: int = 2, first: int = 0, batch_size: int = 
         with torch.no_grad():
             for start in range(0, n, batch_size):
                 seeds = [DEV_SEED0 + i for i in range(start, min(n, start + batch_size))]
-                ds = ScreenBatches(folder, model.config.vision, len(seeds), queries=1, split=split, seeds=seeds)
-                batch = ds[0]
+                ds, batch, is_img, x_emb, firsts = dev_batch(model, folder, seeds, split)
                 samples = [generate_sample(s, split=split, **ds.options) for s in seeds]
-                ids = batch["input_ids"]
-                is_img = ids == model.config.image_token_id
-                pixels = normalize_tiles(batch["pixel_values"], model.config.vision, None, batch["num_tiles"])
-                x_emb = model.embed_inputs(ids, pixels)
                 pos = batch["image_positions"]
                 counts = is_img.sum(1)
-                firsts = torch.cumsum(counts, 0) - counts
                 ct = batch["coord_targets"]
                 for b in range(len(seeds)):
                     (_, px, xlo, xhi, _), (_, py, ylo, yhi, _) = ct[ct[:, 0] == b][:2].tolist()
