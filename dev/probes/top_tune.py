@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     cache = Path(a.cache)
     t0 = time.time()
     if cache.exists():
-        items = torch.load(cache, weights_only=False)
+        items = torch.load(cache, weights_only=True)  # a list of dicts of tensors and ints
     else:
         items = collect(model, folder, seen, a.screens, a.batch, a.queries)
         torch.save(items, cache)
