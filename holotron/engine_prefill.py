@@ -97,7 +97,7 @@ class Admission:
             return self._embed(reqs)
         mine = set(map(id, with_px))
         self._embed([r for r in reqs if id(r) not in mine])
-        with self._on_vision_stream([r.image_kw["pixel_values"] for r in with_px]) as done:
+        with self._on_vision_stream(self._stage(with_px)) as done:  # inputs copied first: no host wait inside
             self._embed(with_px)
         for r in with_px:
             r.ready = done[0] if done[0] is not None else _NextStep(self)  # off CUDA: done from the next step
@@ -135,6 +135,10 @@ class Admission:
             for r, part in zip(with_px, feats.split(sizes)):
                 images[id(r)] = part
         for r in reqs:
+            parts = self._staged_parts(r, images.get(id(r)))  # staged for the vision stream (engine_vision.py)
+            if parts is not None:
+                r.x, r.pos, r.staged = torch.cat(parts), 0, None
+                continue
             parts = []
             if r.session.pending is not None:
                 parts.append(emb(device_ints([r.session.pending], self.device)))

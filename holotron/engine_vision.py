@@ -54,6 +54,37 @@ class CapturedVision:
             ev.record()
         done.append(ev)
 
+    def _stage(self, reqs: list) -> list:
+        """Before a request's screenshot work goes to the vision stream: its pixels, prompt ids, pending token and
+        the positions of its image tokens (found on the host: ``submit`` checked their count) go to the device on
+        the current stream, so that nothing inside waits for the host (a copy from pageable memory, or a read of
+        a device value, on the vision stream would make the host wait for the vision encoder). Returns the
+        device tensors the vision stream reads."""
+        from .state import device_ints
+
+        out = []
+        image_id = self.model.config.image_token_id
+        for r in reqs:
+            px = r.image_kw["pixel_values"].to(self.device)
+            ids = r.input_ids.cpu()
+            r.image_kw = {**r.image_kw, "pixel_values": px}
+            r.staged = {"ids": ids.to(self.device), "pos": (ids == image_id).nonzero().squeeze(1).to(self.device),
+                        "pending": (None if r.session.pending is None
+                                    else device_ints([r.session.pending], self.device))}
+            out += [px] + [t for t in r.staged.values() if t is not None]
+        return out
+
+    def _staged_parts(self, r, image: torch.Tensor | None) -> list | None:
+        """The embeddings of a staged request (``_stage``): the pending token's, then the prompt's with its image
+        tokens' rows replaced (index_copy: no read of the device); None for a request not staged."""
+        st = getattr(r, "staged", None)
+        if st is None or image is None:
+            return None
+        emb = self.lm.backbone.embeddings
+        x = emb(st["ids"])
+        x = x.index_copy(0, st["pos"], image.reshape(-1, x.shape[-1]).to(x.dtype))
+        return ([emb(st["pending"])] if st["pending"] is not None else []) + [x]
+
     def _ready(self, reqs: list) -> list:
         """The requests of ``reqs`` whose embeddings are done (those made on the vision stream once their event
         is); the current stream is ordered after each such event. When none is done and no row decodes, wait
