@@ -99,6 +99,7 @@ class Request:
     forced: list[int] | None = None       # a short prompt fed through decode steps instead (its ids)
     fpos: int = 0                         # how many of them the decode steps have been given
     ready: object = None                  # the event of embeddings made on the vision stream, until taken
+    staged: dict | None = None            # its inputs on the device for the vision stream (engine_vision._stage)
 
     @property
     def row(self) -> int | None:

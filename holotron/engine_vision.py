@@ -77,7 +77,7 @@ class CapturedVision:
     def _staged_parts(self, r, image: torch.Tensor | None) -> list | None:
         """The embeddings of a staged request (``_stage``): the pending token's, then the prompt's with its image
         tokens' rows replaced (index_copy: no read of the device); None for a request not staged."""
-        st = getattr(r, "staged", None)
+        st = r.staged
         if st is None or image is None:
             return None
         emb = self.lm.backbone.embeddings
@@ -179,4 +179,4 @@ class _NextStep:
         return self.engine.steps > self.step
 
     def synchronize(self) -> None:
-        pass
+        """Nothing to wait for: the work ran when it was queued."""

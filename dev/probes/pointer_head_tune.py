@@ -121,8 +121,6 @@ def main(argv=None) -> int:
     shutil.copytree(folder, out, dirs_exist_ok=False)
     import holotron
 
-    model.generation_config = {**(getattr(model, "generation_config", None) or {}),
-                               "click_pointer": {"layer": layer, "heads": 1, "first": a.head}}
     gen = json.loads((folder / "generation_config.json").read_text())
     gen["click_pointer"] = {"layer": layer, "heads": 1, "first": a.head}
     for f in out.glob("model*.safetensors*"):
