@@ -10,7 +10,7 @@ on ``--pointer-heads`` heads, the last ``--element-heads`` of them on the elemen
 the pointer's hit rate on them before and after say whether it learned or memorised.
 
     python dev/probes/top_tune.py CKPT OUT --cache FILE [--screens 1280] [--epochs 4] [--lr 3e-4]
-        [--train attn|attn+mlp] [--element-heads 1]
+        [--train attn|attn+mlp] [--element-heads 1] [--from-layer K]
 
 CKPT: a ground checkpoint folder with ``aux_heads.pt``. ``--cache``: the activations (collected once, about
 1.1 s a screen here; reused when the file exists). OUT: the checkpoint with the tuned layers (bf16, as shipped)
@@ -73,15 +73,19 @@ def collect(model, folder, seen, n_screens: int, batch: int, queries: int) -> li
     return out
 
 
-def losses(lm, layer: int, item: dict, coord_ids, heads: int, element_heads: int) -> dict:
-    """The answer loss, the pointer loss and the teacher-forced rates of one cached batch through the top."""
+def losses(lm, layer: int, item: dict, coord_ids, heads: int, element_heads: int, start: int | None = None) -> dict:
+    """The answer loss, the pointer loss and the teacher-forced rates of one cached batch through the top.
+    ``start``: the layer whose input the cache holds (the pointer layer ``layer`` when None)."""
     layers = lm.backbone.layers
-    h = item["h"].float()
-    T = h.shape[1]
-    where = Positions(mask=None, attn_mask=causal_mask(T, T, None, h.device), pos=0)
-    x = h
-    for blk in layers[layer:]:
-        x = blk(x, None, where)
+    start = layer if start is None else start
+    x = item["h"].float()
+    T = x.shape[1]
+    where = Positions(mask=None, attn_mask=causal_mask(T, T, None, x.device), pos=0)
+    h = x
+    for i in range(start, len(layers)):
+        if i == layer:
+            h = x  # the pointer layer's input
+        x = layers[i](x, None, where)
     hf = lm.backbone.norm_f(x)
     logits = lm.lm_head(hf.flatten(0, 1).index_select(0, item["answer"])).float()
     parts: dict = {}
@@ -90,11 +94,11 @@ def losses(lm, layer: int, item: dict, coord_ids, heads: int, element_heads: int
     return {"answer": l_ans, "pointer": l_ptr, "pointer_acc": acc, **parts}
 
 
-def evaluate(lm, layer, items, coord_ids, heads, element_heads) -> dict:
+def evaluate(lm, layer, items, coord_ids, heads, element_heads, start=None) -> dict:
     tot: dict = {}
     with torch.no_grad():
         for it in items:
-            for k, v in losses(lm, layer, it, coord_ids, heads, element_heads).items():
+            for k, v in losses(lm, layer, it, coord_ids, heads, element_heads, start).items():
                 tot[k] = tot.get(k, 0.0) + float(v) / len(items)
     return tot
 
@@ -113,12 +117,21 @@ def main(argv=None) -> int:
     ap.add_argument("--pointer-heads", type=int, default=2)
     ap.add_argument("--element-heads", type=int, default=1)
     ap.add_argument("--pointer-weight", type=float, default=0.5)
+    ap.add_argument("--from-layer", type=int, default=None,
+                    help="train every layer from this one up (default: the pointer layer); the cache then holds "
+                         "the residual stream entering it")
     ap.add_argument("--collect-only", action="store_true")
     a = ap.parse_args(argv)
     folder, out = Path(a.model), Path(a.out)
     model, aux, _, seen, hook = load(folder, "top_tune")
     lm = model.language_model
     layer = aux.layer + 1
+    start = layer if a.from_layer is None else a.from_layer
+    if not 0 < start <= layer:
+        raise SystemExit(f"top_tune: --from-layer must be in 1..{layer} (the pointer layer), got {start}")
+    if start != layer:  # keep the residual entering `start` instead of the pointer layer's
+        hook.remove()
+        hook = lm.backbone.layers[start - 1].register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
     cache = Path(a.cache)
     t0 = time.time()
     if cache.exists():
@@ -135,14 +148,16 @@ def main(argv=None) -> int:
     fit, val = items[:-n_val], items[-n_val:]
     for p in model.parameters():
         p.requires_grad_(False)
-    train = [lm.backbone.layers[layer]] + ([lm.backbone.layers[layer + 1]] if a.train == "attn+mlp" else [])
+    train = list(lm.backbone.layers[start:layer + 1])
+    if a.train == "attn+mlp":
+        train.append(lm.backbone.layers[layer + 1])
     params = [p for m in train for p in m.parameters()]
     for p in params:
         p.requires_grad_(True)
     before_w = [p.detach().clone() for p in params]
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
     args = (lm, layer)
-    ptr = (a.pointer_heads, a.element_heads)
+    ptr = (a.pointer_heads, a.element_heads, start)
     before = evaluate(*args, val, coord_ids, *ptr)
     print("before", before, file=sys.stderr)
     history, steps, step = [], a.epochs * len(fit), 0
@@ -157,7 +172,7 @@ def main(argv=None) -> int:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            tot, step = tot + float(loss), step + 1
+            tot, step = tot + float(loss.detach()), step + 1
         history.append({"epoch": ep + 1, "fit_loss": tot / len(fit), "s": time.time() - t1,
                         "val": evaluate(*args, val, coord_ids, *ptr)})
         print(history[-1], file=sys.stderr)
@@ -176,7 +191,7 @@ def main(argv=None) -> int:
         gen["click_pointer"] = {"layer": layer, "heads": a.pointer_heads}
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
     rep = {"model": str(folder), "screens": sum(it["h"].shape[0] for it in items),
-           "seeds": f"{SEED0} + 0.. (split train, vocab train)", "layer": layer, "train": a.train,
+           "seeds": f"{SEED0} + 0.. (split train, vocab train)", "layer": layer, "from_layer": start, "train": a.train,
            "epochs": a.epochs, "lr": a.lr, "pointer_heads": a.pointer_heads, "element_heads": a.element_heads,
            "pointer_weight": a.pointer_weight, "collect_s": collect_s,
            "val_screens": sum(it["h"].shape[0] for it in val), "val_before": before, "history": history,
