@@ -11,6 +11,7 @@ the pointer's hit rate on them before and after say whether it learned or memori
 
     python dev/probes/top_tune.py CKPT OUT --cache FILE [--screens 1280] [--epochs 4] [--lr 3e-4]
         [--train attn|attn+mlp] [--element-heads 1] [--from-layer K]
+        [--extra-cache FILE --extra-first 1280 --extra-screens 384 --pad-aug 0.5]
 
 CKPT: a ground checkpoint folder with ``aux_heads.pt``. ``--cache``: the activations (collected once, about
 1.1 s a screen here; reused when the file exists). OUT: the checkpoint with the tuned layers (bf16, as shipped)
@@ -20,6 +21,7 @@ and ``"click_pointer"`` set to the element-only heads when there are any, plus `
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import shutil
@@ -36,6 +38,7 @@ from holotron.attention import causal_mask  # noqa: E402
 from holotron.processor import Processor  # noqa: E402
 from holotron.state import Positions  # noqa: E402
 from holotron.tokenizer import coordinate_token_ids  # noqa: E402
+from holotron.train.augment import pad_sample  # noqa: E402
 from holotron.train.batches import ScreenBatches, step_indices  # noqa: E402
 from holotron.train.losses import _answer_with_boxes  # noqa: E402
 from holotron.train.pointer import attention_pointer_loss  # noqa: E402
@@ -45,15 +48,19 @@ SEED0 = 900_000_000  # training looks on seeds no training stream drew (their fi
 LAYOUT = ("pointer_rows", "pointer_at", "pointer_valid", "pointer_on", "pointer_on_el", "pointer_len", "pointer_slots")
 
 
-def collect(model, folder, seen, n_screens: int, batch: int, queries: int) -> list[dict]:
-    """Per batch of training-look screens: the residual stream entering the pointer layer up to the last answer
-    position (bf16), the answer positions and labels, the coordinate targets, the pointer's layout."""
+def collect(model, folder, seen, n_screens: int, batch: int, queries: int, first: int = 0,
+            pad_aug: float = 0.0) -> list[dict]:
+    """Per batch of training-look screens (seeds SEED0 + first ..): the residual stream entering the cached layer
+    up to the last answer position (bf16), the answer positions and labels, the coordinate targets, the pointer's
+    layout. ``pad_aug``: the share of screens padded on one axis as the ground stage does (``pad_sample``)."""
     out, t0 = [], time.time()
+    pad = functools.partial(pad_sample, p=pad_aug) if pad_aug > 0 else None
     with torch.no_grad():
         for start in range(0, n_screens, batch):
-            seeds = [SEED0 + i for i in range(start, min(n_screens, start + batch))]
+            seeds = [SEED0 + first + i for i in range(start, min(n_screens, start + batch))]
             ds = ScreenBatches(folder, model.config.vision, len(seeds), queries=queries, split="train",
-                               options={"vocab": "train"}, short_followups=True, seeds=seeds, pointer_element=True)
+                               options={"vocab": "train"}, short_followups=True, seeds=seeds, pointer_element=True,
+                               pad=pad)
             b = ds[0]
             ind = step_indices(b, model.config.image_token_id)
             pixels = normalize_tiles(b["pixel_values"], model.config.vision, None, b["num_tiles"])
@@ -120,6 +127,12 @@ def main(argv=None) -> int:
     ap.add_argument("--from-layer", type=int, default=None,
                     help="train every layer from this one up (default: the pointer layer); the cache then holds "
                          "the residual stream entering it")
+    ap.add_argument("--extra-cache", action="append", default=[],
+                    help="more cached screens for the fit only (the held-out fit screens stay --cache's last tenth); "
+                         "collected with --extra-first / --extra-screens / --pad-aug when the file does not exist")
+    ap.add_argument("--extra-first", type=int, default=1280, help="first seed offset of a new --extra-cache")
+    ap.add_argument("--extra-screens", type=int, default=384)
+    ap.add_argument("--pad-aug", type=float, default=0.0, help="share of a new --extra-cache's screens padded")
     ap.add_argument("--collect-only", action="store_true")
     a = ap.parse_args(argv)
     folder, out = Path(a.model), Path(a.out)
@@ -139,13 +152,21 @@ def main(argv=None) -> int:
     else:
         items = collect(model, folder, seen, a.screens, a.batch, a.queries)
         torch.save(items, cache)
+    extra = []
+    for f in map(Path, a.extra_cache):
+        if f.exists():
+            extra += torch.load(f, weights_only=True)
+        else:
+            got = collect(model, folder, seen, a.extra_screens, a.batch, a.queries, a.extra_first, a.pad_aug)
+            torch.save(got, f)
+            extra += got
     hook.remove()
     collect_s = time.time() - t0
     if a.collect_only:
         return 0
     coord_ids = torch.tensor(coordinate_token_ids(Processor.from_pretrained(folder)))
     n_val = max(1, len(items) // 10)
-    fit, val = items[:-n_val], items[-n_val:]
+    fit, val = items[:-n_val] + extra, items[-n_val:]
     for p in model.parameters():
         p.requires_grad_(False)
     train = list(lm.backbone.layers[start:layer + 1])
@@ -194,7 +215,9 @@ def main(argv=None) -> int:
            "seeds": f"{SEED0} + 0.. (split train, vocab train)", "layer": layer, "from_layer": start, "train": a.train,
            "epochs": a.epochs, "lr": a.lr, "pointer_heads": a.pointer_heads, "element_heads": a.element_heads,
            "pointer_weight": a.pointer_weight, "collect_s": collect_s,
-           "val_screens": sum(it["h"].shape[0] for it in val), "val_before": before, "history": history,
+           "extra_screens": sum(it["h"].shape[0] for it in extra), "extra_cache": a.extra_cache,
+           "pad_aug": a.pad_aug, "val_screens": sum(it["h"].shape[0] for it in val),
+           "val_before": before, "history": history,
            "weight_change_rel": change, "click_pointer": gen["click_pointer"]}
     (out / "top_tune.json").write_text(json.dumps(rep, indent=1))
     print(json.dumps(rep, indent=1))
