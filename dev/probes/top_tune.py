@@ -145,21 +145,23 @@ def main(argv=None) -> int:
     if start != layer:  # keep the residual entering `start` instead of the pointer layer's
         hook.remove()
         hook = lm.backbone.layers[start - 1].register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
-    cache = Path(a.cache)
+    if a.extra_cache and a.extra_first < a.screens:
+        raise SystemExit(f"top_tune: --extra-first {a.extra_first} reuses the seeds of --cache (0..{a.screens - 1})")
     t0 = time.time()
-    if cache.exists():
-        items = torch.load(cache, weights_only=True)  # a list of dicts of tensors and ints
-    else:
-        items = collect(model, folder, seen, a.screens, a.batch, a.queries)
-        torch.save(items, cache)
-    extra = []
-    for f in map(Path, a.extra_cache):
-        if f.exists():
-            extra += torch.load(f, weights_only=True)
-        else:
-            got = collect(model, folder, seen, a.extra_screens, a.batch, a.queries, a.extra_first, a.pad_aug)
-            torch.save(got, f)
-            extra += got
+
+    def cached(path: Path, **kw) -> list[dict]:  # a list of dicts of tensors and ints, each tagged with its layer
+        if not path.exists():
+            got = collect(model, folder, seen, batch=a.batch, queries=a.queries, **kw)
+            torch.save([{**it, "from_layer": start} for it in got], path)
+        got = torch.load(path, weights_only=True)
+        if got and got[0].get("from_layer", layer) != start:  # caches before the tag hold the pointer layer's input
+            raise SystemExit(f"top_tune: {path} holds the input of layer {got[0].get('from_layer', layer)}, "
+                             f"not of --from-layer {start}: pass another --cache file")
+        return got
+
+    items = cached(Path(a.cache), n_screens=a.screens)
+    extra = [it for f in a.extra_cache for it in cached(Path(f), n_screens=a.extra_screens, first=a.extra_first,
+                                                           pad_aug=a.pad_aug)]
     hook.remove()
     collect_s = time.time() - t0
     if a.collect_only:
