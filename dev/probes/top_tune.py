@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--from-layer", type=int, default=None,
                     help="train every layer from this one up (default: the pointer layer); the cache then holds "
                          "the residual stream entering it")
-    ap.add_argument("--extra-cache", action="append", default=[],
+    ap.add_argument("--extra-cache",
                     help="more cached screens for the fit only (the held-out fit screens stay --cache's last tenth); "
                          "collected with --extra-first / --extra-screens / --pad-aug when the file does not exist")
     ap.add_argument("--extra-first", type=int, default=1280, help="first seed offset of a new --extra-cache")
@@ -142,11 +142,8 @@ def main(argv=None) -> int:
     start = layer if a.from_layer is None else a.from_layer
     if not 0 < start <= layer:
         raise SystemExit(f"top_tune: --from-layer must be in 1..{layer} (the pointer layer), got {start}")
-    if start != layer:  # keep the residual entering `start` instead of the pointer layer's
-        hook.remove()
-        hook = lm.backbone.layers[start - 1].register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
-    if a.extra_cache and a.extra_first < a.screens:
-        raise SystemExit(f"top_tune: --extra-first {a.extra_first} reuses the seeds of --cache (0..{a.screens - 1})")
+    hook.remove()  # keep the residual entering `start` (load's hook keeps the pointer layer's)
+    hook = lm.backbone.layers[start - 1].register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))
     t0 = time.time()
 
     def cached(path: Path, **kw) -> list[dict]:  # a list of dicts of tensors and ints, each tagged with its layer
@@ -160,8 +157,12 @@ def main(argv=None) -> int:
         return got
 
     items = cached(Path(a.cache), n_screens=a.screens)
-    extra = [it for f in a.extra_cache for it in cached(Path(f), n_screens=a.extra_screens, first=a.extra_first,
-                                                           pad_aug=a.pad_aug)]
+    extra = []
+    if a.extra_cache:
+        n_main = sum(it["h"].shape[0] for it in items)
+        if a.extra_first < n_main:
+            raise SystemExit(f"top_tune: --extra-first {a.extra_first} reuses the seeds of --cache (0..{n_main - 1})")
+        extra = cached(Path(a.extra_cache), n_screens=a.extra_screens, first=a.extra_first, pad_aug=a.pad_aug)
     hook.remove()
     collect_s = time.time() - t0
     if a.collect_only:
