@@ -15,7 +15,7 @@ phase=${1:-sweep}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 if [ "$phase" = sweep ]; then
   timeout 240 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_kernels_grad.py 2>&1 | tail -8
-  FWD='[{"TWO_PASS": true}, {"TWO_PASS": true, "TP_STATES": "bf16"}, {"TWO_PASS": true, "Q": 64},
+  FWD='[{}, {"TWO_PASS": true}, {"TWO_PASS": true, "TP_STATES": "bf16"}, {"TWO_PASS": true, "Q": 64},
         {"TWO_PASS": true, "Q": 64, "TP_STATES": "bf16"}, {"TWO_PASS": true, "Q": 256, "num_warps": 8, "TP_STATES": "bf16"},
         {"TWO_PASS": true, "TP_ROWS": 32}, {"TWO_PASS": true, "BLOCK_P": 32}, {"TWO_PASS": true, "tma": false}]'
   BWD='[{}, {"STATES": "fp32"}, {"STATES": "grads"}, {"STATES": "fp32", "BLOCK_N": 32}, {"scan": {"TWO_PASS": true}},

@@ -1,6 +1,6 @@
 """Probe: our SSD scan's launch settings on a GPU (forward and forward + backward), each checked first.
 
-    python dev/probes/ssd_tune.py OUT_DIR [--fwd JSON_LIST] [--bwd JSON_LIST] [--budget S]
+    python dev/probes/ssd_tune.py OUT_DIR [--fwd JSON_LIST] [--bwd JSON_LIST] [--budget S] [--fwd-share F]
 
 Each setting runs in a worker process (a fault such as an illegal memory access costs only that worker;
 the driver starts a new one at the next setting). Rows go to OUT_DIR/ssd_tune.jsonl as they come:
@@ -8,7 +8,8 @@ forward: relative RMS error of y and the final state against the float64 chunked
 do_bench medians at the four shapes, with the kernel's registers / spills / shared memory; backward
 (BWD_CONFIG settings): the error of every gradient against float64 autograd at 1x2048, then forward +
 backward medians at the four shapes. The 12B layer's sizes: H 128, P 80, N 128, G 8, bf16, D, dt_bias,
-softplus. A research probe: the benchmark of record is benchmarks/bench_ssd.py.
+softplus. The forward settings stop at F (0.45) of the budget when backward ones follow. A research probe:
+the benchmark of record is benchmarks/bench_ssd.py.
 """
 
 from __future__ import annotations
@@ -131,9 +132,11 @@ def main():
     fwd = json.loads(args.get("--fwd", "[]"))
     bwd = json.loads(args.get("--bwd", "[]"))
     path = os.path.join(out_dir, "ssd_tune.jsonl")
-    t_end = time.time() + budget
+    t0 = time.time()
+    share = float(args.get("--fwd-share", 0.45)) if bwd else 1.0  # the forward's part of the budget
     for kind, cfgs in (("fwd", fwd), ("bwd", bwd)):
         todo = list(cfgs)
+        t_end = t0 + (budget * share if kind == "fwd" else budget)
         while todo and time.time() < t_end:
             n0 = sum(1 for _ in open(path)) if os.path.exists(path) else 0
             try:
