@@ -3,6 +3,7 @@
 #   bash dev/probes/ssd_gpu.sh sweep   # GPU tests of the kernels and gradients, then ssd_tune.py: the two-pass
 #                                      # forward's settings (SCAN_CONFIG TWO_PASS) and the backward with fp32 states
 #                                      # (BWD_CONFIG STATES) or the two-pass training forward, each checked first
+#                                      # (SKIP_TESTS=1: no pytest; ssd_tune checks every setting against float64)
 #   bash dev/probes/ssd_gpu.sh bench   # the benchmark of record with the peers (carry .peers and .whl):
 #                                      # bench_ssd.py forward and forward + backward, bench_train_step.py; the
 #                                      # SCAN_CONFIG / BWD_CONFIG of a winner go in FWD_CFG / BWD_CFG (JSON) as
@@ -14,7 +15,7 @@ mkdir -p "$OUT"
 phase=${1:-sweep}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 if [ "$phase" = sweep ]; then
-  timeout 240 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_kernels_grad.py 2>&1 | tail -8
+  [ -n "${SKIP_TESTS:-}" ] || timeout 240 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_kernels_grad.py 2>&1 | tail -8
   FWD='[{}, {"TWO_PASS": true}, {"TWO_PASS": true, "TP_STATES": "bf16"}, {"TWO_PASS": true, "Q": 64},
         {"TWO_PASS": true, "Q": 64, "TP_STATES": "bf16"}, {"TWO_PASS": true, "Q": 256, "num_warps": 8, "TP_STATES": "bf16"},
         {"TWO_PASS": true, "TP_ROWS": 32}, {"TWO_PASS": true, "BLOCK_P": 32}, {"TWO_PASS": true, "tma": false}]'
