@@ -39,9 +39,10 @@ class MixedSteps:
     def _step_mixed(self) -> list[tuple[Request, int]]:
         """``step`` of a mixed engine: admissions, then one pass for the decoding rows and the next chunk
         together (``HybridLM.mixed``), or the captured decode step alone when no chunk is due, or the chunk
-        alone when no row decodes; then admissions again, into the rows this step's turns gave up (as in a
-        separate step: a turn that waits for a row gets one before the sessions that just finished a turn
-        send their next one)."""
+        alone when no row decodes (a chunk not ready while rows decode waits for the next step's pass rather
+        than running alone after the decode step); then admissions again, into the rows this step's turns
+        gave up (as in a separate step: a turn that waits for a row gets one before the sessions that just
+        finished a turn send their next one)."""
         with torch.inference_mode():
             t0 = time.perf_counter()
             out = self._admit()
@@ -58,9 +59,9 @@ class MixedSteps:
                 out += self._decode()
             self._sync()
             t2 = time.perf_counter()
-            if shape is None:
-                out += self._prefill_step()
-                self._sync()
+            if shape is None and (chunk is not None or not n):  # no chunk was ready while rows decode: it
+                out += self._prefill_step()   # waits for the next step's mixed pass (a screenshot's work on the
+                self._sync()                  # vision stream, done during this decode, would else run alone)
             t3 = time.perf_counter()
             if self.queue:
                 out += self._admit()

@@ -124,6 +124,42 @@ def test_a_turn_cancelled_while_its_screenshot_is_embedded_leaves_the_others_as_
     assert first.tokens == _reference(model, [(p0, px0, n0 + 6)], "cpu")[0]
 
 
+class _DoneAfterDecode:
+    """A screenshot's "event" as on a GPU: done once the engine has run a decode step after the admission."""
+
+    def __init__(self, engine):
+        self.engine, self.n = engine, engine.stats["decode_steps"]
+
+    def query(self) -> bool:
+        return self.engine.stats["decode_steps"] > self.n
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: the work ran when it was queued."""
+
+
+def test_mixed_engine_keeps_a_turn_whose_screenshot_was_not_ready_for_the_next_mixed_pass(monkeypatch):
+    """The screenshot's work finishes during the step's decode (as on the vision stream): its turn waits for the
+    next step's mixed pass instead of running as a chunk of its own while rows decode; tokens unchanged."""
+    import holotron.engine_prefill as EP
+
+    monkeypatch.setattr(EP, "_NextStep", _DoneAfterDecode)
+    model = tiny_vl(seed=3)
+    agents = _agents(4, 3, seed=1)
+    eng = Engine(model, max_batch=3, max_len=512, prefill_tokens=40, mixed=True, vision_stream=True)
+    alone, chunk = [], eng._chunk
+
+    def spy(*a, **k):
+        alone.append(any(eng._decoding(i) for i in range(eng.max_batch)))
+        return chunk(*a, **k)
+
+    monkeypatch.setattr(eng, "_chunk", spy)
+    got, _ = _drive(eng, agents, "cpu")
+    assert alone and not any(alone), alone  # chunks alone ran only while no row decoded
+    assert eng.stats["mixed_steps"] > 0
+    for a, turns in enumerate(agents):
+        assert got[a] == _reference(model, turns, "cpu"), f"agent {a}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mixed", [False, True])
 def test_vision_stream_on_cuda_graphs_equals_each_conversation_alone(mixed):
