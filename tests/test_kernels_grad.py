@@ -557,3 +557,19 @@ def test_bwd_out_of_shared_memory_says_what_to_do(monkeypatch):
     monkeypatch.setattr(ssd_triton_backward, "_bwd_dbc", TooBig())
     with pytest.raises(ValueError, match=r"headdim 5, dstate 4.*backend='chunked'"):
         check_grads(make_inputs(1, 5, 2, 5, 1, 4, chunk_size=4, seed=11, **ALL))
+    with pytest.raises(ValueError, match=r"torch.bfloat16, BLOCK_N 16, STATES None.*smaller BWD_CONFIG tiles"):
+        check_grads(make_inputs(1, 5, 2, 5, 1, 4, dtype=torch.bfloat16, chunk_size=4, seed=11, **ALL))
+
+
+def test_fp32_state_tiles_take_half_the_dstate_columns(monkeypatch):
+    """STATES "fp32" / "grads" store fp32 state tiles: the automatic BLOCK_N halves (64 overflowed an H100's
+    shared memory at the 12B sizes, docs/benchmarks.md); a BLOCK_N that is set stays."""
+    from holotron.kernels import ssd_triton_backward as TB
+
+    assert TB.bwd_launch(80, 128)["BLOCK_N"] == 64
+    for states in ("fp32", "grads"):
+        monkeypatch.setitem(TB.BWD_CONFIG, "STATES", states)
+        assert TB.bwd_launch(80, 128)["BLOCK_N"] == 32
+        monkeypatch.setitem(TB.BWD_CONFIG, "BLOCK_N", 64)
+        assert TB.bwd_launch(80, 128)["BLOCK_N"] == 64
+        monkeypatch.setitem(TB.BWD_CONFIG, "BLOCK_N", None)

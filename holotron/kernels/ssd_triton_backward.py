@@ -97,8 +97,10 @@ from .ssd_triton_common import (
 # STATES: the dtype of the chunk states the training forward stores and of the state gradients, for bf16 / fp16
 # inputs (None: the inputs' dtype; "fp32": both fp32, and the products that read them take fp32 operands at
 # tf32 precision, ``_smm``; "grads": the state gradients only). In float64 emulation at the 12B sizes
-# (dev/probes/grad_rounding.py) "fp32" divides dA's error by 7.7 and ddt's by 8, "grads" by 1.9 and 2.6; not
-# yet timed on a GPU.
+# (dev/probes/grad_rounding.py) "fp32" divides dA's error by 7.7 and ddt's by 8, "grads" by 1.9 and 2.6. On an
+# H100 (docs/benchmarks.md, 2026-12-05) the fp32 tiles of the dB / dC kernel overflow shared memory at dstate
+# blocks of 64 (BLOCK_N None then takes 32 for "fp32" and "grads"), and "fp32" at 32 ran forward + backward
+# 1.5-2.2x slower than the default (spills) for dA's error 4.6e-4 -> 3.3e-4: off.
 BWD_CONFIG = dict(chunk_size=64, BLOCK_P=None, BLOCK_N=None, HEADS=None, warps_dx=None, warps_dbc=None,
                   stages_dx=None, stages_dbc=None, stages_state=None, tma=None, P_LOOP=None, BLOCK_PK=None,
                   WALK=None, BLOCK_W=None, warps_walk=None, STATES=None)
@@ -188,8 +190,8 @@ def bwd_launch(p: int, n: int) -> dict:
     cfg = dict(BWD_CONFIG)
     if cfg["BLOCK_P"] is None:
         cfg["BLOCK_P"] = min(_p2(p), 32)
-    if cfg["BLOCK_N"] is None:
-        cfg["BLOCK_N"] = min(_p2(n), 64)
+    if cfg["BLOCK_N"] is None:  # fp32 state tiles: half the dstate columns, or they overflow shared memory
+        cfg["BLOCK_N"] = min(_p2(n), 32 if cfg.get("STATES") in ("fp32", "grads") else 64)
     if cfg["HEADS"] is None:
         cfg["HEADS"] = 1
     if cfg["P_LOOP"] is None:  # one dx program per (chunk, head) walking its headdim blocks
@@ -331,8 +333,11 @@ def ssd_scan_triton_bwd(x, dt, A, B, C, D, states, choff, Q, dy, dfinal=None, cu
             NS=int(cfg["stages_dx"]), NPB=n_pb if ploop else 1, num_warps=int(cfg["warps_dx"]),
         )
     except OutOfResources as e:
-        raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}) do not fit "
-                         f"this GPU ({e}); use bf16 / fp16 inputs or backend='chunked'") from None
+        hint = ("smaller BWD_CONFIG tiles (BLOCK_N, chunk_size), BWD_CONFIG['STATES'] = None"
+                if x.dtype in (torch.bfloat16, torch.float16) else "bf16 / fp16 inputs")
+        raise ValueError(f"the Triton backward's tiles (chunk {Q}, headdim {p}, dstate {n}, {x.dtype}, BLOCK_N "
+                         f"{bn}, STATES {cfg.get('STATES')}) do not fit this GPU ({e}); use {hint} or "
+                         f"backend='chunked'") from None
     ddt = ddtp[..., 0] if n_sh == 1 else ddtp.sum(-1)
     dA = dAp.sum((0, 2))
     dD = None
