@@ -149,7 +149,9 @@ def main(argv=None) -> int:
     def cached(path: Path, **kw) -> list[dict]:  # a list of dicts of tensors and ints, each tagged with its layer
         if not path.exists():
             got = collect(model, folder, seen, batch=a.batch, queries=a.queries, **kw)
-            torch.save([{**it, "from_layer": start} for it in got], path)
+            tmp = path.with_name(path.name + ".tmp")  # no half-written cache if stopped while saving
+            torch.save([{**it, "from_layer": start} for it in got], tmp)
+            tmp.replace(path)
         got = torch.load(path, weights_only=True)
         if got and got[0].get("from_layer", layer) != start:  # caches before the tag hold the pointer layer's input
             raise SystemExit(f"top_tune: {path} holds the input of layer {got[0].get('from_layer', layer)}, "
