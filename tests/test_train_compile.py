@@ -80,3 +80,24 @@ def test_rows_padded_to_a_multiple_give_the_same_loss_and_gradients(tok_dir):
         assert torch.allclose(out[1][2][k], g, rtol=1e-4, atol=1e-6 * float(g.abs().max())), k
     with pytest.raises(ValueError, match="length_multiple"):
         ScreenBatches(tok_dir, cfg.vision, length_multiple=0, **kw)
+
+
+def test_the_grounding_eval_runs_compiled_modules_eagerly(tok_dir, monkeypatch):
+    """The evals generate through the engine, whose Triton kernels inductor must not trace (a compiled attention
+    block once passed the kernel's float scale as fp64 and failed on the GPU): under ``--compile`` the
+    grounding eval runs with torch.compile's stance "force_eager"."""
+    from types import SimpleNamespace
+
+    import holotron.train.evals as evals
+
+    seen = []
+    probe = torch.compile(lambda x: seen.append(torch.compiler.is_compiling()) or x + 1, backend="eager")
+    probe(torch.ones(2))  # outside the eval: traced
+    monkeypatch.setattr(evals, "grounding_eval", lambda *a, **k: {"probe": bool(probe(torch.ones(2)).sum())})
+    vocab = Processor.from_pretrained(tok_dir).vocab_size
+    model = init_weights(Holotron(make_config("micro", vocab)), seed=0)
+    args = SimpleNamespace(stage="ground", eval_every=1, eval_n=1, eval_split="heldout", queries=2,
+                           followups="short")
+    evaluator = evals.make_evaluator(args, model, None, tok_dir, torch.device("cpu"), None, print)
+    assert evaluator(1) == {"probe": True}
+    assert seen == [True, False]

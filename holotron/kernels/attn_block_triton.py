@@ -36,7 +36,7 @@ def online_softmax_block(q, kbase, vbase, ksbase, vsbase, ns, live, keep, ds, md
         s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
     else:
         s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                      # (M, N)
-    s = tl.where(keep, s, float("-inf"))
+    s = tl.where(keep, s.to(tl.float32), float("-inf"))  # fp32 even where torch.compile passes scale as fp64
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no score yet: exp(-inf) stays 0, no NaN
     alpha = tl.exp(m_i - m_safe)

@@ -48,7 +48,8 @@ def make_evaluator(args, model, aux, tok_dir, device: torch.device, amp, log,
                                    short_followups=args.followups == "short", seeds=seeds)[0]
 
         def evaluator(step: int) -> dict:
-            out = grounding_eval(model, processor, examples, device, step, log)
+            with torch.compiler.set_stance("force_eager"):  # --compile is for the training step: the engine's
+                out = grounding_eval(model, processor, examples, device, step, log)  # own kernels run eagerly
             if forced is not None:
                 out.update(teacher_forced_eval(model, forced, device, step, log, amp, coord_ids))
             return out
