@@ -15,7 +15,13 @@ import os
 
 import torch
 
-__all__ = ["DeviceError", "resolve_device", "resolve_dtype", "DEVICE_FORMS", "DTYPE_NAMES"]
+__all__ = ["DeviceError", "resolve_device", "resolve_dtype", "DEVICE_FORMS", "DTYPE_NAMES", "CAPTURE_MODE"]
+
+# How the engine's CUDA graphs are captured (``torch.cuda.graph(..., capture_error_mode=CAPTURE_MODE)``): only this
+# thread's calls are checked. In the default global mode another thread's CUDA call, e.g. a DataLoader's
+# pin-memory thread allocating pinned buffers while a training run's eval builds an engine, invalidates the
+# capture (cudaErrorStreamCaptureInvalidated, met on an H100 on 2026-12-05: dev/LOG.md).
+CAPTURE_MODE = "thread_local"
 
 DEVICE_FORMS = "'cpu', 'cuda', 'cuda:N', 'auto' (cuda when a GPU is visible, else cpu) or a torch.device"
 

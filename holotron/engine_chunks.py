@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from .devices import CAPTURE_MODE
 from .state import device_ints
 
 __all__ = ["CapturedChunks", "row_buckets", "token_buckets", "bucket_down", "bucket_up"]
@@ -139,7 +140,7 @@ class CapturedChunks:
             g = torch.cuda.CUDAGraph()
             if generator and self.generator is not None:
                 g.register_generator_state(self.generator)
-            with torch.cuda.graph(g, pool=self._chunk_pool):
+            with torch.cuda.graph(g, pool=self._chunk_pool, capture_error_mode=CAPTURE_MODE):
                 body()
             torch.cuda.synchronize(self.device)
         return g

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from .devices import CAPTURE_MODE
 from .engine_requests import Request, Session
 from .kv_cache import kv_dtype_for, kv_slot_bytes
 from .state import MambaState, device_ints
@@ -233,7 +234,7 @@ class Sessions:
                 swap()
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._swap_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self._swap_graph):
+            with torch.cuda.graph(self._swap_graph, capture_error_mode=CAPTURE_MODE):
                 swap()
             torch.cuda.synchronize(self.device)
 

@@ -20,6 +20,7 @@ import time
 import torch
 
 from . import kernels
+from .devices import CAPTURE_MODE
 from .engine_requests import Request
 from .sampling import choose_tokens
 from .state import device_ints
@@ -94,7 +95,7 @@ class CapturedStep:
                 g = torch.cuda.CUDAGraph()
                 if self.generator is not None:
                     g.register_generator_state(self.generator)
-                with torch.cuda.graph(g, pool=pool):
+                with torch.cuda.graph(g, pool=pool, capture_error_mode=CAPTURE_MODE):
                     self._step(b)
                 self.graphs[b] = g
             torch.cuda.synchronize(self.device)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 import torch
 
+from .devices import CAPTURE_MODE
 from .engine_chunks import bucket_up, row_buckets
 
 __all__ = ["CapturedVision"]
@@ -145,7 +146,7 @@ class CapturedVision:
                         self.model.embed_images(x)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self._vpool):
+                with torch.cuda.graph(g, pool=self._vpool, capture_error_mode=CAPTURE_MODE):
                     out = self.model.embed_images(x)
                 torch.cuda.synchronize(self.device)
         except Exception as e:  # noqa: BLE001 - a vision model that cannot be captured: eager from now on

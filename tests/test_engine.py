@@ -350,3 +350,31 @@ def test_vision_and_chunk_graphs_on_cuda_equal_the_plain_loop():
         eng.run()
         assert [r.tokens for r in reqs] == want and later.tokens == want[0], rnd
         assert (len(eng.vision_graphs) >= 2 and len(eng.chunk_graphs) >= 1) == (rnd == 1)
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_captured_while_another_thread_pins_memory():
+    """A DataLoader's pin-memory thread allocating pinned buffers while a training run's eval builds an engine
+    (``CAPTURE_MODE`` in holotron/devices.py): the captures hold, the tokens equal the plain loop's."""
+    import threading
+
+    model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).cuda()
+    ids, mask = _left_pad([_ids(n, seed=90 + n) for n in (6, 11)])
+    ids, mask = ids.cuda(), mask.cuda()
+    stop = threading.Event()
+
+    def pin():
+        while not stop.is_set():
+            torch.empty(1 << 20, dtype=torch.uint8).pin_memory()
+
+    th = threading.Thread(target=pin, daemon=True)
+    th.start()
+    try:
+        engines = [Engine(model, max_batch=4, max_len=64) for _ in range(3)]
+        got = generate(model, ids, 10, attention_mask=mask, eos_token_id=[])
+    finally:
+        stop.set()
+        th.join()
+    for eng in engines:
+        assert eng.cuda_graph and sorted(eng.graphs) == [1, 2, 4] and not eng.naive_step
+    assert torch.equal(got, generate(model, ids, 10, attention_mask=mask, eos_token_id=[], engine=False))
