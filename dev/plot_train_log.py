@@ -1,6 +1,7 @@
 """Loss curves (and held-out evals) of holotron.train runs as one PNG, one panel per run, with matplotlib.
 
     python dev/plot_train_log.py RUN/trainer_state.json [MORE/trainer_state.json ...] OUT.png
+    GPU=H100 python dev/plot_train_log.py ...     # the GPU named on the time axis (default H200)
 
 A reading-stage run (``--stage read``) shows its character and text-class losses and the share of characters
 and label classes its evals read right; a matching run (``--stage match``) its losses and the dev screens' share of
@@ -8,6 +9,7 @@ queries matched, words and characters read; a grounding run the answer loss, the
 its held-out point-in-box evals."""
 import bisect
 import json
+import os
 import sys
 
 import matplotlib
@@ -57,6 +59,9 @@ def panel(ax, state):
             if "pointer_acc" in log[0]:
                 ax2.plot(minutes, [100 * e["pointer_acc"] for e in log], lw=0.8, color="C9",
                          label="pointer on the element %")
+            if "inbox" in log[0]:
+                ax2.plot(minutes, [100 * e["inbox"] for e in log], lw=0.8, color="C7",
+                         label="answer in the box, teacher-forced, training batches %")
             if evals:
                 ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label=_eval_label(evals))
             ax2.set_ylabel("%")
@@ -67,7 +72,7 @@ def panel(ax, state):
         if evals:
             ax2.plot(at, [100 * e["accuracy"] for e in evals], "o-", color="C2", label=_eval_label(evals))
             ax2.set_ylabel("held-out accuracy during training (%)")
-    ax.set_xlabel("training minutes (H200)")
+    ax.set_xlabel(f"training minutes ({os.environ.get('GPU', 'H200')})")
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=7)
