@@ -201,7 +201,9 @@ def test_a_seed_gives_the_same_initial_weights_as_before_the_initialisation_move
     flat = torch.cat([p.detach().double().reshape(-1) for p in model.parameters()])
     w = torch.cos(torch.arange(flat.numel(), dtype=torch.float64))
     assert flat.numel() == 175532
-    assert (float((flat * w).sum()), float(flat.abs().sum())) == pytest.approx(INIT_FINGERPRINTS[seed], rel=1e-9)
+    # rel 1e-6: torch's float32 random kernels round differently in the last bits on different CPU vector units
+    # (seed 3 came out 8.4e-9 apart on an AVX-512 machine, 2026-12-05); another draw order moves these sums by O(1)
+    assert (float((flat * w).sum()), float(flat.abs().sum())) == pytest.approx(INIT_FINGERPRINTS[seed], rel=1e-6)
     torch.manual_seed(seed)
     again = Holotron(make_config("micro", 600)).init_weights(seed)  # the model's own method, what init_weights calls
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))

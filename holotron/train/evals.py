@@ -5,6 +5,7 @@ matching accuracy. ``make_evaluator`` returns the run's one, or None."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -48,13 +49,21 @@ def make_evaluator(args, model, aux, tok_dir, device: torch.device, amp, log,
                                    short_followups=args.followups == "short", seeds=seeds)[0]
 
         def evaluator(step: int) -> dict:
-            with torch.compiler.set_stance("force_eager"):  # --compile is for the training step: the engine's
-                out = grounding_eval(model, processor, examples, device, step, log)  # own kernels run eagerly
+            with _eager():
+                out = grounding_eval(model, processor, examples, device, step, log)
             if forced is not None:
                 out.update(teacher_forced_eval(model, forced, device, step, log, amp, coord_ids))
             return out
         return evaluator
     return None
+
+
+def _eager():
+    """``--compile`` is for the training step: the grounding eval generates through the engine, whose Triton
+    kernels inductor must not trace (torch.compile's stance "force_eager", torch >= 2.6; before it the modules
+    stay compiled)."""
+    stance = getattr(torch.compiler, "set_stance", None)
+    return stance("force_eager") if stance is not None else contextlib.nullcontext()
 
 
 @torch.no_grad()
