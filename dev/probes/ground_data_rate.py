@@ -6,12 +6,14 @@ pointer's tokens, the matching targets), one thread, as a DataLoader worker runs
     python dev/probes/ground_data_rate.py [--batch 8] [--batches 6] [--repeats 3] [--tokenizer runs/tok-word]
 
 Prints the best of ``--repeats`` timings of ``--batches`` batches (after one untimed batch) as seconds per batch
-and screens/s; a word tokenizer is built in a temporary folder when none is given.
+and screens/s, and a digest of every batch's tensors and values (a change that is only meant to be faster must
+keep it); a word tokenizer is built in a temporary folder when none is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import tempfile
 import time
@@ -46,15 +48,23 @@ def main(argv=None) -> int:
     _, aux, _ = _build_model(args, config, torch.device("cpu"), None, coordinate_token_ids(processor))
     data = _dataset(args, config.vision, tok, aux)  # the aux heads switch the matching targets on
     data[0]
-    times = []
+    times, digest = [], hashlib.sha256()
     for r in range(a.repeats):
         t = time.perf_counter()
-        for i in range(a.batches):
-            data[1 + r * a.batches + i]
+        batches = [data[1 + r * a.batches + i] for i in range(a.batches)]
         times.append((time.perf_counter() - t) / a.batches)
+        for b in batches:
+            for k in sorted(b):
+                v = b[k]
+                digest.update(k.encode())
+                if torch.is_tensor(v):
+                    digest.update(f"{v.dtype} {tuple(v.shape)}".encode())
+                    digest.update(v.contiguous().numpy().tobytes())
+                else:
+                    digest.update(repr(v).encode())
     best = min(times)
     print(f"{a.batch} screens a batch, {a.config}: {best:.3f} s per batch, {a.batch / best:.1f} screens/s per worker "
-          f"(one thread; best of {a.repeats} x {a.batches} batches)")
+          f"(one thread; best of {a.repeats} x {a.batches} batches); batches' digest {digest.hexdigest()[:16]}")
     return 0
 
 

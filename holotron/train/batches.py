@@ -9,7 +9,7 @@ import torch
 
 from ..processor import Processor
 from ..vision.config import VisionConfig
-from .element_tokens import element_core_tokens, element_tokens, token_cell
+from .element_tokens import _sub_points, element_core_tokens, element_tokens, token_cell
 from .matching import collate_match, match_targets
 from .pointer import pointer_layout
 from .questions import answer_ids, extra_targets, followup_text
@@ -105,13 +105,14 @@ class ScreenBatches(torch.utils.data.Dataset):
         cls, pos, *chars = image_token_targets(sample, self.vision, chars=self.chars, grid=grid)
         owner = {tuple(e.box): e for e in sample.elements}
         cell = token_cell(sample.size, self.vision, grid)
+        points = _sub_points(pos, sample.size, cell)  # once per screen, not per question
 
         def on_element(b, labels=True):  # the image tokens a question's pointer puts its probability on
             if tuple(b) not in owner:
                 return pointer_tokens(b, sample.size, pos, cls)
             if self.pointer_core:
                 return element_core_tokens(sample, owner[tuple(b)], pos, cls, labels=labels)
-            return element_tokens(sample, owner[tuple(b)], pos, cls, cell, labels=labels)
+            return element_tokens(sample, owner[tuple(b)], pos, cls, cell, points, labels=labels)
 
         targets = {"image_classes": cls, "image_positions": pos, "pointer_pos": q_pos,
                    "pointer_tokens": [on_element(b) for b in boxes], "coords": coords}
@@ -220,15 +221,18 @@ def _collate_targets(targets: list[dict]) -> dict:
     if all("match" in t for t in targets):
         out.update(collate_match([t["match"] for t in targets], [len(t["image_classes"]) for t in targets]))
     if all("pointer_pos" in t for t in targets):
-        queries, pairs = [], []
-        for b, t in enumerate(targets):
-            for pos, toks in zip(t["pointer_pos"], t["pointer_tokens"]):
-                pairs += [(len(queries), int(i)) for i in toks]
-                queries.append((b, pos))
+        queries = [(b, pos) for b, t in enumerate(targets) for pos in t["pointer_pos"]]
         out["pointer_queries"] = torch.tensor(queries, dtype=torch.long).reshape(-1, 2)
-        out["pointer_targets"] = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+        out["pointer_targets"] = _pairs([tk for t in targets for tk in t["pointer_tokens"]])
         if all("pointer_tokens_el" in t for t in targets):
-            pairs = [(q, int(i)) for q, toks in enumerate(tk for t in targets for tk in t["pointer_tokens_el"])
-                     for i in toks]
-            out["pointer_targets_el"] = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+            out["pointer_targets_el"] = _pairs([tk for t in targets for tk in t["pointer_tokens_el"]])
     return out
+
+
+def _pairs(tokens: list) -> torch.Tensor:
+    """(M, 2) long: (question, token) for each token of each question's ``tokens[q]``, questions in order."""
+    parts = [torch.zeros(0, 2, dtype=torch.long)]
+    for q, toks in enumerate(tokens):
+        toks = torch.as_tensor(toks, dtype=torch.long).reshape(-1)
+        parts.append(torch.stack([torch.full_like(toks, q), toks], 1))
+    return torch.cat(parts)

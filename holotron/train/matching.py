@@ -144,10 +144,11 @@ def collate_match(targets: list[dict], tokens_per_screen: list[int]) -> dict:
     qs = [(b, q) for b, t in enumerate(targets) for q in t["queries"]]
     L = max([len(q[0]) for _, q in qs], default=1)
     words = torch.full((len(qs), L), -1, dtype=torch.long)
-    pairs, slots, per = [], [], [0] * len(targets)
+    pairs, slots, per = [torch.zeros(0, 2, dtype=torch.long)], [], [0] * len(targets)
     for j, (b, (ids, _, toks)) in enumerate(qs):
         words[j, :len(ids)] = torch.tensor(ids)
-        pairs += [(j, int(i)) for i in toks]
+        toks = torch.as_tensor(toks, dtype=torch.long).reshape(-1)
+        pairs.append(torch.stack([torch.full_like(toks, j), toks], 1))   # (query, token) per token of the query
         slots.append(per[b])  # the query's place among its screen's
         per[b] += 1
     image_words = torch.cat([t["words"] for t in targets])
@@ -155,7 +156,7 @@ def collate_match(targets: list[dict], tokens_per_screen: list[int]) -> dict:
     return {"match_words": words, "match_role": torch.tensor([q[1] for _, q in qs], dtype=torch.long),
             "match_screen": torch.tensor([b for b, _ in qs], dtype=torch.long),
             "match_slot": torch.tensor(slots, dtype=torch.long), "match_slots": max(per, default=0),
-            "match_pairs": torch.tensor(pairs, dtype=torch.long).reshape(-1, 2),
+            "match_pairs": torch.cat(pairs),
             "match_tokens": torch.tensor(tokens_per_screen, dtype=torch.long),
             # each image token's place in the (screens, n_max) grid of match_loss's keys
             "match_token_at": torch.cat([b * n_max + torch.arange(n, dtype=torch.long)

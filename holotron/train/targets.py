@@ -68,10 +68,23 @@ def char_table(sample) -> tuple[list, np.ndarray]:
 def _last_box(boxes: np.ndarray, px: np.ndarray, py: np.ndarray) -> np.ndarray:
     """For each point (flattened), the index of the last of ``boxes`` (n, 4; x1 / y1 exclusive) holding it,
     -1 where none does: the box painted last over the point, as boxes are listed in paint order."""
-    x, y = px.reshape(-1, 1), py.reshape(-1, 1)
-    hit = (x >= boxes[:, 0]) & (x < boxes[:, 2]) & (y >= boxes[:, 1]) & (y < boxes[:, 3])  # (points, boxes)
-    last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
-    return np.where(hit.any(axis=1), last, -1)
+    x, y = px.reshape(-1), py.reshape(-1)
+    xs, ix = np.unique(x, return_inverse=True)
+    ys, iy = np.unique(y, return_inverse=True)
+    if len(xs) * len(ys) > 4 * max(len(x), 64):  # scattered points: each against each box
+        hit = ((x[:, None] >= boxes[:, 0]) & (x[:, None] < boxes[:, 2]) & (y[:, None] >= boxes[:, 1])
+               & (y[:, None] < boxes[:, 3]))                                              # (points, boxes)
+        last = hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)
+        return np.where(hit.any(axis=1), last, -1)
+    # points on a grid (the image tokens' centres, the patches'): the boxes painted in order on the grid of the
+    # points' distinct coordinates, O(points + boxes); x >= x0 from the first coordinate not below x0, x < x1
+    # up to the first not below x1
+    x0, x1 = np.searchsorted(xs, boxes[:, 0]), np.searchsorted(xs, boxes[:, 2])
+    y0, y1 = np.searchsorted(ys, boxes[:, 1]), np.searchsorted(ys, boxes[:, 3])
+    grid = np.full((len(ys), len(xs)), -1, dtype=np.int64)
+    for i in range(len(boxes)):
+        grid[y0[i]:y1[i], x0[i]:x1[i]] = i
+    return grid[iy.reshape(-1), ix.reshape(-1)]
 
 
 def char_classes_at(sample, px, py, table=None, codes=None) -> np.ndarray:

@@ -1,0 +1,57 @@
+"""The data workers' fast paths give what their plain definitions give: ``_last_box`` (the last box in paint
+order holding each point) painted on the grid of the points' coordinates against every point tested against
+every box; the (question, token) pairs of a batch built as tensors against the pairs listed one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from holotron.train.batches import _pairs
+from holotron.train.matching import collate_match
+from holotron.train.targets import _last_box
+
+
+def _last_box_reference(boxes, px, py):
+    out = np.full(px.size, -1, dtype=np.int64)
+    for k, (x, y) in enumerate(zip(px.reshape(-1), py.reshape(-1))):
+        for i, b in enumerate(boxes):
+            if b[0] <= x < b[2] and b[1] <= y < b[3]:
+                out[k] = i
+    return out
+
+
+def _boxes(rng, n, w, h):
+    x0, y0 = rng.integers(0, w, n), rng.integers(0, h, n)
+    return np.stack([x0, y0, x0 + rng.integers(0, w // 3, n), y0 + rng.integers(0, h // 3, n)], 1).astype(float)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_last_box_on_a_grid_and_on_scattered_points_equals_testing_every_box(seed):
+    rng = np.random.default_rng(seed)
+    w, h = 97, 61
+    boxes = _boxes(rng, 40, w, h)                                   # overlapping, some empty, edges on points
+    gx, gy = np.meshgrid(np.arange(0, w, 3.0), np.arange(0, h, 2.0))  # a grid (integer points: edges matter)
+    sx, sy = rng.uniform(0, w, 300), rng.uniform(0, h, 300)          # scattered: the point-by-box path
+    for px, py in ((gx, gy), (gx[:, :, None] + 0.5 * np.arange(2), gy[:, :, None] + 0 * np.arange(2)), (sx, sy)):
+        got = _last_box(boxes, px, py)
+        assert got.dtype == np.int64 and got.shape == (px.size,)
+        assert np.array_equal(got, _last_box_reference(boxes, px, py))
+        assert (got >= 0).any() and (got == -1).any()
+    assert np.array_equal(_last_box(boxes[:0], gx, gy), np.full(gx.size, -1))
+
+
+def test_question_token_pairs_equal_the_pairs_listed_one_by_one():
+    toks = [torch.tensor([5, 2, 9]), torch.tensor([], dtype=torch.long), np.array([7]), torch.tensor([1, 1])]
+    want = [(q, int(i)) for q, t in enumerate(toks) for i in t]
+    got = _pairs(toks)
+    assert got.dtype == torch.long and got.tolist() == [list(p) for p in want]
+    assert _pairs([]).shape == (0, 2)
+    targets = [{"queries": [([3, 4], 1, torch.tensor([0, 2])), ([5], 2, torch.tensor([1]))],
+                "words": torch.tensor([3, -100, 4]), "centres": torch.zeros(3, 3)},
+               {"queries": [([6], 1, torch.tensor([2, 0, 1]))], "words": torch.tensor([-100, 6, 6]),
+                "centres": torch.zeros(3, 3)}]
+    out = collate_match(targets, [3, 3])
+    assert out["match_pairs"].tolist() == [[0, 0], [0, 2], [1, 1], [2, 2], [2, 0], [2, 1]]
+    assert out["match_slot"].tolist() == [0, 1, 0] and out["match_screen"].tolist() == [0, 0, 1]
