@@ -39,7 +39,8 @@ def test_last_box_on_a_grid_and_on_scattered_points_equals_testing_every_box(see
         assert got.dtype == np.int64 and got.shape == (px.size,)
         assert np.array_equal(got, _last_box_reference(boxes, px, py))
         assert (got >= 0).any() and (got == -1).any()
-    assert np.array_equal(_last_box(boxes[:0], gx, gy), np.full(gx.size, -1))
+    for px, py in ((gx, gy), (sx, sy)):
+        assert np.array_equal(_last_box(boxes[:0], px, py), np.full(px.size, -1))
 
 
 def test_question_token_pairs_equal_the_pairs_listed_one_by_one():

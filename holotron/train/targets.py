@@ -69,6 +69,8 @@ def _last_box(boxes: np.ndarray, px: np.ndarray, py: np.ndarray) -> np.ndarray:
     """For each point (flattened), the index of the last of ``boxes`` (n, 4; x1 / y1 exclusive) holding it,
     -1 where none does: the box painted last over the point, as boxes are listed in paint order."""
     x, y = px.reshape(-1), py.reshape(-1)
+    if not len(boxes):
+        return np.full(x.size, -1, dtype=np.int64)
     xs, ix = np.unique(x, return_inverse=True)
     ys, iy = np.unique(y, return_inverse=True)
     if len(xs) * len(ys) > 4 * max(len(x), 64):  # scattered points: each against each box
