@@ -6,7 +6,8 @@
 
 Every refusal is a ``DeviceError`` (a ValueError) of one line that names the value given and the accepted
 forms, raised before anything is read or allocated: a CPU user asking for CUDA hears that torch sees no
-GPU (and which torch build this is), not an error from deep inside a loader.
+GPU (and which torch build this is), not an error from deep inside a loader. ``CAPTURE_MODE``: how the
+engine captures its CUDA graphs on the device.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from holotron.train.batches import _pairs
-from holotron.train.matching import collate_match
+from holotron.train.matching import collate_match, token_pairs
 from holotron.train.targets import _last_box
 
 
@@ -46,9 +45,9 @@ def test_last_box_on_a_grid_and_on_scattered_points_equals_testing_every_box(see
 def test_question_token_pairs_equal_the_pairs_listed_one_by_one():
     toks = [torch.tensor([5, 2, 9]), torch.tensor([], dtype=torch.long), np.array([7]), torch.tensor([1, 1])]
     want = [(q, int(i)) for q, t in enumerate(toks) for i in t]
-    got = _pairs(toks)
+    got = token_pairs(toks)
     assert got.dtype == torch.long and got.tolist() == [list(p) for p in want]
-    assert _pairs([]).shape == (0, 2)
+    assert token_pairs([]).shape == (0, 2)
     targets = [{"queries": [([3, 4], 1, torch.tensor([0, 2])), ([5], 2, torch.tensor([1]))],
                 "words": torch.tensor([3, -100, 4]), "centres": torch.zeros(3, 3)},
                {"queries": [([6], 1, torch.tensor([2, 0, 1]))], "words": torch.tensor([-100, 6, 6]),

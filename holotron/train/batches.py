@@ -10,7 +10,7 @@ import torch
 from ..processor import Processor
 from ..vision.config import VisionConfig
 from .element_tokens import _sub_points, element_core_tokens, element_tokens, token_cell
-from .matching import collate_match, match_targets
+from .matching import collate_match, match_targets, token_pairs
 from .pointer import pointer_layout
 from .questions import answer_ids, extra_targets, followup_text
 from .targets import IGNORE, image_token_targets, pointer_tokens
@@ -223,16 +223,8 @@ def _collate_targets(targets: list[dict]) -> dict:
     if all("pointer_pos" in t for t in targets):
         queries = [(b, pos) for b, t in enumerate(targets) for pos in t["pointer_pos"]]
         out["pointer_queries"] = torch.tensor(queries, dtype=torch.long).reshape(-1, 2)
-        out["pointer_targets"] = _pairs([tk for t in targets for tk in t["pointer_tokens"]])
+        out["pointer_targets"] = token_pairs([tk for t in targets for tk in t["pointer_tokens"]])
         if all("pointer_tokens_el" in t for t in targets):
-            out["pointer_targets_el"] = _pairs([tk for t in targets for tk in t["pointer_tokens_el"]])
+            out["pointer_targets_el"] = token_pairs([tk for t in targets for tk in t["pointer_tokens_el"]])
     return out
 
-
-def _pairs(tokens: list) -> torch.Tensor:
-    """(M, 2) long: (question, token) for each token of each question's ``tokens[q]``, questions in order."""
-    parts = [torch.zeros(0, 2, dtype=torch.long)]
-    for q, toks in enumerate(tokens):
-        toks = torch.as_tensor(toks, dtype=torch.long).reshape(-1)
-        parts.append(torch.stack([torch.full_like(toks, q), toks], 1))
-    return torch.cat(parts)

@@ -32,7 +32,7 @@ from .element_tokens import _first_hit, _label_texts, _sub_points, _tokens_in, e
 from .targets import IGNORE, _last_box
 
 __all__ = ["MatchHeads", "match_targets", "collate_match", "match_loss", "word_codes", "MatchBatches",
-           "match_stage_loss"]
+           "match_stage_loss", "token_pairs"]
 
 _WORD = re.compile(r"[A-Za-z]+|\d+")
 
@@ -137,6 +137,16 @@ def match_targets(sample, encode, positions: torch.Tensor, classes: torch.Tensor
     return {"queries": queries, "words": words, "centres": centres}
 
 
+def token_pairs(tokens: list) -> torch.Tensor:
+    """(M, 2) long: (query, token) for each token of each query's ``tokens[q]`` (index tensors or arrays),
+    queries in order: the positives of the matching's and the pointer's softmaxes as one tensor."""
+    parts = [torch.zeros(0, 2, dtype=torch.long)]
+    for q, toks in enumerate(tokens):
+        toks = torch.as_tensor(toks, dtype=torch.long).reshape(-1)
+        parts.append(torch.stack([torch.full_like(toks, q), toks], 1))
+    return torch.cat(parts)
+
+
 def collate_match(targets: list[dict], tokens_per_screen: list[int]) -> dict:
     """Screens' ``match_targets`` -> batch tensors: "match_words" (Q, L) padded with -1, "match_role" (Q,),
     "match_screen" (Q,), "match_pairs" (M, 2) (query, token index within its screen), "image_words" (n,),
@@ -144,11 +154,9 @@ def collate_match(targets: list[dict], tokens_per_screen: list[int]) -> dict:
     qs = [(b, q) for b, t in enumerate(targets) for q in t["queries"]]
     L = max([len(q[0]) for _, q in qs], default=1)
     words = torch.full((len(qs), L), -1, dtype=torch.long)
-    pairs, slots, per = [torch.zeros(0, 2, dtype=torch.long)], [], [0] * len(targets)
-    for j, (b, (ids, _, toks)) in enumerate(qs):
+    slots, per = [], [0] * len(targets)
+    for j, (b, (ids, _, _)) in enumerate(qs):
         words[j, :len(ids)] = torch.tensor(ids)
-        toks = torch.as_tensor(toks, dtype=torch.long).reshape(-1)
-        pairs.append(torch.stack([torch.full_like(toks, j), toks], 1))   # (query, token) per token of the query
         slots.append(per[b])  # the query's place among its screen's
         per[b] += 1
     image_words = torch.cat([t["words"] for t in targets])
@@ -156,7 +164,7 @@ def collate_match(targets: list[dict], tokens_per_screen: list[int]) -> dict:
     return {"match_words": words, "match_role": torch.tensor([q[1] for _, q in qs], dtype=torch.long),
             "match_screen": torch.tensor([b for b, _ in qs], dtype=torch.long),
             "match_slot": torch.tensor(slots, dtype=torch.long), "match_slots": max(per, default=0),
-            "match_pairs": torch.cat(pairs),
+            "match_pairs": token_pairs([toks for _, (_, _, toks) in qs]),
             "match_tokens": torch.tensor(tokens_per_screen, dtype=torch.long),
             # each image token's place in the (screens, n_max) grid of match_loss's keys
             "match_token_at": torch.cat([b * n_max + torch.arange(n, dtype=torch.long)
