@@ -17,6 +17,10 @@ AUX=${AUX:-db5ffa7:dev/checkpoints/tiny-v7-ground}
 case "${1:-}" in
 prepare)
     commit=${AUX%%:*} path=${AUX#*:}
+    for f in aux_heads.pt trainer_state.json; do
+        git cat-file -e "$commit:$path/$f" 2>/dev/null || {
+            echo "AUX=$AUX: no $path/$f at $commit (dev/checkpoints/README.md lists the kept checkpoints)" >&2; exit 2; }
+    done
     rm -rf runs/ground-aux.tmp && mkdir -p runs/ground-aux.tmp
     git archive "$commit" "$path/aux_heads.pt" "$path/trainer_state.json" | tar -x -C runs/ground-aux.tmp
     mv "runs/ground-aux.tmp/$path"/* runs/ground-aux.tmp/
