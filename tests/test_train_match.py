@@ -368,6 +368,23 @@ def test_rewarm_steps_ramp_a_fresh_optimiser_up_to_the_schedule(tmp_path, word_t
         _run(*base, "--rewarm-steps", "-1", "--out", tmp_path / "b")
 
 
+def test_resume_keeps_the_schedule_minutes_its_run_started_with(tmp_path, word_tok, capsys):
+    """A run started mid-schedule (--schedule-done) and then resumed stays where its schedule is: the resumed job
+    reads the minutes done from the checkpoint (it once restarted from the run's own seconds, at the peak)."""
+    base = ["--config", "micro", "--device", "cpu", "--workers", "0", "--batch-size", "1", "--log-every", "1",
+            "--eval-every", "0", "--no-final-eval", "--stage", "match", "--tokenizer", word_tok, "--lr", "1e-3",
+            "--warmup", "0", "--schedule", "wsd", "--cooldown", "0.2", "--schedule-minutes", "10",
+            "--save-optimizer", "--out", tmp_path / "a"]
+    _run(*base, "--schedule-done", "9.999", "--steps", "1")
+    _run(*base, "--resume", tmp_path / "a", "--steps", "2")
+    state = json.loads((tmp_path / "a" / "trainer_state.json").read_text())
+    assert state["args"]["schedule_done"] == 9.999
+    # past the schedule's end: the cool-down's floor (lr x --min-lr-ratio) on both jobs' steps, not the peak
+    assert [r["lr"] for r in state["log"]] == pytest.approx([1e-4, 1e-4], rel=1e-3)
+    with pytest.raises(SystemExit, match="--schedule-done"):
+        _run(*base, "--resume", tmp_path / "a", "--steps", "3", "--schedule-done", "1")
+
+
 def test_init_parts_vision_takes_the_vision_side_alone_under_a_new_tokenizer(tmp_path, word_tok, capsys):
     from holotron.tokenizer import build_task_tokenizer as build
 

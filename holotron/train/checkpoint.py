@@ -111,10 +111,11 @@ def init_from(model: Holotron, aux, src, folder, log, parts: str = "all") -> Non
         log(f"initialised from {folder}")
 
 
-def load_training_state(folder, stage: str, model: Holotron, aux, optimizer) -> tuple[int, list, list, float]:
+def load_training_state(folder, stage: str, model: Holotron, aux, optimizer) -> tuple[int, list, list, float, float]:
     """Load a ``--save-optimizer`` checkpoint's weights, heads and optimizer state into ``model``, ``aux`` and
-    ``optimizer`` for ``--resume``. Returns (step, loss log, evals, seconds trained so far). The run must be
-    resumed as it was started: the same ``stage``, the auxiliary heads or not."""
+    ``optimizer`` for ``--resume``. Returns (step, loss log, evals, seconds trained so far, the schedule's
+    minutes done before the run began: its ``--schedule-done``). The run must be resumed as it was started: the
+    same ``stage``, the auxiliary heads or not."""
     ts_file, st_file = Path(folder) / TRAINING_STATE, Path(folder) / "trainer_state.json"
     if not (ts_file.is_file() and st_file.is_file()):
         raise SystemExit(f"holotron.train: error: --resume {folder}: no training_state.pt / trainer_state.json "
@@ -132,4 +133,5 @@ def load_training_state(folder, stage: str, model: Holotron, aux, optimizer) -> 
     if aux is not None:
         aux.load_state_dict(ts["aux"])
     optimizer.load_state_dict(ts["optimizer"])
-    return ts["step"], prev.get("log", []), prev.get("evals", []), prev.get("train_seconds", 0.0)
+    done = prev.get("args", {}).get("schedule_done") or 0.0
+    return ts["step"], prev.get("log", []), prev.get("evals", []), prev.get("train_seconds", 0.0), done

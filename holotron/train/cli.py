@@ -109,9 +109,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule-minutes", type=float, default=None, metavar="MIN",
                    help="one schedule over several jobs: its length in training minutes, counted across "
                         "--resume (each job's --time-budget then only stops that job)")
-    p.add_argument("--schedule-done", type=float, default=0.0, metavar="MIN",
+    p.add_argument("--schedule-done", type=float, default=None, metavar="MIN",
                    help="with --schedule-minutes: training minutes of the schedule already behind a run that "
-                        "starts with --init-from instead of --resume (a job whose optimiser state was lost)")
+                        "starts with --init-from instead of --resume (a job whose optimiser state was lost); "
+                        "--resume carries the resumed run's own")
     p.add_argument("--rewarm-steps", type=int, default=0, metavar="N",
                    help="ramp the learning rate up to the schedule's over this job's first N steps (a job that "
                         "starts a fresh optimiser mid-schedule, --schedule-done: Adam's first updates are as large "
@@ -229,6 +230,10 @@ def check_args(args) -> None:
         raise SystemExit(f"holotron.train: error: --match-weight must be >= 0, got {args.match_weight}")
     if args.init_parts != "all" and not args.init_from:
         raise SystemExit("holotron.train: error: --init-parts says which weights --init-from gives: give --init-from")
+    if args.schedule_done is not None and args.resume:
+        raise SystemExit("holotron.train: error: --schedule-done is for a run that starts with --init-from; "
+                         "--resume carries the minutes its run started with: leave --schedule-done out")
+    args.schedule_done = args.schedule_done or 0.0
     if args.schedule_done < 0 or (args.schedule_done and not args.schedule_minutes):
         raise SystemExit("holotron.train: error: --schedule-done must be >= 0 and needs --schedule-minutes")
     if args.rewarm_steps < 0:

@@ -70,7 +70,10 @@ def train(args) -> dict:
     opt = make_optimizer(trainable, args.lr, args.weight_decay, fused=device.type == "cuda")
     step, history, evals, elapsed_before = 0, [], [], 0.0
     if args.resume:
-        step, history, evals, elapsed_before = load_training_state(args.resume, args.stage, model, aux, opt)
+        # the schedule's minutes before the resumed run began travel with it (a resumed job that dropped them
+        # ran its schedule from the run's own start: dev/LOG.md, 2026-12-05)
+        step, history, evals, elapsed_before, args.schedule_done = load_training_state(
+            args.resume, args.stage, model, aux, opt)
         log(f"resumed from {args.resume} at step {step}")
 
     out.mkdir(parents=True, exist_ok=True)
