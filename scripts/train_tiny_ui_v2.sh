@@ -31,7 +31,9 @@
 # LADDER_N (300), EVAL_WORKERS (rendering processes per eval, 5), LENGTH_MULTIPLE (ground batches' rows padded
 # to a multiple of it, default 1), COMPILE (set: ground jobs with --compile), FONTS (mixed: match and ground jobs
 # with --fonts mixed, the training screens' text in one face per screen of holotron/data/fonts/ or Aileron;
-# unset: --fonts default, every screen in Aileron as before), EXTRA (more train options).
+# unset: --fonts default, every screen in Aileron as before), TABLES (1: match and ground jobs with --tables on, a
+# data table on about half of the app, web and mobile training screens, its rows' controls asked through the row's
+# identifier, holotron/data/tables.py; unset or 0: --tables off, the screens as before), EXTRA (more train options).
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
@@ -46,12 +48,14 @@ DEVICE=${DEVICE:-auto}
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 PY=${PYTHON:-python3}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+case ${TABLES:-0} in 0) TABLES_ARGS=() ;; 1) TABLES_ARGS=(--tables on) ;;
+    *) echo "TABLES must be 1 or 0, got '$TABLES'" >&2; exit 2 ;; esac
 case $JOB in match|ground) [ -n "$MIN" ] || { echo "$JOB needs MINUTES" >&2; exit 2; } ;; eval) ;;
     *) echo "unknown job '$JOB' (match, ground, eval)" >&2; exit 2 ;; esac
 
 common=(--config "$CONFIG" --device "$DEVICE" --workers "$WORKERS" --steps 1000000 --log-every 10
         --log-seconds 20 --max-shard-size 8MB --vocab train --pad-aug "${PAD_AUG:-0.5}" --colour-aug on
-        --eval-n "${EVAL_N:-64}" ${FONTS:+--fonts "$FONTS"} "${EXTRA_ARGS[@]}")
+        --eval-n "${EVAL_N:-64}" ${FONTS:+--fonts "$FONTS"} ${TABLES_ARGS[@]+"${TABLES_ARGS[@]}"} "${EXTRA_ARGS[@]}")
 
 if [ "$JOB" = match ]; then
     tok=()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from PIL import Image, ImageDraw, ImageFont
@@ -34,11 +34,14 @@ RGB = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class Element:
-    """Something a user can click: its visible (or, for icons, spoken) label, its role, its pixel box."""
+    """Something a user can click: its visible (or, for icons, spoken) label, its role, its pixel box, and for a
+    control of a table row (tables.py) the text of the row's identifier, through which instructions name it
+    (its label repeats on every row); None everywhere else."""
 
     label: str
     role: str
     box: BoxT  # (x0, y0, x1, y1) pixels, x1 / y1 exclusive
+    row: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ class Canvas:
         self._elements: list[tuple[Element, bool]] = []  # (element, still clickable)
         self._texts: list[tuple[Text, bool, str | None]] = []  # (text, still visible, label of its element)
         self.screen = (0, 0, width, height)
+        self._row: str | None = None  # the table row whose controls are being recorded (``row_of``)
 
     # drawing ops ---------------------------------------------------------------------------
     def rect(self, box: BoxT, fill: RGB | None = None, outline: RGB | None = None, width: int = 1, radius: int = 0):
@@ -169,9 +173,19 @@ class Canvas:
 
     # what is where -------------------------------------------------------------------------
     def element(self, label: str, role: str, box: BoxT) -> Element:
-        e = Element(label, role, tuple(int(v) for v in box))
+        e = Element(label, role, tuple(int(v) for v in box), self._row)
         self._elements.append((e, True))
         return e
+
+    @contextlib.contextmanager
+    def row_of(self, identifier: str):
+        """Elements recorded inside this block are controls of the table row that ``identifier`` names
+        (``Element.row``)."""
+        outer, self._row = self._row, identifier
+        try:
+            yield
+        finally:
+            self._row = outer
 
     def cover(self, box: BoxT, upto: Mark | None = None):
         """An opaque layer over ``box`` (drawn by the ops that follow): what was recorded before it (or
@@ -213,7 +227,7 @@ class Canvas:
                 self.ops[i] = (kind, pts(op[1]), *op[2:])
         for i in range(mark.elements, len(self._elements)):
             e, ok = self._elements[i]
-            self._elements[i] = (Element(e.label, e.role, box(e.box)), ok)
+            self._elements[i] = (Element(e.label, e.role, box(e.box), e.row), ok)
         for i in range(mark.texts, len(self._texts)):
             t, ok, o = self._texts[i]
             self._texts[i] = (Text(t.text, box(t.box)), ok, o)

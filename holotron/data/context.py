@@ -4,7 +4,7 @@ picker of one screen, with the small random helpers they share."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import widgets as W
 from .canvas import Canvas, text_width
@@ -20,6 +20,12 @@ class Ctx:
     st: Style
     rng: random.Random
     labels: LabelPicker
+    # tables (tables.py, training screens of generate_sample(tables=True) only): whether the training layouts may
+    # draw one, the lower-cased entries the made-up texts of a table never contain as whole words (the held-out
+    # vocabulary), and the boxes of the tables drawn
+    tables: bool = False
+    avoid: frozenset[str] = frozenset()
+    table_boxes: list = field(default_factory=list)
 
     def chance(self, p: float) -> bool:
         return self.rng.random() < p

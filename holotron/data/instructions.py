@@ -33,6 +33,12 @@ TEMPLATES = {
 }
 
 
+# a control of a table row (tables.py), named through the row's identifier {row}: {q} / {l} / {r} as above
+ROW_TEMPLATES = ("the {q} {r} in the {row} row", "{l} for {row}", "click {q} for the {row} entry",
+                 "the {r} {q} next to {row}", "the {row} row's {l} {r}")
+ROW_CHECKBOX_TEMPLATES = ("the checkbox for {row}", "tick the {row} row", "the checkbox next to {row}")
+
+
 def quote(label: str, rng: random.Random) -> str:
     marks = ["'", '"', ""] if "'" not in label else ['"', ""]
     m = rng.choice(marks)
@@ -43,6 +49,13 @@ def instruction_for(label: str, role: str, rng: random.Random) -> str:
     """A short instruction naming the element, sometimes with its role: "the 'Save' button", "Settings tab"."""
     template = rng.choice(TEMPLATES[role])
     return template.format(q=quote(label, rng), l=label, r=ROLE_NAMES[role])
+
+
+def row_instruction(label: str, role: str, row: str, rng: random.Random) -> str:
+    """An instruction naming a control of a table row through the row's identifier ``row``: "the 'Edit' button
+    in the INV-20417 row", "tick the 'notes_v2.pdf' row" (a row's checkbox, whose label is not shown)."""
+    template = rng.choice(ROW_CHECKBOX_TEMPLATES if role == "checkbox" else ROW_TEMPLATES)
+    return template.format(q=quote(label, rng), l=label, r=ROLE_NAMES[role], row=quote(row, rng))
 
 
 def click_point(box: BoxT, width: int, height: int, rng: random.Random | None = None, jitter: float = 0.0) -> Point:

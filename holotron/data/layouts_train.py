@@ -12,6 +12,7 @@ from .canvas import text_height, text_width
 from .columns import APP_BLOCKS, MOBILE_BLOCKS, WEB_BLOCKS, columns
 from .context import Ctx
 from .styles import mix
+from .tables import table_section
 
 # texts drawn by name (vocab.fixed_texts: never held out of the training vocabulary)
 CLOCKS = ("9:41", "10:24", "12:05", "18:30", "7:02")   # the phone status bar's time
@@ -50,6 +51,7 @@ def app(x: Ctx):
         sw = max(150, min(300, round((X1 - X0) * x.rng.uniform(0.16, 0.26))))
         sidebar(x, X0, y, X0 + sw, bottom)
         cx0 = X0 + sw
+    y = table_section(x, cx0, y, X1, bottom)  # with tables on (tables.py), now and then
     columns(x, cx0, y, X1, bottom, APP_BLOCKS)
     if draw_menu:
         draw_menu()
@@ -160,6 +162,7 @@ def web(x: Ctx):
         y = B.paragraph(x, m, y, w - m, footer, max_lines=2, align="center" if center else "left") or y
         y += st.gap
         y = B.buttons(x, m, y, w - m, footer, n=x.rng.randint(1, 2), align="center" if center else "left") or y
+    y = table_section(x, 0, y, w, footer)
     columns(x, 0, y, w, footer, WEB_BLOCKS)
 
 
@@ -229,6 +232,7 @@ def mobile(x: Ctx):
     y += m
     if x.chance(0.3):
         y = (B.heading(x, m, y, w - m, bottom) or y) + st.gap
+    y = table_section(x, m, y, w - m, bottom - m, margin=0)
     B.fill_column(x, m, y, w - m, bottom - m, MOBILE_BLOCKS)
     d = round(st.control_h * 1.5)
     if x.chance(0.25) and bottom - m - d >= y and x.labels.claim("Add"):

@@ -11,6 +11,7 @@
     generate_sample(7, vocab="train")            # no label of the held-out vocabulary anywhere (for training)
     generate_sample(7, vocab="heldout")          # the target's label is one of them (for evaluation)
     generate_sample(7, font="mixed")             # the text in one face per screen (faces.py), for training
+    generate_sample(7, tables=True)              # now and then a data table (tables.py), for training
 
 The same seed and options give the same pixels. Every element lies inside the image, no two overlap,
 texts fit their elements, no text appears twice on a screen, and the target's label appears nowhere
@@ -30,6 +31,14 @@ Fonts (faces.py): font=None (the default) draws every text in Pillow's bundled A
 was; a face name draws it in that face; font="mixed" draws one face per screen from a random source of its
 own, not the screen's: a seed keeps its size, theme, layout and style, while what fits where (and so the
 controls and labels placed after it) can move with the face's text widths.
+
+Tables (tables.py): tables=True lets the training layouts draw a data table on about half of their screens (split
+"train" only; a ValueError elsewhere). Its rows' controls repeat their labels on every row: each is recorded with
+its row (``Element.row``, the row's identifier) and, as a target, named through it ("the 'Edit' button in the
+INV-20417 row", instructions.row_instruction), so the names stay unique where the labels are not; a table's status
+cells and action labels repeat too. Screens with a table pick their target among the table's controls and
+identifiers half of the time. ``settings["tables"]`` lists the tables' boxes. tables=False (the default) draws the
+screens exactly as before.
 """
 
 from __future__ import annotations
@@ -46,10 +55,11 @@ from ..grounding import Box, Point, localization_prompt, parse_click
 from .canvas import Canvas, Element, Text, inside, overlaps
 from .context import Ctx
 from .faces import canvas_face, pick_face
-from .instructions import ROLE_NAMES, answer_text, click_point, instruction_for
+from .instructions import ROLE_NAMES, answer_text, click_point, instruction_for, row_instruction
 from .labels import LabelPicker
 from .layouts import LAYOUTS
 from .styles import CORNERS, DENSITY, SIZES, SPLITS, THEMES, make_style, pick_size
+from .tables import row_is_unique
 from .vocab import VOCABS, heldout_vocab
 
 ROLES = tuple(ROLE_NAMES)
@@ -106,7 +116,10 @@ def _pick_layout(rng: random.Random, options: Sequence[str], width: int) -> str:
 
 def _ambiguous(target: Element, elements: list[Element], canvas: Canvas) -> bool:
     """True when the target's label occurs in another element's label or in any visible text that is
-    not the target's own (caption, value, placeholder), as whole words, case-insensitively."""
+    not the target's own (caption, value, placeholder), as whole words, case-insensitively. A control of a
+    table row (``target.row``) is named through its row instead: ambiguous unless ``tables.row_is_unique``."""
+    if target.row is not None:
+        return not row_is_unique(target, elements, canvas.texts)
     pattern = re.compile(r"(?<![a-z0-9])" + re.escape(target.label.lower()) + r"(?![a-z0-9])")
     if any(e is not target and pattern.search(e.label.lower()) for e in elements):
         return True
@@ -129,8 +142,11 @@ def check_sample(sample: Sample) -> None:
     for e in sample.elements:
         if e.role in _LABEL_INSIDE:
             assert any(t.text == e.label and inside(t.box, e.box) for t in sample.texts), f"{e}: label not inside"
-    labels = [e.label.lower() for e in sample.elements]
+    labels = [e.label.lower() for e in sample.elements if e.row is None]
     assert len(labels) == len(set(labels)), f"repeated labels {sorted(x for x in labels if labels.count(x) > 1)}"
+    rows = [(e.label.lower(), e.row.lower()) for e in sample.elements if e.row is not None]  # table rows' controls
+    assert len(rows) == len(set(rows)), f"a row's control twice {sorted(x for x in rows if rows.count(x) > 1)}"
+    assert not {lab for lab, _ in rows} & set(labels), "a row control's label on an element outside the rows"
     assert sample.target in sample.elements
     p = parse_click(sample.answer)
     assert p is not None and 0 <= p.x <= 1000 and 0 <= p.y <= 1000, sample.answer
@@ -158,6 +174,7 @@ def generate_sample(
     render: bool = True,
     vocab: str = "all",
     font: str | None = None,
+    tables: bool = False,
 ) -> Sample:
     """One synthetic screen, its elements, an instruction naming one of them and the click answer.
 
@@ -174,6 +191,7 @@ def generate_sample(
         label is held out); see the module docstring. Recorded in ``settings["vocab"]`` unless "all".
     font: None (Aileron, the screens as ever), a face of ``faces.FACES`` or "mixed" (one face per screen:
         ``faces.pick_face``); the face used is recorded in ``settings["font"]`` unless font is None.
+    tables: True lets the training layouts draw a data table (split "train" only; see the module docstring).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
@@ -181,6 +199,8 @@ def generate_sample(
         raise ValueError(f"unknown vocab {vocab!r}: use one of {', '.join(VOCABS)}")
     held = heldout_vocab() if vocab != "all" else frozenset()
     face = pick_face(font, split, seed)  # None, or a faces.FACES name (a ValueError for an unknown font)
+    if tables and split != "train":
+        raise ValueError(f"tables=True draws tables on training screens only (split='train'), not on {split!r} ones")
     if size is not None and size_range is not None:
         raise ValueError("give size or size_range, not both")
     if not 0 <= jitter <= 1:
@@ -234,7 +254,10 @@ def generate_sample(
             st = dataclasses.replace(st, face=canvas_face(face))
         # the screen
         canvas = Canvas(width, height, st.p.bg, face=st.face)
-        LAYOUTS[lay](Ctx(canvas, st, rng, LabelPicker(rng, exclude=held if vocab == "train" else frozenset())))
+        ctx = Ctx(canvas, st, rng, LabelPicker(rng, exclude=held if vocab == "train" else frozenset()))
+        if tables:
+            ctx.tables, ctx.avoid = True, heldout_vocab()
+        LAYOUTS[lay](ctx)
         elements = canvas.elements
         candidates = [e for e in elements if e.role in roles
                       and min(e.box[2] - e.box[0], e.box[3] - e.box[1]) >= _MIN_SIDE
@@ -247,18 +270,28 @@ def generate_sample(
             by_role.setdefault(e.role, []).append(e)
         role = rng.choice(sorted(by_role))  # roles equally likely, then an element of that role
         target = rng.choice(by_role[role])
+        if tables:  # half of the time one of a table's controls or identifiers, where there is one
+            idents = {e.row for e in elements if e.row is not None}
+            in_table = [e for e in candidates if e.row is not None or e.label in idents]
+            if in_table and rng.random() < 0.5:
+                target = rng.choice(in_table)
         point = click_point(target.box, width, height, rng, jitter)
+        if target.row is not None:
+            instruction = row_instruction(target.label, target.role, target.row, rng)
+        else:
+            instruction = instruction_for(target.label, target.role, rng)
         sample = Sample(
             image=canvas.render() if render else None,
             elements=elements,
-            instruction=instruction_for(target.label, target.role, rng),
+            instruction=instruction,
             target=target,
             answer=answer_text(point),
             texts=canvas.texts,
             size=(width, height),
             settings=dict(split=split, layout=lay, theme=th, accent_hue=round(hue, 1), corner=cor, font_size=fs,
                           density=round(dens, 3), size_family=family, width=width, height=height, attempt=attempt,
-                          **({} if vocab == "all" else {"vocab": vocab}), **({} if face is None else {"font": face})),
+                          **({} if vocab == "all" else {"vocab": vocab}), **({} if face is None else {"font": face}),
+                          **({"tables": list(ctx.table_boxes)} if tables else {})),
             seed=seed,
         )
         check_sample(sample)

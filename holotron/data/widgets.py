@@ -106,6 +106,18 @@ def glyph(c: Canvas, box: BoxT, name: str, color: RGB):
         c.line([(cx - r * 0.35, T + r * 0.3), (cx + r * 0.35, cy), (cx - r * 0.35, B - r * 0.3)], color, w)
     elif name == "down":
         c.line([(L + r * 0.3, cy - r * 0.3), (cx, cy + r * 0.35), (R - r * 0.3, cy - r * 0.3)], color, w)
+    elif name == "edit":  # a pencil, for a table row's controls (tables.py)
+        c.line([(L + r * 0.25, B - r * 0.25), (R - r * 0.15, T + r * 0.15)], color, w + 2)
+        c.polygon([(L, B), (L + r * 0.5, B - r * 0.08), (L + r * 0.08, B - r * 0.5)], color)
+    elif name == "delete":  # a bin
+        c.line([(L, T + r * 0.3), (R, T + r * 0.3)], color, w)
+        c.line([(cx - r * 0.3, T), (cx + r * 0.3, T)], color, w)
+        c.polygon([(L + r * 0.2, T + r * 0.5), (R - r * 0.2, T + r * 0.5), (R - r * 0.35, B), (L + r * 0.35, B)],
+                  color)
+    elif name == "view":  # an eye
+        c.ellipse((round(L), round(cy - r * 0.6), round(R) + 1, round(cy + r * 0.6) + 1), outline=color, width=w)
+        c.ellipse((round(cx - r * 0.3), round(cy - r * 0.3), round(cx + r * 0.3) + 1, round(cy + r * 0.3) + 1),
+                  fill=color)
     else:  # pragma: no cover
         raise ValueError(f"unknown icon {name!r}")
 
@@ -258,8 +270,9 @@ def text_field(c: Canvas, st: Style, box: BoxT, name: str, content: str | None, 
 
 
 def checkbox(c: Canvas, st: Style, box: BoxT, label: str, checked: bool, size: int | None = None,
-             gap: int | None = None):
-    """The square at ``box`` with ``label`` to its right."""
+             gap: int | None = None, caption: bool = True):
+    """The square at ``box`` with ``label`` to its right (``caption`` False: the square alone, its label only
+    spoken, as a table row's)."""
     size = size or st.font_size
     p = st.p
     s = box[2] - box[0]
@@ -271,9 +284,11 @@ def checkbox(c: Canvas, st: Style, box: BoxT, label: str, checked: bool, size: i
                 (box[0] + s * 0.78, box[1] + s * 0.3)], p.on_accent, w)
     else:
         c.rect(box, fill=p.field, outline=p.muted, width=max(1, st.border), radius=r)
-    g = gap if gap is not None else max(6, s // 2)
-    tw = text_width(label, size, st.face)
-    c.text_in((box[2] + g, box[1] - 8, box[2] + g + tw + 2, box[3] + 8), label, size, p.text, align="left", owner=label)
+    if caption:
+        g = gap if gap is not None else max(6, s // 2)
+        tw = text_width(label, size, st.face)
+        c.text_in((box[2] + g, box[1] - 8, box[2] + g + tw + 2, box[3] + 8), label, size, p.text, align="left",
+                  owner=label)
     c.element(label, "checkbox", box)
 
 

@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the font of the grounding and matching training screens: default (Pillow's Aileron, as "
                         "the evals' screens) or mixed (one face per screen: Aileron on 30%%, else one of the faces "
                         "bundled in holotron/data/fonts/, none a family of the real-browser set)")
+    p.add_argument("--tables", default="off", choices=["off", "on"],
+                   help="grounding and matching training screens: on draws a data table on about half of the app, "
+                        "web and mobile screens, its rows' controls asked through the row's identifier "
+                        "(holotron/data/tables.py); off (default): the screens as before. Never on the evals' screens")
     p.add_argument("--tokenizer-kind", default="bpe", choices=["bpe", "word"],
                    help="the tokenizer a run trains when none is given: bpe (byte-level BPE, digits split; the "
                         "default) or word (one token per label word, coordinates 0..1000 as single tokens; "
@@ -201,6 +205,18 @@ def check_args(args) -> None:
     if args.fonts != "default" and args.stage == "read":
         raise SystemExit("holotron.train: error: --fonts draws the grounding and matching screens; the reading "
                          "stage's screens keep the default font: leave it out of --stage read")
+    if args.tables == "on":
+        from ..data.tables import TABLE_LAYOUTS
+
+        if args.stage == "read":
+            raise SystemExit("holotron.train: error: --tables draws tables on the grounding and matching screens; the "
+                             "reading stage's mosaics have none: leave it out of --stage read")
+        if args.split != "train":
+            raise SystemExit(f"holotron.train: error: --tables draws tables on training screens only (--split train), "
+                             f"not on --split {args.split}")
+        if args.layouts and not set(args.layouts) & set(TABLE_LAYOUTS):
+            raise SystemExit(f"holotron.train: error: --tables: none of the --layouts draws tables (those that do: "
+                             f"{', '.join(TABLE_LAYOUTS)})")
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")

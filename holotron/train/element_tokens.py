@@ -14,10 +14,19 @@ from .targets import IGNORE, pointer_tokens
 __all__ = ["SUB", "token_cell", "element_tokens", "element_core_tokens"]
 
 
-def _label_texts(sample, element) -> list:
-    """The visible texts that spell ``element``'s label (case-insensitively): its caption or its own text."""
+def _label_texts(sample, element, row: bool = True) -> list:
+    """The visible texts that spell ``element``'s label (case-insensitively): its caption or its own text. For a
+    control of a table row (``Element.row``; its label repeats on every row) only those inside its box, and (with
+    ``row``) the text of the row's identifier, which its instructions name: a text outside the box that belongs
+    to the question, as a field's label does."""
     want = element.label.strip().lower()
-    return [t for t in sample.texts if want and t.text.strip().lower() == want]
+    key = getattr(element, "row", None)
+    if key is None:
+        return [t for t in sample.texts if want and t.text.strip().lower() == want]
+    key, b = key.strip().lower(), element.box
+    return [t for t in sample.texts if (row and key and t.text.strip().lower() == key)
+            or (want and t.text.strip().lower() == want and b[0] <= t.box[0] and b[1] <= t.box[1]
+                and t.box[2] <= b[2] and t.box[3] <= b[3])]
 
 
 SUB = 4  # sub-points per token side: a token "shows" a box when one of its SUB x SUB points lies in it

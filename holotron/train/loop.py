@@ -270,8 +270,9 @@ def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
 
 def screen_options(args) -> dict:
     """``generate_sample`` options of the training screens: --layouts, --vocab (train: the held-out
-    vocabulary never drawn), and --fonts (mixed: each screen's text in one of several faces,
-    holotron/data/faces.py; the evals' screens keep the default font)."""
+    vocabulary never drawn), --fonts (mixed: each screen's text in one of several faces,
+    holotron/data/faces.py; the evals' screens keep the default font) and --tables (on: data tables on about
+    half of the training screens, holotron/data/tables.py; never on the evals' screens)."""
     options = {}
     if args.layouts:
         options["layout"] = tuple(args.layouts)
@@ -279,6 +280,8 @@ def screen_options(args) -> dict:
         options["vocab"] = args.vocab
     if getattr(args, "fonts", "default") != "default":
         options["font"] = args.fonts
+    if getattr(args, "tables", "off") == "on":
+        options["tables"] = True
     return options
 
 

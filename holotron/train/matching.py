@@ -5,7 +5,8 @@ them (logits against the same embedding table) and where the centre of their ele
 
 What each screen contributes (``match_targets``, from the generator's boxes):
   queries    one per element of a target role (its label's words + its role's name) and one per free visible
-             text (role "text"); a label shown twice on a screen is left out (it would be ambiguous). The
+             text (role "text"); a label shown twice on a screen is left out (it would be ambiguous), and so is
+             a control of a table row (its label is on every row; its box still carries its centre). The
              positives of a query are the image tokens on the element and on the texts that spell its label
              (``element_tokens.element_tokens``): a checkbox's caption, a field's label, a button's own text.
   words      per image token, the id of the word under its centre (-100 where no word is).
@@ -95,6 +96,10 @@ def match_targets(sample, encode, positions: torch.Tensor, classes: torch.Tensor
     queries, owners = [], []
     for e in sample.elements:
         lab = e.label.strip().lower()
+        if getattr(e, "row", None) is not None:  # a table row's control (holotron/data/tables.py): no query
+            if e.role in ROLES:
+                owners.append(e)
+            continue
         if e.role not in ROLES or not lab or count[lab] > 1:
             continue
         words = [i for i in encode(e.label.strip()) if i >= 0]
@@ -124,7 +129,7 @@ def match_targets(sample, encode, positions: torch.Tensor, classes: torch.Tensor
     boxes, centre = [], []
     for e in owners:
         c = ((e.box[0] + e.box[2]) / (2 * w), (e.box[1] + e.box[3]) / (2 * h))
-        for b in [t.box for t in _label_texts(sample, e)] + [e.box]:
+        for b in [t.box for t in _label_texts(sample, e, row=False)] + [e.box]:
             boxes.append(b)
             centre.append(c)
     centres = torch.zeros(n, 3)

@@ -40,9 +40,12 @@ def extra_targets(sample, k: int, rng: random.Random, boxes: bool = False) -> li
     An element qualifies when it has a target role, is at least 6 px on each side, its label is in no
     other element's label (as whole words, case-insensitively) and every visible text that holds the
     label lies on or next to the element (its own caption or value). The generator applies the same
-    rule with the texts' owners, which a Sample does not keep, so this one errs on the strict side."""
+    rule with the texts' owners, which a Sample does not keep, so this one errs on the strict side.
+    A control of a table row (``Element.row``) qualifies by the generator's own rule for them
+    (``tables.row_is_unique``), and its instruction names it through its row (``row_instruction``)."""
     from ..data import ROLES
-    from ..data.instructions import answer_text, click_point, instruction_for
+    from ..data.instructions import answer_text, click_point, instruction_for, row_instruction
+    from ..data.tables import row_is_unique
 
     if k <= 0:
         return []
@@ -52,6 +55,18 @@ def extra_targets(sample, k: int, rng: random.Random, boxes: bool = False) -> li
     rng.shuffle(els)
     out = []
     for e in els:
+        row = getattr(e, "row", None)
+        if row is not None:  # a table row's control: its label repeats on every row, its row names it
+            if not row_is_unique(e, sample.elements, sample.texts):
+                continue
+            try:
+                point = click_point(e.box, w, h, rng)
+            except ValueError:
+                continue
+            out.append((row_instruction(e.label, e.role, row, rng), answer_text(point)) + ((e.box,) if boxes else ()))
+            if len(out) == k:
+                break
+            continue
         pat = _word(e.label)
         if any(o is not e and pat.search(o.label.lower()) for o in sample.elements):
             continue
