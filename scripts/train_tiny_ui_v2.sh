@@ -33,7 +33,10 @@
 # with --fonts mixed, the training screens' text in one face per screen of holotron/data/fonts/ or Aileron;
 # unset: --fonts default, every screen in Aileron as before), TABLES (1: match and ground jobs with --tables on, a
 # data table on about half of the app, web and mobile training screens, its rows' controls asked through the row's
-# identifier, holotron/data/tables.py; unset or 0: --tables off, the screens as before), EXTRA (more train options).
+# identifier, holotron/data/tables.py; unset or 0: --tables off, the screens as before), ICON_PLACES (1: match and
+# ground jobs with --icon-places on, the training screens' icons moved so that only their glyph tells them apart:
+# window controls at either end of the title bar, toolbar icons in vertical strips, holotron/data/icon_places.py;
+# unset or 0: --icon-places off, the screens as before), EXTRA (more train options).
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
@@ -50,12 +53,15 @@ PY=${PYTHON:-python3}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 case ${TABLES:-0} in 0) TABLES_ARGS=() ;; 1) TABLES_ARGS=(--tables on) ;;
     *) echo "TABLES must be 1 or 0, got '$TABLES'" >&2; exit 2 ;; esac
+case ${ICON_PLACES:-0} in 0) ICON_ARGS=() ;; 1) ICON_ARGS=(--icon-places on) ;;
+    *) echo "ICON_PLACES must be 1 or 0, got '$ICON_PLACES'" >&2; exit 2 ;; esac
 case $JOB in match|ground) [ -n "$MIN" ] || { echo "$JOB needs MINUTES" >&2; exit 2; } ;; eval) ;;
     *) echo "unknown job '$JOB' (match, ground, eval)" >&2; exit 2 ;; esac
 
 common=(--config "$CONFIG" --device "$DEVICE" --workers "$WORKERS" --steps 1000000 --log-every 10
         --log-seconds 20 --max-shard-size 8MB --vocab train --pad-aug "${PAD_AUG:-0.5}" --colour-aug on
-        --eval-n "${EVAL_N:-64}" ${FONTS:+--fonts "$FONTS"} ${TABLES_ARGS[@]+"${TABLES_ARGS[@]}"} "${EXTRA_ARGS[@]}")
+        --eval-n "${EVAL_N:-64}" ${FONTS:+--fonts "$FONTS"} ${TABLES_ARGS[@]+"${TABLES_ARGS[@]}"}
+        ${ICON_ARGS[@]+"${ICON_ARGS[@]}"} "${EXTRA_ARGS[@]}")
 
 if [ "$JOB" = match ]; then
     tok=()

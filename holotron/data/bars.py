@@ -9,6 +9,7 @@ from . import blocks as B
 from . import widgets as W
 from .canvas import text_height, text_width
 from .context import Ctx
+from .icon_places import window_controls
 from .styles import mix
 
 SHORTCUTS = ("Ctrl+N", "Ctrl+O", "Ctrl+S", "Ctrl+Shift+S", "Ctrl+P", "Ctrl+Z", "Ctrl+Y", "Ctrl+F", "Ctrl+H",
@@ -18,31 +19,39 @@ STATUS_TEXTS = ("Ready", "Saved", "Connected", "Ln 12, Col 4", "3 items selected
 
 
 def title_bar(x: Ctx, x0: int, y: int, x1: int) -> int:
+    """The window's title bar: its controls at the window look's end, or where icon_places.window_controls puts
+    them (with icon places on)."""
     st, c, p = x.st, x.c, x.st.p
     h = max(24, round(st.font_size * 2.3))
     c.rect((x0, y, x1, y + h), fill=p.bar)
     size = st.font_size
+    side, names = window_controls(x)
     if st.window_look == "mac":
         d = min(max(10, round(h * 0.45)), (x1 - x0) // 7)
-        left = W.window_dots(c, st, x0 + max(8, d), y + h // 2, d,
-                             [bool(x.claim_icon(n)) for n in ("close", "minimize", "maximize")])
-        room = x1 - x0 - 2 * (left - x0) - 8
+        clickable = [bool(x.claim_icon(n)) for n in names]
+        start = x0 + max(8, d)
+        if side == "right":
+            start = x1 - max(8, d) - len(names) * (d + max(4, d // 2)) + max(4, d // 2)
+        end = W.window_dots(c, st, start, y + h // 2, d, clickable, names)
+        used = end - x0 if side == "left" else x1 - start
+        room = x1 - x0 - 2 * used - 8
         title = x.take("title", size, room)
         if title:
             c.text_in((x0, y, x1, y + h), title, size, p.text)
     else:
         bw = min(round(h * 1.45), (x1 - x0) // 4)
-        xx = x1 - 3 * bw
-        for name in ("minimize", "maximize", "close"):
+        lo, hi = (x0, x1 - len(names) * bw) if side == "right" else (x0 + len(names) * bw, x1)
+        xx = hi if side == "right" else x0
+        for name in names:
             W.icon_button(c, st, (xx, y, xx + bw, y + h), name, color=p.text, label=x.claim_icon(name))
             xx += bw
         s = round(h * 0.5)
-        c.rect((x0 + st.pad, y + (h - s) // 2, x0 + st.pad + s, y + (h - s) // 2 + s), fill=p.accent,
+        c.rect((lo + st.pad, y + (h - s) // 2, lo + st.pad + s, y + (h - s) // 2 + s), fill=p.accent,
                radius=min(3, s // 4))
-        tx = x0 + 2 * st.pad + s
-        title = x.take("title", size, x1 - 3 * bw - tx - st.pad)
+        tx = lo + 2 * st.pad + s
+        title = x.take("title", size, hi - tx - st.pad)
         if title:
-            c.text_in((tx, y, x1 - 3 * bw, y + h), title, size, p.text, align="left")
+            c.text_in((tx, y, hi, y + h), title, size, p.text, align="left")
     c.line([(x0, y + h), (x1 - 1, y + h)], p.border, 1)
     return y + h + 1
 

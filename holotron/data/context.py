@@ -26,6 +26,11 @@ class Ctx:
     tables: bool = False
     avoid: frozenset[str] = frozenset()
     table_boxes: list = field(default_factory=list)
+    # icon places (icon_places.py, training screens of generate_sample(icon_places=True) only): whether the training
+    # layouts move the icons (window controls' side and order, vertical icon strips, a dialog's close corner), and
+    # what this screen did (settings["icon_places"])
+    icon_places: bool = False
+    icon_log: dict = field(default_factory=dict)
 
     def chance(self, p: float) -> bool:
         return self.rng.random() < p

@@ -11,6 +11,7 @@ from .bars import menu_bar, sidebar, status_bar, tab_row, title_bar, toolbar
 from .canvas import text_height, text_width
 from .columns import APP_BLOCKS, MOBILE_BLOCKS, WEB_BLOCKS, columns
 from .context import Ctx
+from .icon_places import dialog_close_left, icon_strip, strip_instead, web_strip
 from .styles import mix
 from .tables import table_section
 
@@ -41,8 +42,11 @@ def app(x: Ctx):
     room = 3 * st.control_h  # what the bars leave for content at least
     if x.chance(0.6) and X1 - X0 >= 360:
         y, draw_menu = menu_bar(x, X0, y, X1, Y1 - room)
+    strip = False  # with icon places on (icon_places.py), now and then the toolbar's icons in a vertical strip
     if x.chance(0.55):
-        y = toolbar(x, X0, y, X1, Y1 - room)
+        strip = strip_instead(x)
+        if not strip:
+            y = toolbar(x, X0, y, X1, Y1 - room)
     bottom = status_bar(x, X0, Y1, X1, y + room) if x.chance(0.5) else Y1
     if x.chance(0.4):
         y = tab_row(x, X0 + st.pad, y + 4, X1 - st.pad, bottom - room)
@@ -51,8 +55,11 @@ def app(x: Ctx):
         sw = max(150, min(300, round((X1 - X0) * x.rng.uniform(0.16, 0.26))))
         sidebar(x, X0, y, X0 + sw, bottom)
         cx0 = X0 + sw
-    y = table_section(x, cx0, y, X1, bottom)  # with tables on (tables.py), now and then
-    columns(x, cx0, y, X1, bottom, APP_BLOCKS)
+    cx1 = X1
+    if strip:
+        cx0, cx1 = icon_strip(x, cx0, y, X1, bottom)
+    y = table_section(x, cx0, y, cx1, bottom)  # with tables on (tables.py), now and then
+    columns(x, cx0, y, cx1, bottom, APP_BLOCKS)
     if draw_menu:
         draw_menu()
 
@@ -71,12 +78,14 @@ def dialog(x: Ctx):
     th = text_height(st.large, st.face)
     ih = max(th + 8, round(st.control_h * 0.9))
     close = x.labels.claim(CLOSE_DIALOG) and x.chance(0.7)
+    left = close and dialog_close_left(x)  # with icon places on (icon_places.py): either top corner
     title = x.take("title", st.large, dw - 2 * pad - (ih + 4 if close else 0))
     if title:
-        c.text_in((pad, y + pad, dw - pad, y + pad + ih), title, st.large, p.text, align="left", bold=True)
+        c.text_in((pad + (ih + 4 if left else 0), y + pad, dw - pad, y + pad + ih), title, st.large, p.text,
+                  align="left", bold=True)
     if close:
-        W.icon_button(c, st, (dw - pad - ih, y + pad, dw - pad, y + pad + ih), "close", color=p.muted,
-                      label=CLOSE_DIALOG)
+        cx = pad if left else dw - pad - ih
+        W.icon_button(c, st, (cx, y + pad, cx + ih, y + pad + ih), "close", color=p.muted, label=CLOSE_DIALOG)
     y += pad + ih + st.gap
     limit = c.height - 2 * margin
     y = B.paragraph(x, pad, y, dw - pad, limit, max_lines=4) or y
@@ -162,8 +171,9 @@ def web(x: Ctx):
         y = B.paragraph(x, m, y, w - m, footer, max_lines=2, align="center" if center else "left") or y
         y += st.gap
         y = B.buttons(x, m, y, w - m, footer, n=x.rng.randint(1, 2), align="center" if center else "left") or y
-    y = table_section(x, 0, y, w, footer)
-    columns(x, 0, y, w, footer, WEB_BLOCKS)
+    x0, x1 = web_strip(x, 0, y, w, footer)  # with icon places on (icon_places.py), now and then an icon strip
+    y = table_section(x, x0, y, x1, footer)
+    columns(x, x0, y, x1, footer, WEB_BLOCKS)
 
 
 def mobile(x: Ctx):

@@ -12,6 +12,7 @@
     generate_sample(7, vocab="heldout")          # the target's label is one of them (for evaluation)
     generate_sample(7, font="mixed")             # the text in one face per screen (faces.py), for training
     generate_sample(7, tables=True)              # now and then a data table (tables.py), for training
+    generate_sample(7, icon_places=True)         # icons in varied places (icon_places.py), for training
 
 The same seed and options give the same pixels. Every element lies inside the image, no two overlap,
 texts fit their elements, no text appears twice on a screen, and the target's label appears nowhere
@@ -39,6 +40,12 @@ INV-20417 row", instructions.row_instruction), so the names stay unique where th
 cells and action labels repeat too. Screens with a table pick their target among the table's controls and
 identifiers half of the time. ``settings["tables"]`` lists the tables' boxes. tables=False (the default) draws the
 screens exactly as before.
+
+Icon places (icon_places.py): icon_places=True lets the training layouts move the icons so that only the glyph
+tells them apart (split "train" only; a ValueError elsewhere): the window controls at either end of the title bar
+in a shuffled order now and then, a toolbar's icons in a vertical strip along the content's left or right edge, a
+web page's icon strip, a dialog's close icon in either top corner. ``settings["icon_places"]`` records what the
+screen did. icon_places=False (the default) draws the screens exactly as before.
 """
 
 from __future__ import annotations
@@ -175,6 +182,7 @@ def generate_sample(
     vocab: str = "all",
     font: str | None = None,
     tables: bool = False,
+    icon_places: bool = False,
 ) -> Sample:
     """One synthetic screen, its elements, an instruction naming one of them and the click answer.
 
@@ -192,6 +200,7 @@ def generate_sample(
     font: None (Aileron, the screens as ever), a face of ``faces.FACES`` or "mixed" (one face per screen:
         ``faces.pick_face``); the face used is recorded in ``settings["font"]`` unless font is None.
     tables: True lets the training layouts draw a data table (split "train" only; see the module docstring).
+    icon_places: True lets the training layouts move the icons (split "train" only; see the module docstring).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
@@ -201,6 +210,9 @@ def generate_sample(
     face = pick_face(font, split, seed)  # None, or a faces.FACES name (a ValueError for an unknown font)
     if tables and split != "train":
         raise ValueError(f"tables=True draws tables on training screens only (split='train'), not on {split!r} ones")
+    if icon_places and split != "train":
+        raise ValueError(f"icon_places=True moves icons on training screens only (split='train'), not on {split!r} "
+                         "ones")
     if size is not None and size_range is not None:
         raise ValueError("give size or size_range, not both")
     if not 0 <= jitter <= 1:
@@ -257,6 +269,7 @@ def generate_sample(
         ctx = Ctx(canvas, st, rng, LabelPicker(rng, exclude=held if vocab == "train" else frozenset()))
         if tables:
             ctx.tables, ctx.avoid = True, heldout_vocab()
+        ctx.icon_places = icon_places
         LAYOUTS[lay](ctx)
         elements = canvas.elements
         candidates = [e for e in elements if e.role in roles
@@ -291,7 +304,8 @@ def generate_sample(
             settings=dict(split=split, layout=lay, theme=th, accent_hue=round(hue, 1), corner=cor, font_size=fs,
                           density=round(dens, 3), size_family=family, width=width, height=height, attempt=attempt,
                           **({} if vocab == "all" else {"vocab": vocab}), **({} if face is None else {"font": face}),
-                          **({"tables": list(ctx.table_boxes)} if tables else {})),
+                          **({"tables": list(ctx.table_boxes)} if tables else {}),
+                          **({"icon_places": dict(ctx.icon_log)} if icon_places else {})),
             seed=seed,
         )
         check_sample(sample)

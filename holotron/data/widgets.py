@@ -160,10 +160,12 @@ def icon_button(c: Canvas, st: Style, box: BoxT, name: str, color: RGB | None = 
         c.element(label, "icon", box)
 
 
-def window_dots(c: Canvas, st: Style, x: int, cy: int, d: int, clickable: list[bool]) -> int:
-    """macOS-style close / minimize / zoom circles from x; returns the x after them."""
-    colors = ((236, 95, 87), (245, 190, 80), (98, 197, 84))
-    for k, (name, color) in enumerate(zip(("close", "minimize", "maximize"), colors)):
+def window_dots(c: Canvas, st: Style, x: int, cy: int, d: int, clickable: list[bool],
+                names: tuple[str, ...] = ("close", "minimize", "maximize")) -> int:
+    """macOS-style close / minimize / zoom circles from x (in the order of ``names``); returns the x after them."""
+    colors = {"close": (236, 95, 87), "minimize": (245, 190, 80), "maximize": (98, 197, 84)}
+    for k, name in enumerate(names):
+        color = colors[name]
         box = (x, cy - d // 2, x + d, cy - d // 2 + d)
         c.ellipse(box, fill=color, outline=mix(color, (0, 0, 0), 0.2))
         if clickable[k]:

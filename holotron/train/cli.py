@@ -71,6 +71,11 @@ def parser() -> argparse.ArgumentParser:
                    help="grounding and matching training screens: on draws a data table on about half of the app, "
                         "web and mobile screens, its rows' controls asked through the row's identifier "
                         "(holotron/data/tables.py); off (default): the screens as before. Never on the evals' screens")
+    p.add_argument("--icon-places", default="off", choices=["off", "on"],
+                   help="grounding and matching training screens: on moves the icons so that only their glyph tells "
+                        "them apart (window controls at either end of the title bar, toolbar icons in a vertical "
+                        "strip, a dialog's close icon in either corner; holotron/data/icon_places.py); off (default): "
+                        "the screens as before. Never on the evals' screens")
     p.add_argument("--tokenizer-kind", default="bpe", choices=["bpe", "word"],
                    help="the tokenizer a run trains when none is given: bpe (byte-level BPE, digits split; the "
                         "default) or word (one token per label word, coordinates 0..1000 as single tokens; "
@@ -217,6 +222,13 @@ def check_args(args) -> None:
         if args.layouts and not set(args.layouts) & set(TABLE_LAYOUTS):
             raise SystemExit(f"holotron.train: error: --tables: none of the --layouts draws tables (those that do: "
                              f"{', '.join(TABLE_LAYOUTS)})")
+    if args.icon_places == "on":
+        if args.stage == "read":
+            raise SystemExit("holotron.train: error: --icon-places moves the icons of the grounding and matching "
+                             "screens; the reading stage's mosaics keep theirs: leave it out of --stage read")
+        if args.split != "train":
+            raise SystemExit(f"holotron.train: error: --icon-places moves icons on training screens only (--split "
+                             f"train), not on --split {args.split}")
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")

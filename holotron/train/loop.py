@@ -272,7 +272,8 @@ def screen_options(args) -> dict:
     """``generate_sample`` options of the training screens: --layouts, --vocab (train: the held-out
     vocabulary never drawn), --fonts (mixed: each screen's text in one of several faces,
     holotron/data/faces.py; the evals' screens keep the default font) and --tables (on: data tables on about
-    half of the training screens, holotron/data/tables.py; never on the evals' screens)."""
+    half of the training screens, holotron/data/tables.py; never on the evals' screens) and --icon-places (on: the
+    icons moved so that only their glyph tells them apart, holotron/data/icon_places.py; never on the evals')."""
     options = {}
     if args.layouts:
         options["layout"] = tuple(args.layouts)
@@ -282,6 +283,8 @@ def screen_options(args) -> dict:
         options["font"] = args.fonts
     if getattr(args, "tables", "off") == "on":
         options["tables"] = True
+    if getattr(args, "icon_places", "off") == "on":
+        options["icon_places"] = True
     return options
 
 
