@@ -4,13 +4,14 @@ pointer's tokens, the matching targets), one thread, as a DataLoader worker runs
 ``--workers`` of them; when their screens/s times the workers falls below the step's, the GPU waits for data.
 
     python dev/probes/ground_data_rate.py [--batch 8] [--batches 6] [--repeats 3] [--tokenizer runs/tok-word] [--tables]
-        [--icon-places]
+        [--icon-places] [--fonts mixed]
 
 Prints the best of ``--repeats`` timings of ``--batches`` batches (after one untimed batch) as seconds per batch
 and screens/s, and a digest of every batch's tensors and values (a change that is only meant to be faster must
 keep it); a word tokenizer is built in a temporary folder when none is given. ``--tables``: the screens of
 ``--tables on`` (holotron/data/tables.py), whose table rows add elements, texts and row-relative questions.
 ``--icon-places``: the screens of ``--icon-places on`` (holotron/data/icon_places.py), the icons moved.
+``--fonts mixed``: the screens of ``--fonts mixed`` (holotron/data/faces.py), one face per screen.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="tiny-ui")
     ap.add_argument("--tables", action="store_true", help="the training screens of --tables on")
     ap.add_argument("--icon-places", action="store_true", help="the training screens of --icon-places on")
+    ap.add_argument("--fonts", default="default", choices=["default", "mixed"], help="as holotron.train --fonts")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # as in a DataLoader worker
     tok = Path(a.tokenizer) if a.tokenizer else build_task_tokenizer(Path(tempfile.mkdtemp()) / "tok", n=200,
                                                                      kind="word")
     args = parser().parse_args([*GROUND, "--batch-size", str(a.batch), "--out", "unused", "--tokenizer", str(tok),
                                 "--config", a.config, "--tables", "on" if a.tables else "off",
-                                "--icon-places", "on" if a.icon_places else "off"])
+                                "--icon-places", "on" if a.icon_places else "off", "--fonts", a.fonts])
     check_args(args)
     processor = Processor.from_pretrained(tok)
     config = make_config(args.config, processor.vocab_size, args.set)
@@ -73,7 +75,8 @@ def main(argv=None) -> int:
                 else:
                     digest.update(repr(v).encode())
     best = min(times)
-    tables = (", tables on" if a.tables else "") + (", icon places on" if a.icon_places else "")
+    tables = ((", tables on" if a.tables else "") + (", icon places on" if a.icon_places else "")
+              + (f", fonts {a.fonts}" if a.fonts != "default" else ""))
     print(f"{a.batch} screens a batch, {a.config}{tables}: {best:.3f} s per batch, {a.batch / best:.1f} screens/s per "
           f"worker (one thread; best of {a.repeats} x {a.batches} batches); batches' digest {digest.hexdigest()[:16]}")
     return 0
