@@ -8,11 +8,11 @@ trains."""
 from __future__ import annotations
 
 import hashlib
-import json
 
 import PIL
 import pytest
 import torch
+from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 from holotron.data import check_sample, generate_sample
@@ -54,22 +54,6 @@ BEFORE_MATCH = "651b753164628ea8"
 WINDOW = ("Close", "Minimize", "Maximize")
 
 
-def _text_digest(s) -> str:
-    return hashlib.sha256(repr((s.elements, s.texts, s.instruction, s.answer,
-                                sorted(s.settings.items()))).encode()).hexdigest()[:16]
-
-
-def _batch_digest(batch: dict) -> str:
-    h = hashlib.sha256()
-    for k in sorted(batch):
-        v = batch[k]
-        h.update(k.encode())
-        if isinstance(v, torch.Tensor):
-            h.update(str((v.dtype, tuple(v.shape))).encode())
-            h.update(v.contiguous().numpy().tobytes())
-        else:
-            h.update(repr(v).encode())
-    return h.hexdigest()[:16]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +68,7 @@ def test_icon_places_off_gives_the_recorded_screens(seed, split, vocab, font, ta
     kw = dict(split=split, vocab=vocab, font=font, **({"tables": True} if tables else {}))
     for s in (generate_sample(seed, **kw), generate_sample(seed, icon_places=False, **kw)):
         assert "icon_places" not in s.settings
-        assert _text_digest(s) == text
+        assert text_digest(s) == text
         if PIL.__version__ == MADE_WITH_PILLOW:  # text rendering (hence the pixels) may differ with other builds
             assert hashlib.sha256(s.image.tobytes()).hexdigest()[:16] == pixels
 
@@ -92,24 +76,13 @@ def test_icon_places_off_gives_the_recorded_screens(seed, split, vocab, font, ta
 def test_icon_places_off_gives_the_recorded_stream():
     h = hashlib.sha256()
     for seed in range(400):
-        h.update(_text_digest(generate_sample(seed, render=False, **({"tables": True} if seed % 4 == 0 else {})))
+        h.update(text_digest(generate_sample(seed, render=False, **({"tables": True} if seed % 4 == 0 else {})))
                  .encode())
     assert h.hexdigest()[:16] == BEFORE_STREAM
 
 
 def test_icon_places_off_gives_the_recorded_batches(word_tok):
-    from holotron.processor import Processor
-    from holotron.train import ScreenBatches, make_config
-    from holotron.train.matching import MatchBatches
-
-    tok_digest = hashlib.sha256((word_tok / "tokenizer.json").read_bytes()).hexdigest()[:16]
-    if tok_digest != BEFORE_TOKENIZER or PIL.__version__ != MADE_WITH_PILLOW:
-        pytest.skip("another tokenizers or Pillow build: the recorded batches do not apply")
-    vision = make_config("micro", Processor.from_pretrained(word_tok).vocab_size).vision
-    for kw, want in BEFORE_BATCHES:
-        data = ScreenBatches(word_tok, vision, 3, seed=5, **kw)
-        assert [_batch_digest(data[i]) for i in (0, 1)] == want, kw
-    assert _batch_digest(MatchBatches(word_tok, vision, 2, seed=3, options={"vocab": "train"})[0]) == BEFORE_MATCH
+    check_recorded_batches(word_tok, BEFORE_TOKENIZER, MADE_WITH_PILLOW, BEFORE_BATCHES, BEFORE_MATCH)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,24 +198,7 @@ def test_icon_places_flag_is_checked_and_reaches_the_screen_options():
 
 def test_a_micro_ground_run_with_icon_places_trains(tmp_path, word_tok, monkeypatch):
     """The whole ground step (questions, pointer heads, matching, in-box answer) on screens with icon places on."""
-    import holotron.data
-    from holotron.train.cli import main
-
-    made = []
-    real = holotron.data.generate_sample
-
-    def generate(seed, **kw):
-        made.append(real(seed, **kw))
-        return made[-1]
-
-    monkeypatch.setattr(holotron.data, "generate_sample", generate)
-    out = tmp_path / "ground"
-    assert main(["--config", "micro", "--device", "cpu", "--workers", "0", "--batch-size", "4", "--steps", "2",
-                 "--queries", "4", "--followups", "short", "--aux-weight", "0.5", "--pointer-weight", "1",
-                 "--pointer-heads", "2", "--match-weight", "0.5", "--vocab", "train", "--icon-places", "on",
-                 "--tokenizer", str(word_tok), "--eval-every", "0", "--no-final-eval", "--log-every", "1",
-                 "--max-shard-size", "8MB", "--out", str(out)]) == 0
-    state = json.loads((out / "trainer_state.json").read_text())
+    state, made = micro_ground_run(tmp_path, word_tok, monkeypatch, "--icon-places", "on")
     assert state["step"] == 2 and state["args"]["icon_places"] == "on"
     assert all(torch.isfinite(torch.tensor(e["loss"])) for e in state["log"])
     assert len(made) == 8 and all(s.settings.get("icon_places") is not None for s in made)

@@ -9,13 +9,13 @@ is checked and a micro run with tables trains."""
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 
 import PIL
 import pytest
 import torch
+from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 from holotron.data import generate_sample, heldout_vocab
@@ -59,22 +59,6 @@ BEFORE_BATCHES = [
 BEFORE_MATCH = "651b753164628ea8"
 
 
-def _text_digest(s) -> str:
-    return hashlib.sha256(repr((s.elements, s.texts, s.instruction, s.answer,
-                                sorted(s.settings.items()))).encode()).hexdigest()[:16]
-
-
-def _batch_digest(batch: dict) -> str:
-    h = hashlib.sha256()
-    for k in sorted(batch):
-        v = batch[k]
-        h.update(k.encode())
-        if isinstance(v, torch.Tensor):
-            h.update(str((v.dtype, tuple(v.shape))).encode())
-            h.update(v.contiguous().numpy().tobytes())
-        else:
-            h.update(repr(v).encode())
-    return h.hexdigest()[:16]
 
 
 @pytest.fixture(scope="module")
@@ -89,24 +73,13 @@ def test_tables_off_gives_the_recorded_screens(seed, split, vocab, font, text, p
     for s in (generate_sample(seed, split=split, vocab=vocab, font=font),
               generate_sample(seed, split=split, vocab=vocab, font=font, tables=False)):
         assert "tables" not in s.settings and all(e.row is None for e in s.elements)
-        assert _text_digest(s) == text
+        assert text_digest(s) == text
         if PIL.__version__ == MADE_WITH_PILLOW:  # text rendering (hence the pixels) may differ with other builds
             assert hashlib.sha256(s.image.tobytes()).hexdigest()[:16] == pixels
 
 
 def test_tables_off_gives_the_recorded_batches(word_tok):
-    from holotron.processor import Processor
-    from holotron.train import ScreenBatches, make_config
-    from holotron.train.matching import MatchBatches
-
-    tok_digest = hashlib.sha256((word_tok / "tokenizer.json").read_bytes()).hexdigest()[:16]
-    if tok_digest != BEFORE_TOKENIZER or PIL.__version__ != MADE_WITH_PILLOW:
-        pytest.skip("another tokenizers or Pillow build: the recorded batches do not apply")
-    vision = make_config("micro", Processor.from_pretrained(word_tok).vocab_size).vision
-    for kw, want in BEFORE_BATCHES:
-        data = ScreenBatches(word_tok, vision, 3, seed=5, **kw)
-        assert [_batch_digest(data[i]) for i in (0, 1)] == want, kw
-    assert _batch_digest(MatchBatches(word_tok, vision, 2, seed=3, options={"vocab": "train"})[0]) == BEFORE_MATCH
+    check_recorded_batches(word_tok, BEFORE_TOKENIZER, MADE_WITH_PILLOW, BEFORE_BATCHES, BEFORE_MATCH)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -350,24 +323,7 @@ def test_tables_flag_reaches_the_screen_options():
 def test_a_micro_ground_run_with_tables_trains(tmp_path, word_tok, monkeypatch):
     """The whole ground step (questions, pointer heads, matching, in-box answer) on table screens: screens 0-7
     of the stream, three of which have a table with row controls."""
-    import holotron.data
-    from holotron.train.cli import main
-
-    made = []
-    real = holotron.data.generate_sample
-
-    def generate(seed, **kw):
-        made.append(real(seed, **kw))
-        return made[-1]
-
-    monkeypatch.setattr(holotron.data, "generate_sample", generate)
-    out = tmp_path / "ground"
-    assert main(["--config", "micro", "--device", "cpu", "--workers", "0", "--batch-size", "4", "--steps", "2",
-                 "--queries", "4", "--followups", "short", "--aux-weight", "0.5", "--pointer-weight", "1",
-                 "--pointer-heads", "2", "--match-weight", "0.5", "--vocab", "train", "--tables", "on",
-                 "--tokenizer", str(word_tok), "--eval-every", "0", "--no-final-eval", "--log-every", "1",
-                 "--max-shard-size", "8MB", "--out", str(out)]) == 0
-    state = json.loads((out / "trainer_state.json").read_text())
+    state, made = micro_ground_run(tmp_path, word_tok, monkeypatch, "--tables", "on")
     assert state["step"] == 2 and state["args"]["tables"] == "on"
     assert all(torch.isfinite(torch.tensor(e["loss"])) for e in state["log"])
     assert len(made) == 8 and all(s.settings.get("tables") is not None for s in made)
