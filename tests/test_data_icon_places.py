@@ -186,7 +186,7 @@ def test_icon_places_flag_is_checked_and_reaches_the_screen_options():
     from holotron.train.loop import screen_options
 
     assert _args().icon_places == "off" and _args("--icon-places", "on").icon_places == "on"
-    with pytest.raises(SystemExit, match="--icon-places moves the icons of the grounding and matching"):
+    with pytest.raises(SystemExit, match="--icon-places changes the grounding and matching screens"):
         _args("--icon-places", "on", "--stage", "read")
     with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
         _args("--icon-places", "on", "--split", "heldout")

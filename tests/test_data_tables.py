@@ -302,7 +302,7 @@ def _args(*flags):
 
 def test_tables_flag_is_checked():
     assert _args().tables == "off" and _args("--tables", "on").tables == "on"
-    with pytest.raises(SystemExit, match="--tables draws tables on the grounding and matching screens"):
+    with pytest.raises(SystemExit, match="--tables changes the grounding and matching screens"):
         _args("--tables", "on", "--stage", "read")
     with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
         _args("--tables", "on", "--split", "heldout")

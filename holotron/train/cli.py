@@ -207,28 +207,21 @@ def check_args(args) -> None:
         if held:
             raise SystemExit(f"holotron.train: error: --layouts: {held[0]!r} is a layout of the "
                              f"{args.eval_split} split, which the evals score: training on it would void them")
-    if args.fonts != "default" and args.stage == "read":
-        raise SystemExit("holotron.train: error: --fonts draws the grounding and matching screens; the reading "
-                         "stage's screens keep the default font: leave it out of --stage read")
-    if args.tables == "on":
+    # the training screens' options: grounding and matching screens only; tables and icon places on the train split
+    for flag, on, train_only in (("--fonts", args.fonts != "default", False), ("--tables", args.tables == "on", True),
+                                 ("--icon-places", args.icon_places == "on", True)):
+        if on and args.stage == "read":
+            raise SystemExit(f"holotron.train: error: {flag} changes the grounding and matching screens; the reading "
+                             "stage's screens stay as they are: leave it out of --stage read")
+        if on and train_only and args.split != "train":
+            raise SystemExit(f"holotron.train: error: {flag} changes training screens only (--split train), not "
+                             f"--split {args.split}")
+    if args.tables == "on" and args.layouts:
         from ..data.tables import TABLE_LAYOUTS
 
-        if args.stage == "read":
-            raise SystemExit("holotron.train: error: --tables draws tables on the grounding and matching screens; the "
-                             "reading stage's mosaics have none: leave it out of --stage read")
-        if args.split != "train":
-            raise SystemExit(f"holotron.train: error: --tables draws tables on training screens only (--split train), "
-                             f"not on --split {args.split}")
-        if args.layouts and not set(args.layouts) & set(TABLE_LAYOUTS):
+        if not set(args.layouts) & set(TABLE_LAYOUTS):
             raise SystemExit(f"holotron.train: error: --tables: none of the --layouts draws tables (those that do: "
                              f"{', '.join(TABLE_LAYOUTS)})")
-    if args.icon_places == "on":
-        if args.stage == "read":
-            raise SystemExit("holotron.train: error: --icon-places moves the icons of the grounding and matching "
-                             "screens; the reading stage's mosaics keep theirs: leave it out of --stage read")
-        if args.split != "train":
-            raise SystemExit(f"holotron.train: error: --icon-places moves icons on training screens only (--split "
-                             f"train), not on --split {args.split}")
     if args.grid_aug and args.stage == "read":
         raise SystemExit("holotron.train: error: --grid-aug tiles grounding screens; the reading stage's mosaics "
                          "have no grid: leave it out of --stage read")
