@@ -271,7 +271,7 @@ def _dataset(args, vision, tok_dir, aux) -> torch.utils.data.Dataset:
 def screen_options(args) -> dict:
     """``generate_sample`` options of the training screens: --layouts, --vocab (train: the held-out
     vocabulary never drawn), --fonts (mixed: each screen's text in one of several faces,
-    holotron/data/faces.py; the evals' screens keep the default font) and --tables (on: data tables on about
+    holotron/data/faces.py; the evals' screens keep the default font), --tables (on: data tables on about
     half of the training screens, holotron/data/tables.py; never on the evals' screens) and --icon-places (on: the
     icons moved so that only their glyph tells them apart, holotron/data/icon_places.py; never on the evals')."""
     options = {}
