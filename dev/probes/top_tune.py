@@ -12,6 +12,7 @@ the pointer's hit rate on them before and after say whether it learned or memori
     python dev/probes/top_tune.py CKPT OUT --cache FILE [--screens 1280] [--epochs 4] [--lr 3e-4]
         [--train attn|attn+mlp] [--element-heads 1] [--from-layer K]
         [--extra-cache FILE --extra-first 1280 --extra-screens 384 --pad-aug 0.5]
+        [--screen-options '{"tables": true, "icon_places": true, "font": "mixed"}']
 
 CKPT: a ground checkpoint folder with ``aux_heads.pt``. ``--cache``: the activations (collected once, about
 1.1 s a screen here; reused when the file exists). OUT: the checkpoint with the tuned layers (bf16, as shipped)
@@ -49,18 +50,19 @@ LAYOUT = ("pointer_rows", "pointer_at", "pointer_valid", "pointer_on", "pointer_
 
 
 def collect(model, folder, seen, n_screens: int, batch: int, queries: int, first: int = 0,
-            pad_aug: float = 0.0) -> list[dict]:
+            pad_aug: float = 0.0, options: dict | None = None) -> list[dict]:
     """Per batch of training-look screens (seeds SEED0 + first ..): the residual stream entering the cached layer
     up to the last answer position (bf16), the answer positions and labels, the coordinate targets, the pointer's
-    layout. ``pad_aug``: the share of screens padded on one axis as the ground stage does (``pad_sample``)."""
+    layout. ``pad_aug``: the share of screens padded on one axis as the ground stage does (``pad_sample``).
+    ``options``: more ``generate_sample`` options of the training screens (``tables``, ``icon_places``, ``font``)."""
     out, t0 = [], time.time()
     pad = functools.partial(pad_sample, p=pad_aug) if pad_aug > 0 else None
     with torch.no_grad():
         for start in range(0, n_screens, batch):
             seeds = [SEED0 + first + i for i in range(start, min(n_screens, start + batch))]
             ds = ScreenBatches(folder, model.config.vision, len(seeds), queries=queries, split="train",
-                               options={"vocab": "train"}, short_followups=True, seeds=seeds, pointer_element=True,
-                               pad=pad)
+                               options={"vocab": "train", **(options or {})}, short_followups=True, seeds=seeds,
+                               pointer_element=True, pad=pad)
             b = ds[0]
             ind = step_indices(b, model.config.image_token_id)
             pixels = normalize_tiles(b["pixel_values"], model.config.vision, None, b["num_tiles"])
@@ -133,8 +135,17 @@ def main(argv=None) -> int:
     ap.add_argument("--extra-first", type=int, default=1280, help="first seed offset of a new --extra-cache")
     ap.add_argument("--extra-screens", type=int, default=384)
     ap.add_argument("--pad-aug", type=float, default=0.0, help="share of a new --extra-cache's screens padded")
+    ap.add_argument("--screen-options", default="{}",
+                    help='JSON of generate_sample options for new caches, as holotron.train\'s screen options: '
+                         '\'{"tables": true, "icon_places": true, "font": "mixed"}\'')
     ap.add_argument("--collect-only", action="store_true")
     a = ap.parse_args(argv)
+    try:
+        screen_opts = json.loads(a.screen_options)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"top_tune: --screen-options is not JSON ({e}): pass e.g. '{{\"tables\": true}}'")
+    if not isinstance(screen_opts, dict) or set(screen_opts) - {"tables", "icon_places", "font"}:
+        raise SystemExit(f"top_tune: --screen-options takes tables, icon_places and font, got {a.screen_options}")
     folder, out = Path(a.model), Path(a.out)
     model, aux, _, seen, hook = load(folder, "top_tune")
     lm = model.language_model
@@ -158,13 +169,14 @@ def main(argv=None) -> int:
                              f"not of --from-layer {start}: pass another --cache file")
         return got
 
-    items = cached(Path(a.cache), n_screens=a.screens)
+    items = cached(Path(a.cache), n_screens=a.screens, options=screen_opts)
     extra = []
     if a.extra_cache:
         n_main = sum(it["h"].shape[0] for it in items)
         if a.extra_first < n_main:
             raise SystemExit(f"top_tune: --extra-first {a.extra_first} reuses the seeds of --cache (0..{n_main - 1})")
-        extra = cached(Path(a.extra_cache), n_screens=a.extra_screens, first=a.extra_first, pad_aug=a.pad_aug)
+        extra = cached(Path(a.extra_cache), n_screens=a.extra_screens, first=a.extra_first, pad_aug=a.pad_aug,
+                       options=screen_opts)
     hook.remove()
     collect_s = time.time() - t0
     if a.collect_only:
@@ -221,7 +233,7 @@ def main(argv=None) -> int:
            "epochs": a.epochs, "lr": a.lr, "pointer_heads": a.pointer_heads, "element_heads": a.element_heads,
            "pointer_weight": a.pointer_weight, "collect_s": collect_s,
            "extra_screens": sum(it["h"].shape[0] for it in extra), "extra_cache": a.extra_cache,
-           "pad_aug": a.pad_aug, "val_screens": sum(it["h"].shape[0] for it in val),
+           "pad_aug": a.pad_aug, "screen_options": screen_opts, "val_screens": sum(it["h"].shape[0] for it in val),
            "val_before": before, "history": history,
            "weight_change_rel": change, "click_pointer": gen["click_pointer"]}
     (out / "top_tune.json").write_text(json.dumps(rep, indent=1))
