@@ -330,7 +330,7 @@ class Processor:
                 attention_mask[b, width - len(r):] = 1
         out = BatchInputs(input_ids=input_ids, attention_mask=attention_mask)
         if all_tiles:
-            out["pixel_values"] = torch.cat(all_tiles, dim=0)
+            out["pixel_values"] = all_tiles[0] if len(all_tiles) == 1 else torch.cat(all_tiles, dim=0)
             out["num_tiles"] = torch.tensor(num_tiles, dtype=torch.long)
         out.texts, out.images_per_prompt = texts, counts
         return out

@@ -55,3 +55,30 @@ def test_question_token_pairs_equal_the_pairs_listed_one_by_one():
     out = collate_match(targets, [3, 3])
     assert out["match_pairs"].tolist() == [[0, 0], [0, 2], [1, 1], [2, 2], [2, 0], [2, 1]]
     assert out["match_slot"].tolist() == [0, 1, 0] and out["match_screen"].tolist() == [0, 0, 1]
+
+
+class _SharedCat(torch.utils.data.Dataset):
+    """Items of ``batches._cat_shared``: its result, whether it was in shared memory before the trip to the main
+    process, and the plain ``torch.cat`` of the same parts."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        from holotron.train.batches import _cat_shared
+
+        g = torch.Generator().manual_seed(i)
+        parts = [torch.randint(0, 256, (n, 3, 4, 4), dtype=torch.uint8, generator=g) for n in (1, 2, 1)]
+        out = _cat_shared(parts)
+        return out, out.is_shared(), torch.cat(parts)
+
+
+def test_batch_tiles_are_concatenated_into_shared_memory_in_a_worker_and_equal_a_plain_cat():
+    from holotron.train.batches import _cat_shared
+
+    parts = [torch.arange(12, dtype=torch.uint8).view(1, 3, 2, 2), torch.zeros(2, 3, 2, 2, dtype=torch.uint8)]
+    assert torch.equal(_cat_shared(parts), torch.cat(parts))   # outside a worker: torch.cat itself
+    loader = torch.utils.data.DataLoader(_SharedCat(), batch_size=None, num_workers=1)
+    for out, shared, want in loader:
+        assert shared, "the worker's concatenation was not in shared memory"
+        assert out.shape == (4, 3, 4, 4) and torch.equal(out, want)

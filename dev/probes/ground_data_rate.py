@@ -4,7 +4,7 @@ pointer's tokens, the matching targets), one thread, as a DataLoader worker runs
 ``--workers`` of them; when their screens/s times the workers falls below the step's, the GPU waits for data.
 
     python dev/probes/ground_data_rate.py [--batch 8] [--batches 6] [--repeats 3] [--tokenizer runs/tok-word] [--tables]
-        [--icon-places] [--fonts mixed]
+        [--icon-places] [--fonts mixed] [--loader]
 
 Prints the best of ``--repeats`` timings of ``--batches`` batches (after one untimed batch) as seconds per batch
 and screens/s, and a digest of every batch's tensors and values (a change that is only meant to be faster must
@@ -12,6 +12,8 @@ keep it); a word tokenizer is built in a temporary folder when none is given. ``
 ``--tables on`` (holotron/data/tables.py), whose table rows add elements, texts and row-relative questions.
 ``--icon-places``: the screens of ``--icon-places on`` (holotron/data/icon_places.py), the icons moved.
 ``--fonts mixed``: the screens of ``--fonts mixed`` (holotron/data/faces.py), one face per screen.
+``--loader``: through a DataLoader of one worker process, as the training loop receives them (the batch's trip to
+the main process included); the digest is the same either way.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tables", action="store_true", help="the training screens of --tables on")
     ap.add_argument("--icon-places", action="store_true", help="the training screens of --icon-places on")
     ap.add_argument("--fonts", default="default", choices=["default", "mixed"], help="as holotron.train --fonts")
+    ap.add_argument("--loader", action="store_true",
+                    help="time the batches as the training loop receives them: a DataLoader of one worker process "
+                         "(the batch's transfer to the main process included)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # as in a DataLoader worker
     tok = Path(a.tokenizer) if a.tokenizer else build_task_tokenizer(Path(tempfile.mkdtemp()) / "tok", n=200,
@@ -59,12 +64,23 @@ def main(argv=None) -> int:
         data.options.setdefault("tables", True)
     if a.icon_places:  # the same for --icon-places on
         data.options.setdefault("icon_places", True)
-    data[0]
-    times, digest = [], hashlib.sha256()
+    times, kept, digest = [], [], hashlib.sha256()
+    if a.loader:  # one worker: batch k + 1 arrives one worker's batch time after batch k (prefetching included)
+        loader = torch.utils.data.DataLoader(data, batch_size=None, sampler=range(a.repeats * a.batches + 1),
+                                             num_workers=1, prefetch_factor=2)
+        got = iter(loader)
+        next(got)
+    else:
+        data[0]
     for r in range(a.repeats):
         t = time.perf_counter()
-        batches = [data[1 + r * a.batches + i] for i in range(a.batches)]
+        if a.loader:
+            batches = [next(got) for _ in range(a.batches)]
+        else:
+            batches = [data[1 + r * a.batches + i] for i in range(a.batches)]
         times.append((time.perf_counter() - t) / a.batches)
+        kept.append(batches)  # the digest after all timings: a worker prefetches while the main process hashes
+    for batches in kept:
         for b in batches:
             for k in sorted(b):
                 v = b[k]
@@ -76,7 +92,7 @@ def main(argv=None) -> int:
                     digest.update(repr(v).encode())
     best = min(times)
     tables = ((", tables on" if a.tables else "") + (", icon places on" if a.icon_places else "")
-              + (f", fonts {a.fonts}" if a.fonts != "default" else ""))
+              + (f", fonts {a.fonts}" if a.fonts != "default" else "") + (", through a DataLoader" if a.loader else ""))
     print(f"{a.batch} screens a batch, {a.config}{tables}: {best:.3f} s per batch, {a.batch / best:.1f} screens/s per "
           f"worker (one thread; best of {a.repeats} x {a.batches} batches); batches' digest {digest.hexdigest()[:16]}")
     return 0

@@ -176,7 +176,7 @@ def collate(rows, pad_id: int, image_token_id: int | None = None, multiple: int 
         labels[b, :len(l)] = torch.tensor(l)
     out = {
         "input_ids": ids, "labels": labels,
-        "pixel_values": torch.cat([r[2] for r in rows]),
+        "pixel_values": _cat_shared([r[2] for r in rows]),
         "num_tiles": torch.tensor([n for r in rows for n in r[3]], dtype=torch.long),
         "tokens": int(sum(len(r[0]) for r in rows)),
         **_collate_targets([r[4] for r in rows] if all(len(r) > 4 for r in rows) else []),
@@ -184,6 +184,16 @@ def collate(rows, pad_id: int, image_token_id: int | None = None, multiple: int 
     if image_token_id is not None:
         out.update(step_indices(out, image_token_id))
     return out
+
+
+def _cat_shared(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(parts)``; in a DataLoader worker into shared memory, as ``default_collate`` does, so that the
+    batch's largest tensor is not copied once more on its way to the main process."""
+    if torch.utils.data.get_worker_info() is None:
+        return torch.cat(parts)
+    first = parts[0]
+    shared = first._typed_storage()._new_shared(sum(p.numel() for p in parts), device=first.device)
+    return torch.cat(parts, out=first.new(shared).view(-1, *first.shape[1:]))
 
 
 def step_indices(batch: dict, image_token_id: int) -> dict:

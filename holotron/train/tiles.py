@@ -21,7 +21,10 @@ def uint8_tiles(image, cfg: VisionConfig, grid: tuple[int, int] | None = None) -
     the grid) as uint8 (tiles, 3, S, S), and the number of image tokens: a quarter of the bytes of float32
     for the trip from the data workers; ``normalize_tiles`` finishes the job on the device."""
     tiles = tile_image(to_rgb(image), cfg.image_size, cfg.max_num_tiles, cfg.use_thumbnail, grid)
-    x = torch.from_numpy(np.stack([np.asarray(t, dtype=np.uint8) for t in tiles])).permute(0, 3, 1, 2).contiguous()
+    s = cfg.image_size
+    x = torch.empty((len(tiles), 3, s, s), dtype=torch.uint8)
+    for out, t in zip(x, tiles):  # each tile copied once, straight into its channels-first place
+        out.copy_(torch.from_numpy(np.asarray(t, dtype=np.uint8)).permute(2, 0, 1))
     return x, len(tiles) * cfg.tokens_per_tile
 
 

@@ -165,6 +165,8 @@ def tile_image(im: Image.Image, tile: int, max_tiles: int, use_thumbnail: bool =
     if cols < 1 or rows < 1 or cols * rows > max_tiles:
         raise ValueError(f"grid {cols}x{rows}: needs 1 <= columns x rows <= max_tiles ({max_tiles})")
     resized = im.resize((tile * cols, tile * rows), Image.Resampling.BICUBIC)
+    if cols * rows == 1:  # the resized image is the tile: no crop (a copy)
+        return [resized]
     tiles = [resized.crop((c * tile, r * tile, (c + 1) * tile, (r + 1) * tile))
              for r in range(rows) for c in range(cols)]
     if use_thumbnail and len(tiles) > 1:
