@@ -121,6 +121,21 @@ def cross_validate(x: np.ndarray, y: np.ndarray, lam: float, folds: int) -> dict
             "median_rank": float(np.median(ranks))}
 
 
+def spelling_rows(emb: torch.Tensor, trained: list[tuple[str, int]], unseen: list[tuple[str, int]],
+                  lam: float = 1.0, scale: str = "train-norm") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the trained words' features, their rows, the unseen words' predicted rows) for the embedding matrix
+    ``emb``: the ridge fit on the trained words applied to the unseen words' spelling; with ``scale``
+    "train-norm" each predicted row scaled to the trained rows' mean norm."""
+    index = {g: k for k, g in enumerate(sorted({g for w, _ in trained + unseen for g in spelling(w)}))}
+    x_t = features([w for w, _ in trained], index)
+    y_t = emb.detach()[[i for _, i in trained]].double().numpy()
+    w, mean = ridge(x_t, y_t, lam)
+    pred = features([wd for wd, _ in unseen], index) @ w + mean
+    if scale == "train-norm":
+        pred *= np.linalg.norm(y_t, axis=1).mean() / np.linalg.norm(pred, axis=1, keepdims=True)
+    return x_t, y_t, pred
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="a checkpoint folder or a bundled name (holotron-tiny-ui)")
@@ -146,16 +161,10 @@ def main(argv=None) -> int:
                  "single tokens: this works on the word tokenizer's checkpoints (tiny-ui)")
     model = holotron.load(src, dtype=torch.float32, device="cpu")
     emb = model.language_model.backbone.embeddings.weight
-    index = {g: k for k, g in enumerate(sorted({g for w, _ in trained + unseen for g in spelling(w)}))}
-    x_t = features([w for w, _ in trained], index)
-    y_t = emb.detach()[[i for _, i in trained]].double().numpy()
+    x_t, y_t, pred = spelling_rows(emb, trained, unseen, a.lam, a.scale)
+    norm = float(np.linalg.norm(y_t, axis=1).mean())
     report = {"model": str(a.model), "lam": a.lam, "scale": a.scale, "question_screens": a.screens,
               "cross_validation": cross_validate(x_t, y_t, a.lam, a.folds)}
-    w, mean = ridge(x_t, y_t, a.lam)
-    pred = features([wd for wd, _ in unseen], index) @ w + mean
-    norm = float(np.linalg.norm(y_t, axis=1).mean())
-    if a.scale == "train-norm":
-        pred *= norm / np.linalg.norm(pred, axis=1, keepdims=True)
     rows = [i for _, i in unseen]
     before = emb.detach()[rows].norm(dim=1).mean().item()
     with torch.no_grad():
@@ -163,13 +172,10 @@ def main(argv=None) -> int:
     report.update(trained_words=len(trained), unseen_words=[wd for wd, _ in unseen], training_rows_norm=norm,
                   unseen_rows_norm_before=before, unseen_rows_norm_after=emb.detach()[rows].norm(dim=1).mean().item())
     with atomic_folder(out, who="impute_unseen_words") as tmp:
-        for f in src.iterdir():   # everything but the weights, which save_pretrained writes
+        holotron.save_pretrained(model.to(torch.bfloat16), tmp, max_shard_size="8MB")
+        for f in src.iterdir():   # the source's configs and tokenizer as they were, over save_pretrained's
             if f.is_file() and not f.name.startswith("model") and f.name != "README.md":
                 shutil.copy2(f, tmp / f.name)
-        gen = (src / "generation_config.json").read_text() if (src / "generation_config.json").exists() else None
-        holotron.save_pretrained(model.to(torch.bfloat16), tmp, max_shard_size="8MB")
-        if gen is not None:  # the click pointer and the rest as they were
-            (tmp / "generation_config.json").write_text(gen)
         (tmp / "impute_words.json").write_text(json.dumps(report, indent=1) + "\n")
     cv = report["cross_validation"]
     print(f"{len(rows)} unseen words given spelling embeddings in {out}; on held-back training words the fit's "

@@ -40,11 +40,9 @@ def test_unseen_words_are_in_no_training_label_and_no_training_question(tokenize
 
 def test_spelling_predicts_held_back_training_words_better_than_their_mean(tokenizer):
     trained, unseen = imp.split_words(tokenizer, screens=0)
-    model = holotron.load("holotron-tiny-ui", dtype=torch.float32, device="cpu")
-    emb = model.language_model.backbone.embeddings.weight.detach()
-    index = {g: k for k, g in enumerate(sorted({g for w, _ in trained + unseen for g in imp.spelling(w)}))}
-    x = imp.features([w for w, _ in trained], index)
-    cv = imp.cross_validate(x, emb[[i for _, i in trained]].double().numpy(), 1.0, 5)
+    emb = holotron.load("holotron-tiny-ui", dtype=torch.float32).language_model.backbone.embeddings.weight
+    x, y, _ = imp.spelling_rows(emb, trained, unseen)
+    cv = imp.cross_validate(x, y, 1.0, 5)
     assert cv["cosine"] > cv["cosine_of_the_mean"] + 0.1, cv
     assert cv["median_rank"] < 20, cv   # among 740 training words
 
@@ -73,11 +71,8 @@ def test_the_new_checkpoint_differs_only_in_the_unseen_rows_which_get_the_spelli
     assert sorted(changed) == sorted(rows)
     # the rows are the spelling fit of the trained rows, scaled to their mean norm (--scale train-norm)
     trained, _ = imp.split_words(tokenizer, screens=0)
-    index = {g: k for k, g in enumerate(sorted({g for w, _ in trained + unseen for g in imp.spelling(w)}))}
-    y = a[key][[i for _, i in trained]].double().numpy()
-    w, mean = imp.ridge(imp.features([wd for wd, _ in trained], index), y, 1.0)
-    want = imp.features([wd for wd, _ in unseen], index) @ w + mean
-    want *= np.linalg.norm(y, axis=1).mean() / np.linalg.norm(want, axis=1, keepdims=True)
+    _, y, want = imp.spelling_rows(a[key], trained, unseen)
+    assert np.allclose(np.linalg.norm(want, axis=1), np.linalg.norm(y, axis=1).mean())
     assert np.allclose(b[key][rows].double().numpy(), want, rtol=1e-2, atol=2e-2)   # bf16 as shipped
     assert (out / "generation_config.json").read_text() == (bundled / "generation_config.json").read_text()
 
@@ -88,11 +83,7 @@ def test_the_shipped_weights_are_already_the_fit():
     tok = Processor.from_pretrained("holotron-tiny-ui").tokenizer
     trained, unseen = imp.split_words(tok, screens=200)
     emb = holotron.load("holotron-tiny-ui", dtype=torch.float32).language_model.backbone.embeddings.weight.detach()
-    index = {g: k for k, g in enumerate(sorted({g for w, _ in trained + unseen for g in imp.spelling(w)}))}
-    y = emb[[i for _, i in trained]].double().numpy()
-    w, mean = imp.ridge(imp.features([wd for wd, _ in trained], index), y, 1.0)
-    want = imp.features([wd for wd, _ in unseen], index) @ w + mean
-    want *= np.linalg.norm(y, axis=1).mean() / np.linalg.norm(want, axis=1, keepdims=True)
+    _, _, want = imp.spelling_rows(emb, trained, unseen)
     assert np.allclose(emb[[i for _, i in unseen]].double().numpy(), want, rtol=1e-2, atol=2e-2)
 
 
