@@ -79,7 +79,7 @@ from bench_serving import SMALL, Clock, attention_config, build, free_cuda, is_o
 from bench_vision import randomize  # noqa: E402
 from timing import times_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
-from holotron import mamba2  # noqa: E402
+from holotron import engine_chunks, mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
@@ -211,12 +211,12 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     # mixed_captures, capture_s)
     t = time.perf_counter()
     turn_len = sorted({len(p[0]) + 1 for a in plan for p in a})
-    eng.capture_chunks([(b, tl) for b in row_buckets(min(n, rows)) for tl in (turn_len[0], turn_len[-1])])
+    eng.capture_chunks([(b, tl) for b in row_buckets(min(n, rows)) for tl in turn_len])  # every bucket they meet
     eng.capture_vision(row_buckets(min(eng.vision_tiles, n * tiles)))
     # a mixed engine: the passes of the shapes met most (many rows decoding, a few turns admitted a step)
     live = min(n, rows)
     eng.capture_mixed([(nb, b, tl) for nb in eng.batch_sizes if live // 2 <= nb <= live for b in (1, 2, 3, 4)
-                       for tl in (turn_len[0], turn_len[-1])])
+                       for tl in turn_len])
     for k in (1, min(n, 4)):
         ss = [eng.session() for _ in range(k)]
         for turn in range(min(2, len(plan[0]))):
@@ -602,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__, "python": platform.python_version(),
         "fused_prefill": mamba2.FUSED_PREFILL,  # HOLOTRON_FUSED_PREFILL
+        "chunk_step": engine_chunks.CHUNK_STEP,  # HOLOTRON_CHUNK_STEP
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
         "kv_dtype": "fp8" if args.kv_dtype is not None else "auto",

@@ -7,7 +7,12 @@ of 16 tokens on the H200's host, more than the GPU needs for a chunk of a few hu
 rows' positions) on static buffers: embeddings (b, T, D) and a (3, b) table of rows / starts / counts.
 
 Shapes are bucketed: b rounded *down* to a bucket (the requests left over wait for the next step: no row
-is padded), T rounded up (right pads, masked: at most about a fifth of the tokens above 128). A bucket met
+is padded), T rounded up (right pads, masked) to a multiple of 16 up to 512 and of at most T / 16 above
+(``token_buckets``; ``HOLOTRON_CHUNK_STEP`` sets the finest step, 16 by default). The pads are work: the
+chunk's products are compute-bound and a chunk of several turns pads each one to the longest. One-tile agent
+turns of 297-337 tokens padded to 320 / 384 (steps of 64, before 2026-12-06) cost 9% more tokens for a turn
+alone and 14% for two together; steps of 16 leave 2% and 4% (dev/LOG.md, 2026-12-06). Finer buckets mean more
+shapes to capture (the mixed passes: one graph per decode batch, chunk rows and tokens). A bucket met
 for the first time runs eagerly through the same buffers (a one-off ``generate`` pays no capture: two
 warm-up runs and the capture cost about three eager chunks); the second time its graph is captured
 (``chunk_captures`` / ``capture_s`` in ``stats``), unless ``capture_chunks`` captured it ahead. Without
@@ -19,6 +24,7 @@ its attributes.
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -39,14 +45,20 @@ def row_buckets(limit: int) -> list[int]:
     return out
 
 
-def token_buckets(limit: int) -> list[int]:
-    """16, 32, 64, then steps of 64 to 512, of 128 to 1,024, 256 to 2,048, 512 to 4,096, 1,024 beyond;
-    the last one >= ``limit``."""
-    out = [16, 32, 64]
+# the finest step of the token buckets (HOLOTRON_CHUNK_STEP=64 gives the buckets below 1,024 used before 2026-12-06)
+CHUNK_STEP = int(os.environ.get("HOLOTRON_CHUNK_STEP", "16") or 16)
+
+
+def token_buckets(limit: int, step: int | None = None) -> list[int]:
+    """step, 2 step, 3 step, ... (``CHUNK_STEP``, 16) to 512, then steps of 32 to 1,024, 64 to 2,048, doubling
+    each octave (a pad of at most T / 16), never finer than ``step``; the last one >= ``limit``."""
+    step = CHUNK_STEP if step is None else step
+    if step < 1:
+        raise ValueError(f"token_buckets: step must be >= 1, got {step} (HOLOTRON_CHUNK_STEP)")
+    out = [step]
     while out[-1] < limit:
         t = out[-1]
-        step = 64 if t < 512 else 128 if t < 1024 else 256 if t < 2048 else 512 if t < 4096 else 1024
-        out.append(t + step)
+        out.append(t + max(step, 1 << max(0, t.bit_length() - 5)))
     return out
 
 

@@ -15,12 +15,15 @@
 #   bash dev/probes/agents_gpu.sh twelve100 # twelve-tile, FP8 KV + bf16 state: hybrid at 100 agents (the 256 run's settings)
 #   bash dev/probes/agents_gpu.sh profile   # one mixed pass (100 decode rows + 2 x 320 tokens) by kernel kind, bf16 / fp32
 #                                           # state, then the 4 x 160 shape and the serving section's (62 + 4 x 16)
+#   bash dev/probes/agents_gpu.sh profile1  # the first shape of "profile" only
 #   bash dev/probes/agents_gpu.sh curve     # one-tile turns at 1..256 agents, both models, bf16 state (H Company's
 #                                           # figure: tok/s against concurrency), the PNG comes back
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
 #                                           # the vision stream off / on with the best settings so far (11,226 tok/s)
+#   CONFIGS="on 8192 bfloat16 1 0 off 64;on 8192 bfloat16 1 0 off 16" RUN_S=95 bash dev/probes/agents_gpu.sh ab
+#                                           # chunk token buckets in steps of 64 (before 2026-12-06) / 16
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -111,6 +114,11 @@ if [ "$phase" = twelve100 ]; then
     --ssm-dtype bfloat16 --margin-gib 24 --budget 390 --no-plot --out "$OUT/t100" 2>&1 | tail -5
   cp "$OUT/t100/bench_agents.json" "$OUT/agents-twelve-100-fp8-bf16.json"; rm -rf "$OUT/t100"
 fi
+if [ "$phase" = profile1 ]; then   # the first shape of "profile" only
+  timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype bfloat16 --chunk 2 --tokens 320 --decode 100 --history 1800 \
+    --out "$OUT/p" 2>&1 | tail -24
+  cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-bfloat16-2x320-100.json"; rm -rf "$OUT/p"
+fi
 if [ "$phase" = profile ]; then
   # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's
   # (about 62 decoding rows and 4 suffixes of 16 tokens after the 1,024-token prefix: its mixed passes took
@@ -133,16 +141,17 @@ if [ "$phase" = twelveatt ]; then
     --kv-dtype fp8 --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/tatt" 2>&1 | tail -6
   cp "$OUT/tatt/bench_agents.json" "$OUT/agents-twelve-fp8.json"; rm -rf "$OUT/tatt"
 fi
-if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream];..."
+if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream [chunk-step]];..."
   timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py tests/test_engine_vision_stream.py -k "cuda" 2>&1 | tail -3
   i=0
   IFS=';' read -ra cfgs <<< "${CONFIGS:-off 8192 float32 0 0;on 8192 float32 0 0;on 1024 float32 0 0;off 8192 float32 1 0;off 8192 bfloat16 0 0;off 8192 float32 0 4096}"
   for cfg in "${cfgs[@]}"; do
     set -- $cfg; i=$((i + 1))
-    HOLOTRON_FUSED_PREFILL=$4 timeout ${RUN_S:-80} python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
+    HOLOTRON_FUSED_PREFILL=$4 HOLOTRON_CHUNK_STEP=${7:-16} timeout ${RUN_S:-80} python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
       --models hybrid --mixed $1 --prefill-tokens $2 --ssm-dtype $3 --prefill-min-tokens $5 --budget $((${RUN_S:-80} - 6)) \
       --vision-stream ${6:-off} --no-plot --out "$OUT/x" > /dev/null 2>&1
-    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}.json" 2>/dev/null; rm -rf "$OUT/x"
+    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}-step${7:-16}.json" 2>/dev/null
+    rm -rf "$OUT/x"
   done
   python3 - "$OUT" <<'PY'
 import glob, json, sys
