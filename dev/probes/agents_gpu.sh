@@ -16,6 +16,7 @@
 #   bash dev/probes/agents_gpu.sh profile   # one mixed pass (100 decode rows + 2 x 320 tokens) by kernel kind, bf16 / fp32
 #                                           # state, then the 4 x 160 shape and the serving section's (62 + 4 x 16)
 #   bash dev/probes/agents_gpu.sh profile1  # the first shape of "profile" only
+#   bash dev/probes/agents_gpu.sh twelve100both  # twelve-tile at 100 agents, attention then hybrid, FP8 KV, mixed
 #   bash dev/probes/agents_gpu.sh curve     # one-tile turns at 1..256 agents, both models, bf16 state (H Company's
 #                                           # figure: tok/s against concurrency), the PNG comes back
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
@@ -113,6 +114,13 @@ if [ "$phase" = twelve100 ]; then
   timeout 400 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models hybrid --kv-dtype fp8 \
     --ssm-dtype bfloat16 --margin-gib 24 --budget 390 --no-plot --out "$OUT/t100" 2>&1 | tail -5
   cp "$OUT/t100/bench_agents.json" "$OUT/agents-twelve-100-fp8-bf16.json"; rm -rf "$OUT/t100"
+fi
+if [ "$phase" = twelve100both ]; then   # twelve-tile at 100 agents, both models with FP8 KV, bf16 state, mixed passes
+  for m in attention hybrid; do
+    timeout ${RUN_S:-290} python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models $m --kv-dtype fp8 \
+      --ssm-dtype bfloat16 --mixed on --margin-gib 24 --budget $((${RUN_S:-290} - 12)) --no-plot --out "$OUT/t$m" 2>&1 | tail -3
+    cp "$OUT/t$m/bench_agents.json" "$OUT/agents-twelve-100-fp8-$m.json"; rm -rf "$OUT/t$m"
+  done
 fi
 if [ "$phase" = profile1 ]; then   # the first shape of "profile" only
   timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype bfloat16 --chunk 2 --tokens 320 --decode 100 --history 1800 \
