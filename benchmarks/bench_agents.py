@@ -320,6 +320,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "prefill_graphs": eng.prefill_graphs, "chunk_graphs": len(eng.chunk_graphs),
         "vision_graphs": len(eng.vision_graphs or {}),
         "chunk_captures_in_run": st["chunk_captures"], "capture_s_in_run": st["capture_s"],
+        "chunk_tokens": st["chunk_tokens"], "chunk_slots": st["chunk_slots"],   # bucketed chunks: pads = slots - tokens
         "mixed_graphs": len(eng.mixed_graphs), "mixed_captures_in_run": st["mixed_captures"],
         "decode_s": st["decode_s"], "prefill_s": st["prefill_s"], "admit_s": st["admit_s"], "mixed_s": st["mixed_s"],
         "vision_s": st.get("vision_s", 0.0), "vision_tiles": st.get("vision_tiles", 0),

@@ -322,7 +322,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
                       "chunk_captures": 0, "mixed_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0, "vision_s": 0.0, "vision_tiles": 0,
-                      "vision_calls": 0}
+                      "vision_calls": 0, "chunk_tokens": 0, "chunk_slots": 0}   # slots: a bucketed chunk's pads too
         self.prefill_tokens_done = 0
         self._vision_events = []  # (start, end) CUDA events of vision calls, summed into vision_s at a sync
 

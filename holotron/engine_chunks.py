@@ -117,6 +117,8 @@ class CapturedChunks:
         x = self._cx[:b * T].view(b, T, -1)
         for i, (r, n) in enumerate(zip(take, counts)):
             x[i, :n].copy_(r.x[r.pos:r.pos + n])
+        self.stats["chunk_tokens"] += sum(counts)
+        self.stats["chunk_slots"] += b * T
         self._cmeta[:, :b].copy_(device_ints(list(rows) + list(starts) + list(counts), self.device).view(3, b))
         return x
 

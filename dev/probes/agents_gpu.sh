@@ -164,7 +164,7 @@ if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-pre
   python3 - "$OUT" <<'PY'
 import glob, json, sys
 print("config | status | total tok/s | output | decode s | prefill s | mixed s | admit s | vision s | wall | eff | graph frac"
-      " | turns | mixed captures | capture s")
+      " | turns | mixed captures | capture s | chunk pads")
 for f in sorted(glob.glob(sys.argv[1] + "/ab*.json")):
     for r in json.load(open(f))["rows"]:
         g = lambda k: r.get(k, float("nan"))
@@ -172,6 +172,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/ab*.json")):
               f"{g('decode_s'):.1f} {g('prefill_s'):.1f} {g('mixed_s'):.1f} {g('admit_s'):.1f} {g('vision_s'):.1f}",
               f"{g('wall_s'):.1f}",
               f"{g('decode_efficiency'):.3f} {g('graph_fraction'):.3f}", r.get("turns_completed"),
-              r.get("mixed_captures_in_run"), f"{g('capture_s_in_run'):.1f}")
+              r.get("mixed_captures_in_run"), f"{g('capture_s_in_run'):.1f}",
+              f"{g('chunk_slots') / max(1, r.get('chunk_tokens', 0)) - 1:.3f}")
 PY
 fi
