@@ -201,7 +201,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
                  mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
                  prefill_graphs=None if args.prefill_graphs == "auto" else args.prefill_graphs == "on",
                  step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens,
-                 vision_stream={"on": True, "off": False}.get(args.vision_stream, args.vision_stream))
+                 vision_stream=args.vision_stream == "on")
     setup_s = time.perf_counter() - t
 
     # warm-up: one turn alone, then turns of min(N, 4) sessions together, the second turn of each too
@@ -577,9 +577,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="prefill chunks as CUDA graphs per (rows, tokens) bucket (auto: the engine's default, on)")
     ap.add_argument("--prefill-min-tokens", type=_at_least(0), default=0,
                     help="while rows decode, wait (at most 8 steps) until this many prompt tokens can share a chunk")
-    ap.add_argument("--vision-stream", choices=["on", "off", "decode"], default="off",
+    ap.add_argument("--vision-stream", choices=["on", "off"], default="off",
                     help="admissions' screenshots on their own CUDA stream while the step's pass runs (their turns "
-                         "prefilled from the next step); decode: only while no turn waits to be prefilled")
+                         "prefilled from the next step)")
     ap.add_argument("--step-prompt-max", type=_at_least(0), default=None,
                     help="text-only turns up to this many tokens read through decode steps (0: off; default: the "
                          "engine's, 32, or 0 with mixed passes)")

@@ -95,8 +95,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     its own stream overlaps the decode phase).
     ``vision_stream`` (off by default; +2% at 100 one-tile agents on an H100, docs/benchmarks.md): admissions'
     screenshots on a stream of their own while the step's pass runs (``holotron/engine_vision.py``); their turns
-    prefilled from the next step. ``"decode"``: only while no turn waits to be prefilled (the next pass is then a
-    decode step, bandwidth-bound, beside which the encoder's products run); otherwise at once, into that chunk.
+    prefilled from the next step.
     ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the
     state uninitialised (benchmarks on synthetic states). ``ssm_dtype``: the Mamba state's dtype (default
     float32; bfloat16 halves the bytes each decode step reads and writes, the step still computes in fp32
@@ -117,7 +116,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
                  step_prompt_max: int | None = None, overlap: bool = False, prefill_min_tokens: int = 0,
                  prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None,
-                 kv_dtype: torch.dtype | None = None, vision_stream: bool | str = False):
+                 kv_dtype: torch.dtype | None = None, vision_stream: bool = False):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -163,9 +162,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.prefill_graphs = (self.cuda_graph and not self.overlap) if prefill_graphs is None else bool(prefill_graphs)
         self.prefill_stream = torch.cuda.Stream(self.device) if self.overlap and self.device.type == "cuda" else None
         self.inflight = None  # the prefill chunk running: (requests, counts, logits, event or None)
-        if vision_stream not in (True, False, "decode"):
-            raise ValueError(f"Engine: vision_stream must be True, False or 'decode', got {vision_stream!r}")
-        self.vision_stream = vision_stream if vision_stream == "decode" else bool(vision_stream)  # engine_vision.py
+        self.vision_stream = bool(vision_stream)   # holotron/engine_vision.py
         self._vstream = torch.cuda.Stream(self.device) if vision_stream and self.device.type == "cuda" else None
 
         dev, R = self.device, max_batch

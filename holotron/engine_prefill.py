@@ -91,12 +91,8 @@ class Admission:
         """Set ``req.x``: (T, D) embeddings of what each request prefills (the pending token, the prompt);
         screenshots of all of them through the vision encoder in shared batches. ``side`` (admissions, with
         ``vision_stream``): the turns with screenshots are embedded on the vision stream and marked ``ready``
-        (holotron/engine_vision.py); with ``vision_stream="decode"`` only while no turn waits to be prefilled
-        (else the next pass carries a chunk, whose products the encoder's would compete with: embedded now, the
-        turns join that chunk)."""
+        (holotron/engine_vision.py)."""
         with_px = [r for r in reqs if r.image_kw.get("pixel_values") is not None]
-        if self.vision_stream == "decode" and self.prefilling:
-            side = False
         if not (side and with_px and self.vision_stream):
             return self._embed(reqs)
         mine = set(map(id, with_px))

@@ -92,38 +92,6 @@ def test_turns_whose_screenshots_run_on_the_vision_stream_equal_each_conversatio
         assert got[True][a] == got[False][a] == _reference(model, turns, "cpu"), f"agent {a}"
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-def test_vision_stream_decode_embeds_on_the_side_only_while_no_turn_waits_to_be_prefilled(mixed, monkeypatch):
-    """``vision_stream="decode"``: a screenshot goes to the vision stream only when nothing waits to be prefilled
-    (the next pass is a decode step); admitted beside turns that wait, it is embedded at once and joins their
-    chunk. Tokens equal each conversation alone."""
-    import holotron.engine_prefill as EP
-
-    model = tiny_vl(seed=3)
-    agents = _agents(5, 3, seed=1)
-    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=40, mixed=mixed, vision_stream="decode")
-    sides, embed_new = [], EP.Admission._embed_new
-
-    def spy(self, reqs, side=False):
-        waiting = bool(self.prefilling)
-        embed_new(self, reqs, side)
-        if side:
-            sides.append((waiting, [r.ready is not None for r in reqs]))
-
-    monkeypatch.setattr(EP.Admission, "_embed_new", spy)
-    got, _ = _drive(eng, agents, "cpu")
-    assert any(w for w, _ in sides) and any(not w for w, _ in sides)   # both cases met
-    for waiting, on_side in sides:
-        assert not any(on_side) if waiting else all(on_side), (waiting, on_side)
-    for a, turns in enumerate(agents):
-        assert got[a] == _reference(model, turns, "cpu"), f"agent {a}"
-
-
-def test_vision_stream_takes_true_false_or_decode():
-    with pytest.raises(ValueError, match="vision_stream must be True, False or 'decode'"):
-        Engine(tiny_vl(seed=3), max_batch=2, max_len=64, vision_stream="on")
-
-
 def test_a_turn_alone_waiting_for_its_screenshot_does_not_stall_the_engine():
     """Nothing decodes: the chunk waits for the vision work (``synchronize``) instead of stepping forever."""
     model = tiny_vl(seed=4)
@@ -193,11 +161,11 @@ def test_mixed_engine_keeps_a_turn_whose_screenshot_was_not_ready_for_the_next_m
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mixed,mode", [(False, True), (True, True), (True, "decode")])
-def test_vision_stream_on_cuda_graphs_equals_each_conversation_alone(mixed, mode):
+@pytest.mark.parametrize("mixed", [False, True])
+def test_vision_stream_on_cuda_graphs_equals_each_conversation_alone(mixed):
     model = tiny_vl(seed=3).cuda()
     agents = _agents(5, 3, seed=1)
-    eng = Engine(model, max_batch=3, max_len=512, prefill_tokens=40, mixed=mixed, vision_stream=mode)
+    eng = Engine(model, max_batch=3, max_len=512, prefill_tokens=40, mixed=mixed, vision_stream=True)
     assert eng.cuda_graph and eng._vstream is not None
     got, _ = _drive(eng, agents, "cuda")
     for a, turns in enumerate(agents):
