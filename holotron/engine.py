@@ -93,7 +93,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current
     stream after each phase of a step and add its seconds to ``stats`` (benchmarks; a chunk running on
     its own stream overlaps the decode phase).
-    ``vision_stream`` (off by default; +2% at 100 one-tile agents on an H100, docs/benchmarks.md): admissions'
+    ``vision_stream`` (off by default; +1.5-2% at 100 one-tile agents on an H100, docs/benchmarks.md): admissions'
     screenshots on a stream of their own while the step's pass runs (``holotron/engine_vision.py``); their turns
     prefilled from the next step.
     ``keep_logits``: keep each step's logits in ``self.logits`` (tests). ``zero_state=False`` leaves the

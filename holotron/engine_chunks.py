@@ -9,10 +9,10 @@ rows' positions) on static buffers: embeddings (b, T, D) and a (3, b) table of r
 Shapes are bucketed: b rounded *down* to a bucket (the requests left over wait for the next step: no row
 is padded), T rounded up (right pads, masked) to a multiple of 16 up to 512 and of at most T / 16 above
 (``token_buckets``; ``HOLOTRON_CHUNK_STEP`` sets the finest step, 16 by default). The pads are work: the
-chunk's products are compute-bound and a chunk of several turns pads each one to the longest. One-tile agent
-turns of 297-337 tokens padded to 320 / 384 (steps of 64, before 2026-12-06) cost 9% more tokens for a turn
-alone and 14% for two together; steps of 16 leave 2% and 4% (dev/LOG.md, 2026-12-06). Finer buckets mean more
-shapes to capture (the mixed passes: one graph per decode batch, chunk rows and tokens). A bucket met
+chunk's products are compute-bound and a chunk of several turns pads each one to the longest. With 100 one-tile
+agents (turns of 297-337 tokens) steps of 64 made 15.4% of the chunks' slots pads, steps of 16 make 4.5%: +2.9%
+tokens/s on an H100 (``stats["chunk_tokens"]`` / ``["chunk_slots"]``; docs/benchmarks.md, "Token buckets of 16").
+Finer buckets mean more shapes to capture (the mixed passes: one graph per decode batch, chunk rows and tokens). A bucket met
 for the first time runs eagerly through the same buffers (a one-off ``generate`` pays no capture: two
 warm-up runs and the capture cost about three eager chunks); the second time its graph is captured
 (``chunk_captures`` / ``capture_s`` in ``stats``), unless ``capture_chunks`` captured it ahead. Without
