@@ -48,6 +48,40 @@ def kind_of(name: str) -> str:
     return next((k for k, pat in KINDS if re.search(pat, low)), "other")
 
 
+def profile_summary(prof, cuda: bool) -> dict:
+    """A profile's kernels: their total ms, ms by kind (``kind_of``), the 25 longest (ms, calls, name). On CUDA
+    the kernels' own entries only (CPU ops carry their kernels' time too: counted once, there); on a CPU every
+    op's own time."""
+    by_kind: dict[str, float] = {}
+    kernels = []
+    for ev in prof.key_averages():
+        us = getattr(ev, "self_device_time_total", 0) if cuda else ev.self_cpu_time_total
+        if cuda:
+            kind = getattr(ev, "device_type", None)
+            if kind is not None and kind != torch.autograd.DeviceType.CUDA:
+                continue
+            if kind is None and ev.key.startswith(("aten::", "cuda", "holotron::", "triton::")):
+                continue
+        if us <= 0:
+            continue
+        by_kind[kind_of(ev.key)] = by_kind.get(kind_of(ev.key), 0.0) + us / 1e3
+        kernels.append((us / 1e3, ev.count, ev.key[:90]))
+    return {"profiled_ms": sum(by_kind.values()),
+            "by_kind_ms": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+            "top_kernels": [{"ms": ms, "calls": c, "name": k} for ms, c, k in sorted(kernels, reverse=True)[:25]]}
+
+
+def print_summary(summary: dict, title: str, extra: str | None = None) -> None:
+    total = summary["profiled_ms"]
+    print(f"\n{title} (eager, profiled): {total:.2f} ms")
+    for k, ms in summary["by_kind_ms"].items():
+        print(f"  {k:18s} {ms:8.2f} ms  {100 * ms / total:5.1f}%")
+    if extra:
+        print(f"  {extra}")
+    for r in summary["top_kernels"][:12]:
+        print(f"  {r['ms']:7.2f} ms  x{r['calls']:<4d} {r['name']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -101,32 +135,13 @@ def main() -> int:
             if cuda:
                 torch.cuda.synchronize()
         reset()
-    by_kind: dict[str, float] = {}
-    kernels = []
-    for ev in prof.key_averages():
-        us = getattr(ev, "self_device_time_total", 0) if cuda else ev.self_cpu_time_total
-        if cuda:   # a kernel's own entry (CPU ops carry their kernels' time too: counted once, here)
-            kind = getattr(ev, "device_type", None)
-            if kind is not None and kind != torch.autograd.DeviceType.CUDA:
-                continue
-            if kind is None and ev.key.startswith(("aten::", "cuda", "holotron::", "triton::")):
-                continue
-        if us <= 0:
-            continue
-        by_kind[kind_of(ev.key)] = by_kind.get(kind_of(ev.key), 0.0) + us / 1e3
-        kernels.append((us / 1e3, ev.count, ev.key[:90]))
-    total = sum(by_kind.values())
+    summ = profile_summary(prof, cuda)
     lin = sum(m.weight.numel() for m in lm.modules() if isinstance(m, torch.nn.Linear))
     flops = 2 * lin * (n + b * t)
-    res.update(profiled_ms=total, by_kind_ms=dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-               top_kernels=[{"ms": ms, "calls": c, "name": k} for ms, c, k in sorted(kernels, reverse=True)[:25]],
-               linear_params=lin, product_tflops=flops / (by_kind.get("products", float("nan")) * 1e-3) / 1e12)
-    print(f"\nmixed pass, {'GPU' if cuda else 'CPU'} time by kind (eager, profiled): {total:.2f} ms")
-    for k, ms in res["by_kind_ms"].items():
-        print(f"  {k:18s} {ms:8.2f} ms  {100 * ms / total:5.1f}%")
-    print(f"  products at {res['product_tflops']:.0f} TFLOP/s ({flops / 1e12:.1f} TFLOP)")
-    for r in res["top_kernels"][:12]:
-        print(f"  {r['ms']:7.2f} ms  x{r['calls']:<4d} {r['name']}")
+    res.update(summ, linear_params=lin,
+               product_tflops=flops / (summ["by_kind_ms"].get("products", float("nan")) * 1e-3) / 1e12)
+    print_summary(summ, f"mixed pass, {'GPU' if cuda else 'CPU'} time by kind",
+                  f"products at {res['product_tflops']:.0f} TFLOP/s ({flops / 1e12:.1f} TFLOP)")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "mixed_profile.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_vision import flops_per_tile, randomize  # noqa: E402
-from mixed_profile import kind_of  # noqa: E402
+from mixed_profile import print_summary, profile_summary  # noqa: E402
 from timing import captured, median_ms  # noqa: E402
 
 from holotron.vision import Projector, RadioVisionModel, VisionConfig, embed_tiles  # noqa: E402
@@ -71,28 +71,9 @@ def main() -> int:
             embed_tiles(vm, mlp1, x[:n])
             if cuda:
                 torch.cuda.synchronize()
-    by_kind: dict[str, float] = {}
-    kernels = []
-    for ev in prof.key_averages():
-        us = getattr(ev, "self_device_time_total", 0) if cuda else ev.self_cpu_time_total
-        if cuda:
-            kind = getattr(ev, "device_type", None)
-            if kind is not None and kind != torch.autograd.DeviceType.CUDA:
-                continue
-            if kind is None and ev.key.startswith(("aten::", "cuda")):
-                continue
-        if us <= 0:
-            continue
-        by_kind[kind_of(ev.key)] = by_kind.get(kind_of(ev.key), 0.0) + us / 1e3
-        kernels.append((us / 1e3, ev.count, ev.key[:90]))
-    total = sum(by_kind.values())
-    res.update(profiled_tiles=n, profiled_ms=total, by_kind_ms=dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-               top_kernels=[{"ms": ms, "calls": c, "name": k} for ms, c, k in sorted(kernels, reverse=True)[:25]])
-    print(f"\n{n} tile(s), {'GPU' if cuda else 'CPU'} time by kind (eager, profiled): {total:.2f} ms")
-    for k, ms in res["by_kind_ms"].items():
-        print(f"  {k:18s} {ms:8.2f} ms  {100 * ms / total:5.1f}%")
-    for r in res["top_kernels"][:12]:
-        print(f"  {r['ms']:7.2f} ms  x{r['calls']:<4d} {r['name']}")
+    summ = profile_summary(prof, cuda)
+    res.update(summ, profiled_tiles=n)
+    print_summary(summ, f"{n} tile(s), {'GPU' if cuda else 'CPU'} time by kind")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "vision_profile.json"), "w") as f:
         json.dump(res, f, indent=1)
