@@ -12,8 +12,8 @@ is padded), T rounded up (right pads, masked) to a multiple of 16 up to 512 and 
 chunk's products are compute-bound and a chunk of several turns pads each one to the longest. With 100 one-tile
 agents (turns of 297-337 tokens) steps of 64 made 15.4% of the chunks' slots pads, steps of 16 make 4.5%: +2.9%
 tokens/s on an H100 (``stats["chunk_tokens"]`` / ``["chunk_slots"]``; docs/benchmarks.md, "Token buckets of 16").
-Finer buckets mean more shapes to capture (the mixed passes: one graph per decode batch, chunk rows and tokens). A bucket met
-for the first time runs eagerly through the same buffers (a one-off ``generate`` pays no capture: two
+Finer buckets mean more shapes to capture (the mixed passes: one graph per decode batch, chunk rows and tokens).
+A bucket met for the first time runs eagerly through the same buffers (a one-off ``generate`` pays no capture: two
 warm-up runs and the capture cost about three eager chunks); the second time its graph is captured
 (``chunk_captures`` / ``capture_s`` in ``stats``), unless ``capture_chunks`` captured it ahead. Without
 CUDA graphs (a CPU) the same buffers and bucketing run eagerly (the tests' check of this bookkeeping).

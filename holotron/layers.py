@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -9,6 +11,13 @@ from torch import nn
 from .decode_ops import linear_residual, norm_linear
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
+
+# HOLOTRON_NORM16=1 (off by default, not yet timed): an RMSNorm of a 16-bit CUDA tensor with a weight of its dtype,
+# outside autograd, is one call of torch's fused kernel on the 16-bit tensors (fp32 inside, one rounding of the
+# output) instead of an fp32 copy of x, an fp32 norm and a cast back: a profile of one mixed engine pass at 12B
+# (docs/benchmarks.md, "Token buckets of 16") spent 3.6 of its 41 ms of GPU time in copies and casts, 211 direct
+# copies and 119 casts to bf16 among them, for 63 such norms.
+NORM16 = os.environ.get("HOLOTRON_NORM16", "0") not in ("", "0", "off", "false")
 
 
 class RMSNorm(nn.Module):
@@ -22,6 +31,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., dim)
         # x * rsqrt(mean(x^2) + eps) * w; F.rms_norm has a fused CUDA kernel (aten::_fused_rms_norm, torch >= 2.8)
         # and the same composite ops elsewhere
+        if NORM16 and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == x.dtype \
+                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)   # see NORM16 above
         return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:
