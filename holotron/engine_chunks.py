@@ -24,6 +24,7 @@ its attributes.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -33,6 +34,8 @@ from .devices import CAPTURE_MODE
 from .state import device_ints
 
 __all__ = ["CapturedChunks", "row_buckets", "token_buckets", "bucket_down", "bucket_up"]
+
+log = logging.getLogger("holotron.engine")
 
 
 def row_buckets(limit: int) -> list[int]:
@@ -45,8 +48,18 @@ def row_buckets(limit: int) -> list[int]:
     return out
 
 
-# the finest step of the token buckets (HOLOTRON_CHUNK_STEP=64 gives the buckets below 1,024 used before 2026-12-06)
-CHUNK_STEP = int(os.environ.get("HOLOTRON_CHUNK_STEP", "16") or 16)
+def _chunk_step() -> int:
+    """The finest step of the token buckets: ``HOLOTRON_CHUNK_STEP`` (64 gives the buckets below 1,024 used before
+    2026-12-06), 16 when unset or not a whole number >= 1 (said once in the log)."""
+    v = os.environ.get("HOLOTRON_CHUNK_STEP", "").strip()
+    if v.isdigit() and int(v) >= 1:
+        return int(v)
+    if v:
+        log.warning("holotron.engine: HOLOTRON_CHUNK_STEP=%r is not a whole number of tokens >= 1; using 16", v)
+    return 16
+
+
+CHUNK_STEP = _chunk_step()
 
 
 def token_buckets(limit: int, step: int | None = None) -> list[int]:

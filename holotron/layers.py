@@ -15,8 +15,8 @@ __all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
 # HOLOTRON_NORM16=1 (off by default, not yet timed): an RMSNorm of a 16-bit CUDA tensor with a weight of its dtype,
 # outside autograd, is one call of torch's fused kernel on the 16-bit tensors (fp32 inside, one rounding of the
 # output) instead of an fp32 copy of x, an fp32 norm and a cast back: a profile of one mixed engine pass at 12B
-# (docs/benchmarks.md, "Token buckets of 16") spent 3.6 of its 41 ms of GPU time in copies and casts, 211 direct
-# copies and 119 casts to bf16 among them, for 63 such norms.
+# (docs/benchmarks.md, "Token buckets of 16") spent 3.6 of its 41 ms of GPU time in copies and casts (211 direct
+# copies, 119 casts to bf16); the 63 norms of a pass make two copies and a cast each on the default path.
 NORM16 = os.environ.get("HOLOTRON_NORM16", "0") not in ("", "0", "off", "false")
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from holotron import engine_chunks
 from holotron.engine_chunks import bucket_down, bucket_up, row_buckets, token_buckets
 
 
@@ -53,3 +54,12 @@ def test_engine_counts_a_bucketed_chunks_tokens_and_its_slots():
     assert (eng.stats["chunk_tokens"], eng.stats["chunk_slots"]) == (21, 48)
     for p, r in zip(prompts, reqs):
         assert r.tokens == generate(model, p[None], 3, engine=False, eos_token_id=[])[0].tolist()
+
+
+@pytest.mark.parametrize("value,step,warned", [("", 16, False), ("64", 64, False), (" 32 ", 32, False),
+                                               ("0", 16, True), ("abc", 16, True), ("-8", 16, True)])
+def test_chunk_step_from_the_environment(monkeypatch, caplog, value, step, warned):
+    monkeypatch.setenv("HOLOTRON_CHUNK_STEP", value)
+    with caplog.at_level("WARNING", logger="holotron.engine"):
+        assert engine_chunks._chunk_step() == step
+    assert ("HOLOTRON_CHUNK_STEP" in caplog.text) == warned
