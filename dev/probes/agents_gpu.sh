@@ -153,7 +153,7 @@ if [ "$phase" = twelveatt ]; then
 fi
 if [ "$phase" = ab ]; then   # CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream [chunk-step [norm16]]];..."
   [ "${AB_TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py \
-    tests/test_engine_vision_stream.py -k "cuda" 2>&1 | tail -3
+    tests/test_engine_vision_stream.py tests/test_norm16.py -k "cuda" 2>&1 | tail -3
   i=0
   IFS=';' read -ra cfgs <<< "${CONFIGS:-off 8192 float32 0 0;on 8192 float32 0 0;on 1024 float32 0 0;off 8192 float32 1 0;off 8192 bfloat16 0 0;off 8192 float32 0 4096}"
   for cfg in "${cfgs[@]}"; do
