@@ -67,7 +67,7 @@ def token_buckets(limit: int, step: int | None = None) -> list[int]:
     each octave (a pad of at most T / 16), never finer than ``step``; the last one >= ``limit``."""
     step = CHUNK_STEP if step is None else step
     if step < 1:
-        raise ValueError(f"token_buckets: step must be >= 1, got {step} (HOLOTRON_CHUNK_STEP)")
+        raise ValueError(f"token_buckets: step must be >= 1, got {step}")
     out = [step]
     while out[-1] < limit:
         t = out[-1]
