@@ -51,6 +51,9 @@ if _mode not in MODES:
 
     warnings.warn(f"HOLOTRON_FUSED_DECODE={_mode!r} is not one of {MODES}; using 'auto'", stacklevel=1)
     _mode = "auto"
+# HOLOTRON_FUSED_RELU2=0 turns off the one-kernel relu^2 (``relu2`` below), on by default wherever the kernels of
+# this module run; the same bits as torch's two kernels (tests/test_decode_ops.py)
+RELU2 = os.environ.get("HOLOTRON_FUSED_RELU2", "1") not in ("", "0", "off", "false")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 
@@ -140,6 +143,26 @@ def _(x, weight, eps):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("holotron::relu2", mutates_args=())
+def _relu2(x: torch.Tensor) -> torch.Tensor:
+    from .kernels.rows_triton import relu2 as relu2_triton
+
+    return relu2_triton(x)
+
+
+@_relu2.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def relu2(y: torch.Tensor) -> torch.Tensor:
+    """``relu(y) ** 2`` (the MLP's activation): one Triton pass where this module's kernels run (no autograd),
+    torch's two kernels elsewhere."""
+    if RELU2 and y.is_contiguous() and kernels_ok(y):
+        return _relu2(y)
+    return F.relu(y).square()
+
+
 @torch.library.custom_op("holotron::row_norm_quant", mutates_args=())
 def _row_norm_quant(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     from .kernels.rows_triton import row_norm_quant
@@ -196,7 +219,7 @@ def _rows_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: s
             return _rows_mm(h, lin.weight, None, None, r2, act or "", dtype).view(*x.shape[:-1], -1)
         y = lin(h)
     if act == "relu2":
-        y = F.relu(y).square()
+        y = relu2(y)
     y = y.view(*x.shape[:-1], y.shape[-1])
     return (y if residual is None else residual + y).to(dtype)
 
@@ -212,7 +235,7 @@ def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: st
         h = x if norm is None else norm(x.to(norm.weight.dtype))
         y = lin(h.to(lin.weight.dtype))
         if act == "relu2":
-            y = F.relu(y).square()
+            y = relu2(y)
         return y if out_dtype is None else y.to(out_dtype)
     g, eps = (None, 1e-5) if norm is None else (norm.weight, norm.eps)
     return _decode_linear(x, ws[0], ws[1], None, g, eps, act or "", out_dtype or lin.weight.dtype)

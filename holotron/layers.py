@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .decode_ops import linear_residual, norm_linear
+from .decode_ops import linear_residual, norm_linear, relu2
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
 
@@ -76,7 +76,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x, state=None, pos=None) -> torch.Tensor:  # (B, T, D)
-        return self.down_proj(F.relu(self.up_proj(x)).square())
+        return self.down_proj(relu2(self.up_proj(x)))
 
     def mixed(self, u, state=None, where=None, n: int = 0) -> torch.Tensor:  # (N, D): ``HybridLM.mixed``'s tokens
         return self.forward(u)

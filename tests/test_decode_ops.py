@@ -447,3 +447,57 @@ def _fused_prefill_check(pads, monkeypatch, d, heads, t, head_dim=16, d_state=16
     assert torch.equal(states["fused"][1].conv, states["plain"][1].conv)
     ssm_err = {k: _rel(states[k][1].ssm, states["ref"][1].ssm) for k in ("plain", "plain_triton", "fused")}
     assert ssm_err["fused"] <= 1.25 * ssm_err["plain_triton"] + 1e-3 and ssm_err["fused"] < 0.05, ssm_err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_relu2_kernel_is_torchs_bits(dtype):
+    """One pass of relu(x)^2 gives the same bits as torch's relu then square, at sizes that end mid-block. Triton's
+    CPU interpreter truncates fp32 -> bf16 (the GPU rounds to nearest), so there bf16 may be one step low."""
+    from holotron.kernels.rows_triton import relu2
+
+    exact = DEV == "cuda" or dtype != torch.bfloat16
+
+    g = torch.Generator().manual_seed(5)
+    for shape in ((0, 8), (1,), (4097,), (3, 5, 700)):
+        x = (torch.randn(shape, generator=g) * 30).to(DEV, dtype)
+        got = relu2(x)
+        assert got.shape == x.shape and got.dtype == dtype
+        want = torch.relu(x).square()
+        if exact:
+            assert torch.equal(got, want)
+        else:
+            low = torch.nextafter(want, torch.zeros_like(want))
+            assert ((got == want) | (got == low)).all() and (got <= want).all()
+
+
+def test_mlp_uses_the_relu2_kernel_only_without_autograd(monkeypatch):
+    """The MLP's forward takes the one-pass relu^2 under no_grad (same output bits as the plain path); with
+    autograd recording, torch's ops, so the backward exists."""
+    from holotron.kernels import rows_triton
+    from holotron.layers import MLP
+
+    calls = []
+    real = rows_triton.relu2
+    monkeypatch.setattr(rows_triton, "relu2", lambda x: calls.append(x.shape) or real(x))
+    mlp = MLP(48, 80).to(DEV, torch.bfloat16)
+    x = torch.randn(2, 7, 48, generator=torch.Generator().manual_seed(1)).to(DEV, torch.bfloat16)
+    with torch.no_grad():
+        with fused_decode("off"):
+            want = mlp(x)
+        assert not calls
+        with fused_decode("on"):
+            got = mlp(x)
+    assert calls == [(2, 7, 80)]
+    if DEV == "cuda":
+        assert torch.equal(got, want)
+    else:  # the interpreter's bf16 rounding (above): the activations may be one step low
+        assert _rel(got, want) < 2e-2
+    monkeypatch.setattr(decode_ops, "RELU2", False)
+    with torch.no_grad(), fused_decode("on"):
+        mlp(x)
+    assert len(calls) == 1
+    monkeypatch.setattr(decode_ops, "RELU2", True)
+    with fused_decode("on"):
+        y = mlp(x.requires_grad_())
+    y.float().sum().backward()
+    assert len(calls) == 1 and x.grad is not None and mlp.up_proj.weight.grad is not None

@@ -27,6 +27,8 @@
 #                                           # chunk token buckets in steps of 64 (before 2026-12-06) / 16
 #   CONFIGS="on 8192 bfloat16 1 0 off 16 0;on 8192 bfloat16 1 0 off 16 1" RUN_S=100 bash dev/probes/agents_gpu.sh ab
 #                                           # HOLOTRON_NORM16 off / on (the RMSNorms on 16-bit tensors, not yet timed)
+#   CONFIGS="on 8192 bfloat16 1 0 off 16 0 0;on 8192 bfloat16 1 0 off 16 1 0;on 8192 bfloat16 1 0 off 16 1 1" ...
+#                                           # the ninth field: HOLOTRON_FUSED_RELU2 (the MLP's relu^2 as one kernel)
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -151,19 +153,20 @@ if [ "$phase" = twelveatt ]; then
     --kv-dtype fp8 --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/tatt" 2>&1 | tail -6
   cp "$OUT/tatt/bench_agents.json" "$OUT/agents-twelve-fp8.json"; rm -rf "$OUT/tatt"
 fi
-# CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream [chunk-step [norm16]]];..."
+# CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream [chunk-step [norm16 [relu2]]]];..."
 if [ "$phase" = ab ]; then
   [ "${AB_TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py \
     tests/test_engine_vision_stream.py tests/test_norm16.py -k "cuda" 2>&1 | tail -3
+  [ "${AB_TESTS:-1}" = 0 ] || timeout 60 python3 -m pytest -q tests/test_decode_ops.py -k "relu2 or mlp_uses" 2>&1 | tail -2
   i=0
   IFS=';' read -ra cfgs <<< "${CONFIGS:-off 8192 float32 0 0;on 8192 float32 0 0;on 1024 float32 0 0;off 8192 float32 1 0;off 8192 bfloat16 0 0;off 8192 float32 0 4096}"
   for cfg in "${cfgs[@]}"; do
     set -- $cfg; i=$((i + 1))
-    HOLOTRON_FUSED_PREFILL=$4 HOLOTRON_CHUNK_STEP=${7:-16} HOLOTRON_NORM16=${8:-0} \
+    HOLOTRON_FUSED_PREFILL=$4 HOLOTRON_CHUNK_STEP=${7:-16} HOLOTRON_NORM16=${8:-0} HOLOTRON_FUSED_RELU2=${9:-1} \
       timeout ${RUN_S:-80} python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
       --models hybrid --mixed $1 --prefill-tokens $2 --ssm-dtype $3 --prefill-min-tokens $5 --budget $((${RUN_S:-80} - 6)) \
       --vision-stream ${6:-off} --no-plot --out "$OUT/x" > /dev/null 2>&1
-    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}-step${7:-16}-norm${8:-0}.json" 2>/dev/null
+    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}-step${7:-16}-norm${8:-0}-relu${9:-1}.json" 2>/dev/null
     rm -rf "$OUT/x"
   done
   python3 - "$OUT" <<'PY'

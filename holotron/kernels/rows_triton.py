@@ -6,7 +6,11 @@ takes (holotron/quant.py's ``fp8_matmul``), in one pass over x instead of a chai
     QUANT: s = max|y| / 448 per row, y <- clamp(y / s, -448, 448) stored as float8_e4m3fn, s stored (fp32)
 
 One program per row; the row is read twice (sums, then the output: the second read comes from L2), in
-blocks of BLOCK. fp32 math; no host sync (CUDA-graph safe)."""
+blocks of BLOCK. fp32 math; no host sync (CUDA-graph safe).
+
+``relu2``: the relu^2 MLP's activation, ``relu(x)^2``, in one pass over x (torch's ``F.relu(x).square()`` is two
+kernels, a read and a write each); the square is taken in fp32 and rounded once, as torch's 16-bit elementwise
+product does, so the two agree bit for bit."""
 
 from __future__ import annotations
 
@@ -69,3 +73,21 @@ def row_norm_quant(x: torch.Tensor, norm: torch.Tensor | None, eps: float = 1e-5
     if quant and not direct:
         y = y.to(torch.float8_e4m3fn)
     return y, s
+
+
+@triton.jit
+def _relu2(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mk = i < n
+    x = tl.maximum(tl.load(x_ptr + i, mask=mk, other=0.0).to(tl.float32), 0.0)
+    tl.store(y_ptr + i, (x * x).to(y_ptr.dtype.element_ty), mask=mk)
+
+
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    """``relu(x) ** 2`` of a contiguous x of any shape, as one kernel; a new tensor of x's dtype."""
+    y = torch.empty_like(x)
+    n = x.numel()
+    block = 4096
+    if n:
+        _relu2[(triton.cdiv(n, block),)](x, y, n, BLOCK=block, num_warps=8)
+    return y
