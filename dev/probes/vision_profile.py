@@ -8,11 +8,14 @@ and sums its kernels' GPU time by kind (dev/probes/mixed_profile.py's kinds).
 
     PYTHONPATH=. python3 dev/probes/vision_profile.py --out $OUT
     python dev/probes/vision_profile.py --small --out /tmp/vp      # a CPU smoke test (tiny encoder)
+    PYTHONPATH=. python3 dev/probes/vision_profile.py --backends default,flash,cudnn,efficient --out $OUT
+        # the same timings with the ViT's attention held to each of torch's SDPA backends (the profile: default)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -34,7 +37,18 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--small", action="store_true", help="tiny encoder on the CPU (a smoke test)")
     ap.add_argument("--tiles", default="1,2,3,4,8,13", help="tiles a call, comma-separated")
+    ap.add_argument("--backends", default="default",
+                    help="SDPA backends to time, comma-separated: default (torch's choice), flash, cudnn, efficient, "
+                         "math")
     args = ap.parse_args()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    names = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+    backends = args.backends.split(",")
+    bad = [b for b in backends if b != "default" and b not in names]
+    if bad:
+        ap.error(f"--backends: unknown {bad}; choose from default, {', '.join(names)}")
     tiles = [int(t) for t in args.tiles.split(",")]
     dev = torch.device("cpu" if args.small else "cuda")
     cuda = dev.type == "cuda"
@@ -57,13 +71,20 @@ def main() -> int:
                  "ms_per_call": {}, "ms_per_tile": {}}
     with torch.inference_mode():
         x = torch.randn(max(tiles), 3, S, S, device=dev, dtype=dtype)
-        for n in tiles:
-            fn = (lambda n=n: embed_tiles(vm, mlp1, x[:n]))
-            run = captured(fn, dev).replay if cuda else fn
-            ms = median_ms(run, 2, 2 if args.small else 20, dev)
-            res["ms_per_call"][n], res["ms_per_tile"][n] = ms, ms / n
-            print(f"{n:3d} tiles  {ms:8.2f} ms a call  {ms / n:7.2f} ms a tile  "
-                  f"{gflop * n / ms / 1e3:6.0f} TFLOP/s", flush=True)
+        for b in backends:
+            for n in tiles:
+                fn = (lambda n=n: embed_tiles(vm, mlp1, x[:n]))
+                try:
+                    with sdpa_kernel([names[b]]) if b != "default" else contextlib.nullcontext():
+                        run = captured(fn, dev).replay if cuda else fn
+                        ms = median_ms(run, 2, 2 if args.small else 20, dev)
+                except RuntimeError as e:  # a backend that does not take these shapes or this device
+                    print(f"{b}: {n} tiles: not run ({str(e).splitlines()[0][:100]})", flush=True)
+                    continue
+                key = n if b == "default" else f"{b}:{n}"
+                res["ms_per_call"][key], res["ms_per_tile"][key] = ms, ms / n
+                print(f"{b:>9s} {n:3d} tiles  {ms:8.2f} ms a call  {ms / n:7.2f} ms a tile  "
+                      f"{gflop * n / ms / 1e3:6.0f} TFLOP/s", flush=True)
         n = tiles[0]
         embed_tiles(vm, mlp1, x[:n])
         acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
