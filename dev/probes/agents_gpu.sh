@@ -29,6 +29,7 @@
 #                                           # HOLOTRON_NORM16 off / on (the RMSNorms on 16-bit tensors, not yet timed)
 #   CONFIGS="on 8192 bfloat16 1 0 off 16 0 0;on 8192 bfloat16 1 0 off 16 1 0;on 8192 bfloat16 1 0 off 16 1 1" ...
 #                                           # the ninth field: HOLOTRON_FUSED_RELU2 (the MLP's relu^2 as one kernel)
+#                                           # the tenth: the KV cache: auto (the model dtype) or fp8
 set -u
 export PYTHONPATH=.
 OUT=${OUT:-/tmp/out}
@@ -153,7 +154,7 @@ if [ "$phase" = twelveatt ]; then
     --kv-dtype fp8 --ssm-dtype bfloat16 --budget 570 --no-plot --out "$OUT/tatt" 2>&1 | tail -6
   cp "$OUT/tatt/bench_agents.json" "$OUT/agents-twelve-fp8.json"; rm -rf "$OUT/tatt"
 fi
-# CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream [chunk-step [norm16 [relu2]]]];..."
+# CONFIGS="mixed prefill-tokens ssm-dtype fused-prefill prefill-min-tokens [vision-stream [chunk-step [norm16 [relu2 [kv]]]]];..."
 if [ "$phase" = ab ]; then
   [ "${AB_TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py \
     tests/test_engine_vision_stream.py tests/test_norm16.py -k "cuda" 2>&1 | tail -3
@@ -165,8 +166,8 @@ if [ "$phase" = ab ]; then
     HOLOTRON_FUSED_PREFILL=$4 HOLOTRON_CHUNK_STEP=${7:-16} HOLOTRON_NORM16=${8:-0} HOLOTRON_FUSED_RELU2=${9:-1} \
       timeout ${RUN_S:-80} python3 benchmarks/bench_agents.py --cases one-tile --agents 100 \
       --models hybrid --mixed $1 --prefill-tokens $2 --ssm-dtype $3 --prefill-min-tokens $5 --budget $((${RUN_S:-80} - 6)) \
-      --vision-stream ${6:-off} --no-plot --out "$OUT/x" > /dev/null 2>&1
-    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}-step${7:-16}-norm${8:-0}-relu${9:-1}.json" 2>/dev/null
+      --vision-stream ${6:-off} --kv-dtype ${10:-auto} --no-plot --out "$OUT/x" > /dev/null 2>&1
+    cp "$OUT/x/bench_agents.json" "$OUT/ab$i-mixed$1-$2-$3-fused$4-min$5-vs${6:-off}-step${7:-16}-norm${8:-0}-relu${9:-1}-kv${10:-auto}.json" 2>/dev/null
     rm -rf "$OUT/x"
   done
   python3 - "$OUT" <<'PY'
