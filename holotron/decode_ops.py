@@ -155,6 +155,16 @@ def _(x):
     return torch.empty_like(x)
 
 
+def row_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """``RMSNorm`` of x (..., K) with ``weight`` (K,) as the decode step's row kernel (fp32 inside, x's dtype out),
+    or None where this module's kernels do not run for x (autograd recording, the switch, the device)."""
+    if x.numel() == 0 or not kernels_ok(x, weight):
+        return None
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    return _row_norm(x2 if x2.stride(-1) == 1 else x2.contiguous(), weight, eps).view(x.shape)
+
+
 def relu2(y: torch.Tensor) -> torch.Tensor:
     """``relu(y) ** 2`` (the MLP's activation): one Triton pass where this module's kernels run (no autograd),
     torch's two kernels elsewhere."""

@@ -8,15 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .decode_ops import linear_residual, norm_linear, relu2
+from .decode_ops import linear_residual, norm_linear, relu2, row_rms_norm
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
 
-# HOLOTRON_NORM16=1 (off by default, not yet timed): an RMSNorm of a 16-bit CUDA tensor with a weight of its dtype,
-# outside autograd, is one call of torch's fused kernel on the 16-bit tensors (fp32 inside, one rounding of the
-# output) instead of an fp32 copy of x, an fp32 norm and a cast back: a profile of one mixed engine pass at 12B
-# (docs/benchmarks.md, "Token buckets of 16") spent 3.6 of its 41 ms of GPU time in copies and casts (211 direct
-# copies, 119 casts to bf16); the 63 norms of a pass make two copies and a cast each on the default path.
+# HOLOTRON_NORM16=1 (off by default, not yet timed): an RMSNorm of a 16-bit tensor with a weight of its dtype,
+# outside autograd, where holotron/decode_ops.py's kernels run, is one Triton row kernel (the decode step's: fp32
+# inside, one rounding of the output, the same math as the default path) instead of an fp32 copy of x, a copy of
+# the weight, torch's fp32 norm and a cast back: a profile of one mixed engine pass at 12B (docs/benchmarks.md,
+# "Token buckets of 16") spent 3.6 of its 41 ms of GPU time in copies and casts (211 direct copies, 119 casts to
+# bf16) and 0.65 ms in 91 fp32 norms; the 63 norms of a pass make two copies, the norm and a cast each.
 NORM16 = os.environ.get("HOLOTRON_NORM16", "0") not in ("", "0", "off", "false")
 
 
@@ -31,9 +32,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., dim)
         # x * rsqrt(mean(x^2) + eps) * w; F.rms_norm has a fused CUDA kernel (aten::_fused_rms_norm, torch >= 2.8)
         # and the same composite ops elsewhere
-        if NORM16 and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == x.dtype \
-                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)   # see NORM16 above
+        if NORM16 and x.dtype in (torch.bfloat16, torch.float16) and self.weight.dtype == x.dtype:
+            y = row_rms_norm(x, self.weight, self.eps)   # see NORM16 above; None where the kernel does not run
+            if y is not None:
+                return y
         return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:
