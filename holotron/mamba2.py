@@ -231,7 +231,7 @@ class Mamba2Mixer(nn.Module):
             y = mamba_step(xBC, dt, z, state.conv[:n], state.ssm[:n], self.conv1d.weight, self.conv1d.bias,
                            self.A_log, self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]),
                            self.n_groups, where.active)
-            parts.append(self.norm.normed(y))
+            parts.append(group_normed(y, self.norm))   # one kernel where the decode step's kernels run
         b = where.row_index.shape[0]
         y = self._chunk_static(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), state, where)
         parts.append(y.reshape(-1, self.d_inner))
