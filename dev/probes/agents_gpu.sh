@@ -19,6 +19,9 @@
 #   bash dev/probes/agents_gpu.sh twelve100both  # twelve-tile at 100 agents, attention then hybrid, FP8 KV, mixed
 #   bash dev/probes/agents_gpu.sh curve     # one-tile turns at 1..256 agents, both models, bf16 state (H Company's
 #                                           # figure: tok/s against concurrency), the PNG comes back
+#   bash dev/probes/agents_gpu.sh kernels   # about 200 s: one mixed pass (profile1's shape) with HOLOTRON_NORM16 and
+#                                           # HOLOTRON_FUSED_RELU2 both off, then both on; their GPU tests; the
+#                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -131,6 +134,20 @@ if [ "$phase" = profile1 ]; then   # the first shape of "profile" only
   timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype bfloat16 --chunk 2 --tokens 320 --decode 100 --history 1800 \
     --out "$OUT/p" 2>&1 | tail -24
   cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-bfloat16-2x320-100.json"; rm -rf "$OUT/p"
+fi
+if [ "$phase" = kernels ]; then
+  for v in "0 0" "1 1"; do
+    set -- $v
+    HOLOTRON_NORM16=$1 HOLOTRON_FUSED_RELU2=$2 timeout 70 python3 dev/probes/mixed_profile.py --ssm-dtype bfloat16 \
+      --chunk 2 --tokens 320 --decode 100 --history 1800 --out "$OUT/p" 2>&1 | grep -v USDT | tail -16
+    cp "$OUT/p/mixed_profile.json" "$OUT/mixed-profile-norm$1-relu$2.json"; rm -rf "$OUT/p"
+  done
+  timeout 60 python3 -m pytest -q -m gpu tests/test_norm16.py tests/test_engine_sessions.py -k cuda 2>&1 | tail -2
+  timeout 30 python3 -m pytest -q tests/test_decode_ops.py -k "relu2 or mlp_uses" 2>&1 | tail -1
+  timeout 45 python3 dev/probes/vision_profile.py --backends default,flash,cudnn,efficient --tiles 1,2,3 --out "$OUT/vp" \
+    2>&1 | grep -E "tiles|not run" | head -14
+  cp "$OUT/vp/vision_profile.json" "$OUT/vision-sdpa.json"; rm -rf "$OUT/vp"
+  timeout 50 python3 dev/probes/conv_sweep.py --out "$OUT" 2>&1 | grep best
 fi
 if [ "$phase" = profile ]; then
   # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's
