@@ -1,9 +1,8 @@
 """Probe (CPU): the copies, casts and index ops of one mixed engine pass, by the line of holotron that issues them.
 
 A GPU profile of a mixed pass at 12B (docs/benchmarks.md, "Token buckets of 16") counted 211 direct copies and
-119 casts;
-a profile names kernels, not the code behind them. This probe runs ``HybridLM.mixed`` once on a tiny bf16 model
-with the decode step's kernels on (Triton's CPU interpreter), records every aten op whose name holds "copy",
+119 casts; a profile names kernels, not the code behind them. This probe runs ``HybridLM.mixed`` once on a tiny
+bf16 model with the decode step's kernels on (Triton's CPU interpreter), records every aten op whose name holds "copy",
 "index", "cat", "gather", "scatter" or "clone", and every ``.to`` that makes a new tensor, through a
 ``TorchDispatchMode``, and prints them by count with the innermost holotron line that called them. On the CPU
 the scan and the conv take their PyTorch paths (holotron/kernels/ssd_chunked.py, conv_naive.py), so their
