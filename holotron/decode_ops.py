@@ -52,7 +52,7 @@ if _mode not in MODES:
     warnings.warn(f"HOLOTRON_FUSED_DECODE={_mode!r} is not one of {MODES}; using 'auto'", stacklevel=1)
     _mode = "auto"
 # HOLOTRON_FUSED_RELU2=0 turns off the one-kernel relu^2 (``relu2`` below), on by default wherever the kernels of
-# this module run; the same bits as torch's two kernels (tests/test_decode_ops.py)
+# this module run; the same bits as torch's two kernels on the GPU (tests/test_decode_ops.py)
 RELU2 = os.environ.get("HOLOTRON_FUSED_RELU2", "1") not in ("", "0", "off", "false")
 _WEIGHT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
