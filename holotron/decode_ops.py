@@ -101,6 +101,15 @@ def _(v, weight, groups, eps):
     return torch.empty_like(v)
 
 
+@torch.library.custom_op("holotron::group_rms_norm_into", mutates_args=("out",))
+def _group_rms_norm_into(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float, out: torch.Tensor) -> None:
+    from .kernels.group_norm_triton import group_rms_norm_triton
+
+    k = v.shape[-1]
+    v2 = v.reshape(-1, k)
+    group_rms_norm_triton(v2 if v2.stride(-1) == 1 else v2.contiguous(), weight, groups, eps, out.view(-1, k))
+
+
 def kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
     """The switch and the device allow this module's kernels for x, and autograd records none of x and
     ``params`` (the kernels have no backward)."""
@@ -251,12 +260,21 @@ def norm_linear(x: torch.Tensor, norm: nn.Module | None, lin: nn.Module, act: st
     return _decode_linear(x, ws[0], ws[1], None, g, eps, act or "", out_dtype or lin.weight.dtype)
 
 
-def group_normed(v: torch.Tensor, gnorm: nn.Module) -> torch.Tensor:
+def group_normed(v: torch.Tensor, gnorm: nn.Module, out: torch.Tensor | None = None) -> torch.Tensor:
     """``gnorm.normed(v)``: Mamba2's ``GatedRMSNorm`` of an already gated v (..., K), as one kernel where this
-    module's kernels run and v is 16-bit."""
-    if kernels_ok(v, gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16):
-        return _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps)
-    return gnorm.normed(v.float(), v.dtype)
+    module's kernels run and v is 16-bit. With ``out`` (v's shape, contiguous: rows of a larger buffer), the
+    result is written there and ``out`` returned (a mixed pass's parts, no concatenation)."""
+    fast = kernels_ok(v, gnorm.weight) and v.dtype in (torch.bfloat16, torch.float16)
+    if out is None:
+        return _group_rms_norm(v, gnorm.weight, gnorm.groups, gnorm.eps) if fast else gnorm.normed(v.float(), v.dtype)
+    if out.shape != v.shape or not out.is_contiguous():
+        raise ValueError(f"group_normed: out must be contiguous with v's shape {tuple(v.shape)}, got "
+                         f"{tuple(out.shape)}")
+    if fast and out.dtype == v.dtype:
+        _group_rms_norm_into(v, gnorm.weight, gnorm.groups, gnorm.eps, out)
+    else:
+        out.copy_(gnorm.normed(v.float(), v.dtype))
+    return out
 
 
 def linear_residual(v: torch.Tensor, lin: nn.Module, residual: torch.Tensor | None, gnorm: nn.Module | None = None

@@ -172,9 +172,10 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(y)
 
     def _chunk(self, zxbcdt: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None,
-               pads_after: bool) -> torch.Tensor:
+               pads_after: bool, out: torch.Tensor | None = None) -> torch.Tensor:
         """Everything between in_proj and out_proj for a chunk of tokens: zxbcdt (B, T, in_proj features)
-        -> the gated norm's output (B, T, d_inner); ``state`` (B rows) read and updated in place."""
+        -> the gated norm's output (B, T, d_inner), written into ``out`` when given (B*T rows of a mixed pass's
+        buffer); ``state`` (B rows) read and updated in place."""
         b, t, _ = zxbcdt.shape
         H, P, N, G = self.n_heads, self.head_dim, self.d_state, self.n_groups
         # FUSED_PREFILL, inference in 16 bits: the conv's kernel, the gate inside the scan, the group norm's kernel
@@ -204,16 +205,19 @@ class Mamba2Mixer(nn.Module):
         if state is not None:
             state.ssm.copy_(final)
         if fused:
-            return group_normed(y.reshape(b, t, self.d_inner), self.norm)
-        return self.norm(y.reshape(b, t, self.d_inner), z)
+            return group_normed(y.reshape(b, t, self.d_inner), self.norm,
+                                None if out is None else out.view(b, t, self.d_inner))
+        y = self.norm(y.reshape(b, t, self.d_inner), z)
+        return y if out is None else out.view(b, t, self.d_inner).copy_(y)
 
-    def _chunk_static(self, zxbcdt: torch.Tensor, state: MambaState, where: Positions) -> torch.Tensor:
+    def _chunk_static(self, zxbcdt: torch.Tensor, state: MambaState, where: Positions,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
         """``_chunk`` of a right-padded chunk (b, T, features) of the rows ``where.row_index`` (device tensors,
         ``HybridLM.extend_static`` / ``mixed``): their states copied out, advanced and copied back (a row of pads
         only is copied back as it was)."""
         idx = where.row_index
         part = MambaState(conv=state.conv.index_select(0, idx), ssm=state.ssm.index_select(0, idx))
-        y = self._chunk(zxbcdt, part, where.mask, True)
+        y = self._chunk(zxbcdt, part, where.mask, True, out)
         state.conv.index_copy_(0, idx, part.conv)
         state.ssm.index_copy_(0, idx, part.ssm)
         return y
@@ -225,14 +229,14 @@ class Mamba2Mixer(nn.Module):
         decode tokens go through the decode step's conv window and SSD step (rows whose ``where.active`` is 0
         write nothing), the chunk through the conv and the scan. Returns (n + b*T, D)."""
         zxbcdt = self.in_proj(u)
-        parts = []
+        # both parts' gated norms write their rows of one buffer: out_proj reads it without a concatenation
+        normed = zxbcdt.new_empty(zxbcdt.shape[0], self.d_inner)
         if n:
             z, xBC, dt = zxbcdt[:n].split([self.d_inner, self.conv_dim, self.n_heads], dim=-1)
             y = mamba_step(xBC, dt, z, state.conv[:n], state.ssm[:n], self.conv1d.weight, self.conv1d.bias,
                            self.A_log, self.D, self.dt_bias, float(self.dt_limit[0]), float(self.dt_limit[1]),
                            self.n_groups, where.active)
-            parts.append(group_normed(y, self.norm))   # one kernel where the decode step's kernels run
+            group_normed(y, self.norm, normed[:n])   # one kernel where the decode step's kernels run
         b = where.row_index.shape[0]
-        y = self._chunk_static(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), state, where)
-        parts.append(y.reshape(-1, self.d_inner))
-        return self.out_proj(torch.cat(parts) if len(parts) > 1 else parts[0])
+        self._chunk_static(zxbcdt[n:].view(b, -1, zxbcdt.shape[-1]), state, where, normed[n:])
+        return self.out_proj(normed)

@@ -124,6 +124,27 @@ def test_group_norm_kernel_equals_the_module():
                                    atol=1e-5 if dtype == torch.float32 else 1e-2)
 
 
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_group_normed_into_rows_of_a_buffer(mode, row_kernel_calls):
+    """``group_normed(v, gnorm, out)`` (a mixed pass's two parts written into one buffer): the same bits as
+    without ``out``, only its rows written, the kernel launched when it is on; a wrong ``out`` is refused."""
+    g = torch.Generator().manual_seed(3)
+    nm = GatedRMSNorm(96, groups=4)
+    nm.weight.data.copy_(torch.rand(96, generator=g) + 0.5)
+    m = nm.to(DEV, torch.bfloat16)
+    v = (torch.randn(5, 96, generator=g) * 3).to(DEV, torch.bfloat16)
+    buf = torch.full((9, 96), 7.0, device=DEV, dtype=torch.bfloat16)
+    with torch.inference_mode(), fused_decode(mode):
+        want = decode_ops.group_normed(v, m)
+        got = decode_ops.group_normed(v, m, buf[2:7])
+    assert got.data_ptr() == buf[2:7].data_ptr()
+    assert torch.equal(buf[2:7], want)
+    assert (buf[:2] == 7).all() and (buf[7:] == 7).all()
+    assert row_kernel_calls.count("group_rms_norm_triton") == (2 if mode == "on" else 0)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        decode_ops.group_normed(v, m, buf[:4])
+
+
 @pytest.mark.parametrize("wdtype", [torch.bfloat16, torch.float8_e4m3fn])
 def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls, rows, row_kernel_calls):
     torch.manual_seed(0)

@@ -14,6 +14,7 @@ from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F4
 from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
 
 from holotron import kernels
+from holotron.decode_ops import fused_decode
 from holotron.engine import Engine, row_bytes
 from holotron.generate import generate
 from holotron.state import DecodeState, MambaState
@@ -139,6 +140,37 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
     torch.testing.assert_close(pre[:2], ref_pre, atol=1e-5, rtol=1e-5)
     assert st.lengths.tolist() == ref_st.lengths.tolist() == [10, 13, 10, 9, 9, 20]
     _assert_same_states(st, ref_st)
+
+
+def test_mixed_pass_in_bf16_with_the_kernels_equals_a_step_and_an_extend(row_kernel_counts):
+    """The mixed pass in bf16 where the decode step's kernels run (Triton's interpreter here): both parts'
+    group norms write rows of one buffer before out_proj (no concatenation); against a step and an extend."""
+    model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).to(torch.bfloat16)
+    with torch.no_grad():
+        chunk = _chunk_of(model, [11, 4], 11, seed=20)
+        toks, active = torch.tensor([4, 9, 30]), torch.tensor([1, 1, 1])
+        ref_st = _rows_holding(model, 9, 64)
+        ref_dec = model.step(toks, ref_st.rows(3), active)
+        ref_pre = model.extend(chunk, ref_st, [5, 4], [9, 9], [11, 4])
+        st = _rows_holding(model, 9, 64)
+        with fused_decode("on"):
+            dec, pre = model.mixed(toks, st, active, chunk, torch.tensor([5, 4]), torch.tensor([9, 9]),
+                                   torch.tensor([11, 4]))
+    assert row_kernel_counts.count("group_rms_norm_triton") == 4   # 2 Mamba layers: the decode rows, the chunk
+    _assert_rel(dec, ref_dec, torch.bfloat16)
+    _assert_rel(pre, ref_pre, torch.bfloat16)
+    assert st.lengths.tolist() == ref_st.lengths.tolist()
+
+
+@pytest.fixture
+def row_kernel_counts(monkeypatch):
+    from holotron.kernels import group_norm_triton
+
+    calls = []
+    real = group_norm_triton.group_rms_norm_triton
+    monkeypatch.setattr(group_norm_triton, "group_rms_norm_triton",
+                        lambda *a, **kw: calls.append("group_rms_norm_triton") or real(*a, **kw))
+    return calls
 
 
 def test_extend_static_equals_extend_with_rows_of_pads(model):

@@ -26,11 +26,13 @@ def _group_rms(v_ptr, w_ptr, o_ptr, GS, s_vm, s_om, eps, BLOCK: tl.constexpr):
     tl.store(o_ptr + m * s_om + cs, (v * rstd * w).to(o_ptr.dtype.element_ty), mask=mask)
 
 
-def group_rms_norm_triton(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-    """v (M, K) with unit-stride rows, weight (K,), groups dividing K -> (M, K) in v's dtype."""
+def group_rms_norm_triton(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
+    """v (M, K) with unit-stride rows, weight (K,), groups dividing K -> (M, K) in v's dtype, written into
+    ``out`` when given ((M, K), unit-stride rows: a block of rows of a larger buffer)."""
     m, k = v.shape
     gs = k // groups
-    out = torch.empty_like(v)
+    out = torch.empty_like(v) if out is None else out
     block = triton.next_power_of_2(gs)
     _group_rms[(m, groups)](v, weight, out, gs, v.stride(0), out.stride(0), float(eps), BLOCK=block,
                             num_warps=4 if block <= 2048 else 8)
