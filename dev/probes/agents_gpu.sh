@@ -21,7 +21,8 @@
 #                                           # figure: tok/s against concurrency), the PNG comes back
 #   bash dev/probes/agents_gpu.sh kernels   # about 200 s: one mixed pass (profile1's shape) with HOLOTRON_NORM16 and
 #                                           # HOLOTRON_FUSED_RELU2 both off, then both on; their GPU tests; the
-#                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py)
+#                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py);
+#                                           # the scan's at a mixed pass's chunk shapes (ssd_tune.py --shapes)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -148,6 +149,9 @@ if [ "$phase" = kernels ]; then
     2>&1 | grep -E "tiles|not run" | head -14
   cp "$OUT/vp/vision_profile.json" "$OUT/vision-sdpa.json"; rm -rf "$OUT/vp"
   timeout 50 python3 dev/probes/conv_sweep.py --out "$OUT" 2>&1 | grep best
+  # the chunk's scan in a mixed pass (2 x 320 tokens at 100 one-tile agents: 2.3 ms of 41.7 on an H100)
+  timeout 90 python3 dev/probes/ssd_tune.py "$OUT" --shapes 2x320,4x160,1x640 --mixed 1 --budget 80 \
+    --fwd '[{}, {"TWO_PASS": true}, {"TWO_PASS": true, "Q": 64}, {"BLOCK_P": 32}, {"Q": 64}, {"Q": 16}]' 2>&1 | tail -7
 fi
 if [ "$phase" = profile ]; then
   # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's

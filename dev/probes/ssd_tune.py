@@ -1,6 +1,7 @@
 """Probe: our SSD scan's launch settings on a GPU (forward and forward + backward), each checked first.
 
     python dev/probes/ssd_tune.py OUT_DIR [--fwd JSON_LIST] [--bwd JSON_LIST] [--budget S] [--fwd-share F]
+                                  [--shapes 2x320,4x160] [--mixed 1]
 
 Each setting runs in a worker process (a fault such as an illegal memory access costs only that worker;
 the driver starts a new one at the next setting). Rows go to OUT_DIR/ssd_tune.jsonl as they come:
@@ -8,8 +9,10 @@ forward: relative RMS error of y and the final state against the float64 chunked
 do_bench medians at the four shapes, with the kernel's registers / spills / shared memory; backward
 (BWD_CONFIG settings): the error of every gradient against float64 autograd at 1x2048, then forward +
 backward medians at the four shapes. The 12B layer's sizes: H 128, P 80, N 128, G 8, bf16, D, dt_bias,
-softplus. The forward settings stop at F (0.45) of the budget when backward ones follow. A research probe:
-the benchmark of record is benchmarks/bench_ssd.py.
+softplus. The forward settings stop at F (0.45) of the budget when backward ones follow. ``--shapes``: other
+batch x length shapes to time (a mixed pass's chunk: 2 rows of 320 tokens at 100 one-tile agents); ``--mixed 1``:
+the forward as a mixed pass calls it, with the gate z and an initial state (bf16 rows, as the engine keeps
+them). A research probe: the benchmark of record is benchmarks/bench_ssd.py.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ H, P, N, G = 128, 80, 128, 8
 SHAPES = [(1, 4096), (1, 16384), (4, 8192), (8, 16384)]
 
 
+MIXED = False   # --mixed 1: with z and an initial state
+
+
 def inputs(b, l, seed=0, grad=False):
     import torch
 
@@ -33,6 +39,8 @@ def inputs(b, l, seed=0, grad=False):
     kw = dict(x=r(b, l, H, P).bfloat16(), dt=(r(b, l, H) * 0.5 - 1.0).bfloat16(),
               A=-torch.rand(H, generator=g, device="cuda") * 4 - 0.5, B=r(b, l, G, N).bfloat16(),
               C=r(b, l, G, N).bfloat16(), D=r(H), dt_bias=r(H) * 0.1)
+    if MIXED:
+        kw.update(z=r(b, l, H, P).bfloat16(), initial_state=r(b, H, P, N).bfloat16().float())
     if grad:
         for k in kw:
             kw[k] = kw[k].detach().requires_grad_()
@@ -43,7 +51,8 @@ def call(kw, backend):
     from holotron.kernels import ssd_scan
 
     return ssd_scan(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], D=kw["D"], dt_bias=kw["dt_bias"],
-                    dt_softplus=True, chunk_size=128, backend=backend)
+                    dt_softplus=True, chunk_size=128, backend=backend, z=kw.get("z"),
+                    initial_state=kw.get("initial_state"))
 
 
 def rel(a, b):
@@ -120,15 +129,22 @@ def worker(kind, cfgs, out):
         print(json.dumps(row), flush=True)
 
 
+def _shapes(arg):
+    return [tuple(int(v) for v in s.split("x")) for s in arg.split(",")]
+
+
 def main():
+    global SHAPES, MIXED
     if sys.argv[1] == "--worker":
         kind, cfgs, path = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+        SHAPES, MIXED = _shapes(sys.argv[5]), sys.argv[6] == "1"
         with open(path, "a") as out:
             worker(kind, cfgs, out)
         return
     out_dir = sys.argv[1]
     args = dict(zip(sys.argv[2::2], sys.argv[3::2]))
     budget = float(args.get("--budget", 400))
+    shapes, mixed = args.get("--shapes", ",".join(f"{b}x{l}" for b, l in SHAPES)), args.get("--mixed", "0")
     fwd = json.loads(args.get("--fwd", "[]"))
     bwd = json.loads(args.get("--bwd", "[]"))
     path = os.path.join(out_dir, "ssd_tune.jsonl")
@@ -140,7 +156,7 @@ def main():
         while todo and time.time() < t_end:
             n0 = sum(1 for _ in open(path)) if os.path.exists(path) else 0
             try:
-                subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(todo), path],
+                subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(todo), path, shapes, mixed],
                                timeout=max(5.0, t_end - time.time()))
             except subprocess.TimeoutExpired:
                 print("# budget spent", flush=True)
