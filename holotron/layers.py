@@ -12,13 +12,14 @@ from .decode_ops import linear_residual, norm_linear, relu2, row_rms_norm
 
 __all__ = ["RMSNorm", "GatedRMSNorm", "MLP"]
 
-# HOLOTRON_NORM16=1 (off by default, not yet timed): an RMSNorm of a 16-bit tensor with a weight of its dtype,
+# HOLOTRON_NORM16 (on by default; =0 turns it off): an RMSNorm of a 16-bit tensor with a weight of its dtype,
 # outside autograd, where holotron/decode_ops.py's kernels run, is one Triton row kernel (the decode step's: fp32
-# inside, one rounding of the output, the same math as the default path) instead of an fp32 copy of x, a copy of
-# the weight, torch's fp32 norm and a cast back: a profile of one mixed engine pass at 12B (docs/benchmarks.md,
-# "Token buckets of 16") spent 3.6 of its 41 ms of GPU time in copies and casts (211 direct copies, 119 casts to
-# bf16) and 0.65 ms in 91 fp32 norms; the 63 norms of a pass make two copies, the norm and a cast each.
-NORM16 = os.environ.get("HOLOTRON_NORM16", "0") not in ("", "0", "off", "false")
+# inside, one rounding of the output, the same math as the fp32 path within one rounding) instead of an fp32 copy
+# of x, a copy of the weight, torch's fp32 norm and a cast back (the 63 norms of a 12B pass: two copies, the norm
+# and a cast each). Measured on an H100 (docs/benchmarks.md, "Fewer kernels in a mixed pass"): +2.1% at 100
+# one-tile agents, +1.6% in the serving section's mixed passes; with relu2's kernel, a mixed pass's copies and
+# casts went from 3.0 to 1.9 ms.
+NORM16 = os.environ.get("HOLOTRON_NORM16", "1") not in ("", "0", "off", "false")
 
 
 class RMSNorm(nn.Module):
