@@ -119,12 +119,12 @@ class Mamba2Mixer(nn.Module):
         )
 
     def _conv(self, xBC: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None,
-              pads_after: bool = False, fused: bool = False) -> torch.Tensor:
+              pads_after: bool = False, fused: bool = False, rows: torch.Tensor | None = None) -> torch.Tensor:
         """silu(causal depthwise conv) over (B, T, conv_dim) (``kernels.conv_seq``: its Triton kernel when
         ``fused``, else the PyTorch twin); reads and updates the window in ``state``. ``mask`` (B, T): False at
         pads, which the conv reads as zeros and leaves out of the window; ``pads_after``: every row's pads follow
         its tokens, else the real tokens are moved first (stable) and the outputs moved back, so the conv sees
-        each row's real tokens in a row."""
+        each row's real tokens in a row. ``rows``: ``state`` holds more rows and the batch's are ``rows``."""
         b, t, c = xBC.shape
         order = counts = None
         if mask is not None:
@@ -133,7 +133,7 @@ class Mamba2Mixer(nn.Module):
                 xBC = xBC.gather(1, order[:, :, None].expand(b, t, c))
             counts = mask.sum(1)
         out = kernels.conv_seq(xBC, None if state is None else state.conv, self.conv1d.weight, self.conv1d.bias,
-                               counts, backend=None if fused else "naive")
+                               counts, backend=None if fused else "naive", rows=rows)
         if order is not None:
             out = torch.empty_like(out).scatter_(1, order[:, :, None].expand(b, t, c), out)
         return out
@@ -172,17 +172,18 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(y)
 
     def _chunk(self, zxbcdt: torch.Tensor, state: MambaState | None, mask: torch.Tensor | None,
-               pads_after: bool, out: torch.Tensor | None = None) -> torch.Tensor:
+               pads_after: bool, out: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Everything between in_proj and out_proj for a chunk of tokens: zxbcdt (B, T, in_proj features)
         -> the gated norm's output (B, T, d_inner), written into ``out`` when given (B*T rows of a mixed pass's
-        buffer); ``state`` (B rows) read and updated in place."""
+        buffer); ``state`` (B rows, or its rows ``rows`` (B,) when given: read and written there by the conv
+        and scan kernels, no gathered copies) read and updated in place."""
         b, t, _ = zxbcdt.shape
         H, P, N, G = self.n_heads, self.head_dim, self.d_state, self.n_groups
         # FUSED_PREFILL, inference in 16 bits: the conv's kernel, the gate inside the scan, the group norm's kernel
         fused = FUSED_PREFILL and zxbcdt.dtype in (torch.bfloat16, torch.float16) \
             and kernels_ok(zxbcdt, self.norm.weight, self.D)
         z, xBC, dt = zxbcdt.split([self.d_inner, self.conv_dim, H], dim=-1)
-        xBC = self._conv(xBC, state, mask, pads_after, fused)
+        xBC = self._conv(xBC, state, mask, pads_after, fused, rows)
         x, B, C = xBC.split([self.d_inner, G * N, G * N], dim=-1)
         lo, hi = self.dt_limit
         dt_kw = {}
@@ -198,12 +199,15 @@ class Mamba2Mixer(nn.Module):
                 x = x * mask[..., None].to(x.dtype)
         A = neg_A(self.A_log)                                               # (H,) fp32
 
-        y, final = kernels.ssd_scan(x.reshape(b, t, H, P), dt, A, B.reshape(b, t, G, N), C.reshape(b, t, G, N),
-                                    D=self.D, z=z.reshape(b, t, H, P) if fused else None,
-                                    initial_state=None if state is None else state.ssm.float(),
-                                    chunk_size=self.chunk_size, **dt_kw)
-        if state is not None:
-            state.ssm.copy_(final)
+        scan_in = (x.reshape(b, t, H, P), dt, A, B.reshape(b, t, G, N), C.reshape(b, t, G, N))
+        scan_kw = dict(D=self.D, z=z.reshape(b, t, H, P) if fused else None, chunk_size=self.chunk_size, **dt_kw)
+        if rows is not None:
+            y = kernels.ssd_scan_rows(*scan_in, state.ssm, rows, **scan_kw)
+        else:
+            y, final = kernels.ssd_scan(*scan_in, initial_state=None if state is None else state.ssm.float(),
+                                        **scan_kw)
+            if state is not None:
+                state.ssm.copy_(final)
         if fused:
             return group_normed(y.reshape(b, t, self.d_inner), self.norm,
                                 None if out is None else out.view(b, t, self.d_inner))
@@ -213,14 +217,9 @@ class Mamba2Mixer(nn.Module):
     def _chunk_static(self, zxbcdt: torch.Tensor, state: MambaState, where: Positions,
                       out: torch.Tensor | None = None) -> torch.Tensor:
         """``_chunk`` of a right-padded chunk (b, T, features) of the rows ``where.row_index`` (device tensors,
-        ``HybridLM.extend_static`` / ``mixed``): their states copied out, advanced and copied back (a row of pads
-        only is copied back as it was)."""
-        idx = where.row_index
-        part = MambaState(conv=state.conv.index_select(0, idx), ssm=state.ssm.index_select(0, idx))
-        y = self._chunk(zxbcdt, part, where.mask, True, out)
-        state.conv.index_copy_(0, idx, part.conv)
-        state.ssm.index_copy_(0, idx, part.ssm)
-        return y
+        distinct; ``HybridLM.extend_static`` / ``mixed``): their conv windows and SSM states read and written at
+        those rows by the kernels (a row of pads only is left as it was: dt = 0 there)."""
+        return self._chunk(zxbcdt, state, where.mask, True, out, rows=where.row_index)
 
     def mixed(self, u: torch.Tensor, state: MambaState, where: Positions, n: int) -> torch.Tensor:
         """``HybridLM.mixed``: u (n + b*T, D), the mixer's input (the block's norm applied) for one decode

@@ -111,6 +111,36 @@ def test_conv_seq_triton_equals_naive(dtype, b, t, c, K, counts, window):
             assert torch.equal(c1[0], x[0, last - K:last].T.to(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_seq_with_rows_of_a_window_buffer_equals_the_gathered_windows(dtype):
+    """``conv_seq(..., rows=)``: batch row i's window is row rows[i] of a larger buffer, read and updated there
+    (a row of pads only left as it was), other rows untouched; the Triton kernel and the naive twin against the
+    call on the gathered windows."""
+    g = torch.Generator().manual_seed(5)
+    b, t, c, K = 3, 9, 40, 4
+    x = torch.randn(b, t, c, generator=g).to(DEV, dtype)
+    w = torch.randn(c, K, generator=g).to(DEV, dtype)
+    bias = torch.randn(c, generator=g).to(DEV, dtype)
+    n = torch.tensor([9, 4, 0], device=DEV)
+    buf = torch.randn(6, c, K, generator=g).to(DEV, dtype)
+    rows = torch.tensor([4, 0, 2], device=DEV)
+    part = buf[rows].clone()
+    want = kernels.conv_seq(x, part, w, bias, n, backend="naive")
+    for backend in ("naive", "triton"):
+        got_buf = buf.clone()
+        got = kernels.conv_seq(x, got_buf, w, bias, n, backend=backend, rows=rows)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        assert torch.equal(got_buf[rows], part), backend
+        assert torch.equal(got_buf[2], buf[2])   # count 0: as it was
+        for r in (1, 3, 5):
+            assert torch.equal(got_buf[r], buf[r]), (backend, r)
+    with pytest.raises(ValueError, match="rows must be an integer tensor"):
+        kernels.conv_seq(x, buf, w, bias, n, rows=rows.float())
+    with pytest.raises(ValueError, match=r"conv must have shape \(rows, channels=40, K=4\)"):
+        kernels.conv_seq(x, buf[:, :, :3], w, bias, n, rows=rows)
+
+
 def test_conv_seq_checks_its_arguments():
     x = torch.randn(2, 5, 8)
     with pytest.raises(ValueError, match=r"conv must have shape \(batch=2, channels=8, K=4\)"):

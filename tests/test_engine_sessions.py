@@ -142,9 +142,12 @@ def test_mixed_pass_equals_a_decode_step_and_an_extend(pattern):
     _assert_same_states(st, ref_st)
 
 
-def test_mixed_pass_in_bf16_with_the_kernels_equals_a_step_and_an_extend(row_kernel_counts):
+@pytest.mark.parametrize("scan", ["chunked", "triton"])
+def test_mixed_pass_in_bf16_with_the_kernels_equals_a_step_and_an_extend(row_kernel_counts, scan):
     """The mixed pass in bf16 where the decode step's kernels run (Triton's interpreter here): both parts'
-    group norms write rows of one buffer before out_proj (no concatenation); against a step and an extend."""
+    group norms write rows of one buffer before out_proj (no concatenation); with the Triton scan and conv,
+    the chunk rows' states read and written at their rows inside the kernels (``ssd_scan_rows``,
+    ``conv_seq(rows=)``); against a step and an extend."""
     model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*"), seed=7).to(torch.bfloat16)
     with torch.no_grad():
         chunk = _chunk_of(model, [11, 4], 11, seed=20)
@@ -153,7 +156,7 @@ def test_mixed_pass_in_bf16_with_the_kernels_equals_a_step_and_an_extend(row_ker
         ref_dec = model.step(toks, ref_st.rows(3), active)
         ref_pre = model.extend(chunk, ref_st, [5, 4], [9, 9], [11, 4])
         st = _rows_holding(model, 9, 64)
-        with fused_decode("on"):
+        with fused_decode("on"), kernels.use_backend(scan):
             dec, pre = model.mixed(toks, st, active, chunk, torch.tensor([5, 4]), torch.tensor([9, 9]),
                                    torch.tensor([11, 4]))
     assert row_kernel_counts.count("group_rms_norm_triton") == 4   # 2 Mamba layers: the decode rows, the chunk

@@ -405,6 +405,36 @@ BAD_SCAN = [
 ]
 
 
+@pytest.mark.parametrize("sdtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("backend", ["chunked", "triton"])
+def test_scan_rows_reads_and_writes_the_states_in_place(backend, sdtype):
+    """``ssd_scan_rows``: row i starts from state[rows[i]] and leaves its final state there, rounded once to the
+    buffer's dtype; other rows untouched. Against ``ssd_scan`` on the gathered states (fp32): y and the states
+    equal bit for bit (the Triton kernel reads the 16-bit rows directly, the fallback gathers and scatters;
+    on the CPU interpreter a bf16 store may be one step low)."""
+    kw = make_inputs(3, 40, 4, 16, 2, 16, dtype=torch.bfloat16, D="head", z=True, dt_bias=True, dt_softplus=True)
+    kw.pop("initial_state"), kw.pop("cu_seqlens")
+    gen = torch.Generator().manual_seed(9)
+    state = torch.randn(6, 4, 16, 16, generator=gen).to(DEV, sdtype)
+    rows = torch.tensor([5, 1, 3], device=DEV)
+    x, dt, A, B, C = (kw.pop(k) for k in ("x", "dt", "A", "B", "C"))
+    y_ref, fin = ssd_scan(x, dt, A, B, C, initial_state=state[rows].float(), backend=backend, **kw)
+    got_state = state.clone()
+    y = K.ssd_scan_rows(x, dt, A, B, C, got_state, rows, backend=backend, **kw)
+    assert torch.equal(y, y_ref)
+    if backend == "triton" and sdtype == torch.bfloat16 and DEV == "cpu":
+        # Triton's CPU interpreter truncates fp32 -> bf16 on store (the GPU rounds to nearest): within a step
+        assert ((got_state[rows].float() - fin).abs() <= fin.abs() * 2**-7).all()
+    else:
+        assert torch.equal(got_state[rows], fin.to(sdtype))
+    for r in (0, 2, 4):
+        assert torch.equal(got_state[r], state[r])
+    with pytest.raises(ValueError, match="state must have shape"):
+        K.ssd_scan_rows(x, dt, A, B, C, state[:, :, :8], rows, backend=backend, **kw)
+    with pytest.raises(ValueError, match="rows must be an integer tensor"):
+        K.ssd_scan_rows(x, dt, A, B, C, state, rows[:2], backend=backend, **kw)
+
+
 @pytest.mark.parametrize("mutate,msg", BAD_SCAN, ids=[m for _, m in BAD_SCAN])
 def test_scan_bad_input(mutate, msg):
     kw = _good()

@@ -6,6 +6,8 @@
     y = ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                  dt_limit=(0.0, inf), backend=None)
     y = conv_step(conv, x, weight, bias=None, backend=None)     # Mamba2's conv window, one decode token
+    y = ssd_scan_rows(x, dt, A, B, C, state, rows, ...)         # states read and written at state[rows]
+    y = conv_seq(x, conv, weight, bias=None, counts=None, backend=None, rows=None)   # a chunk's causal conv
 
 Shapes (b batch, l seqlen, h heads, p headdim, g groups, n dstate):
     x (b, l, h, p)   dt (b, l, h)   A (h,) fp32 < 0   B, C (b, l, g, n)   D (h,) or (h, p)
@@ -31,7 +33,8 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["ssd_scan", "ssd_step", "conv_step", "conv_seq", "available_backends", "use_backend", "BACKENDS"]
+__all__ = ["ssd_scan", "ssd_scan_rows", "ssd_step", "conv_step", "conv_seq", "available_backends", "use_backend",
+           "BACKENDS"]
 
 BACKENDS = ("naive", "chunked", "triton")
 
@@ -259,6 +262,36 @@ def ssd_scan(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
               initial_state=initial_state, cu_seqlens=cu_seqlens, chunk_size=chunk_size)
 
 
+def ssd_scan_rows(x, dt, A, B, C, state, rows, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+                  dt_limit=(0.0, math.inf), chunk_size=128, backend=None):
+    """``ssd_scan`` of a batch whose row i starts from ``state[rows[i]]`` and leaves its final state there, in
+    place, rounded once to state's dtype: state (R, heads, headdim, dstate) fp32 / bf16 / fp16, rows (batch,)
+    integer, distinct, on state's device. Returns y. The Triton scan reads and writes those rows inside its
+    launch (no gathered copy, no fp32 copy); the other backends gather, scan in fp32 and scatter."""
+    limit = _check_scan(x, dt, A, B, C, D, z, dt_bias, dt_limit, None, None, chunk_size)
+    b, _, h, p = x.shape
+    _expect(state.dim() == 4 and tuple(state.shape[1:]) == (h, p, B.shape[-1]),
+            lambda: f"state must have shape (rows, heads={h}, headdim={p}, dstate={B.shape[-1]}), got {_shape(state)}")
+    _expect(state.dtype in (torch.float32, torch.bfloat16, torch.float16) and state.device == x.device,
+            lambda: f"state must be a float32 / bfloat16 / float16 tensor on {x.device}, got {state.dtype} on "
+                    f"{state.device}")
+    _expect(tuple(rows.shape) == (b,) and not rows.is_floating_point(),
+            lambda: f"rows must be an integer tensor of shape (batch={b},), got {(rows.dtype, _shape(rows))}")
+    name = _pick(backend, x.device, "ssd_scan", "chunked")
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, dt, A, B, C, D, z, dt_bias))
+    if name == "triton" and not grad and state.is_contiguous() and x.dtype != torch.float64:
+        from .ssd_triton_scan import SCAN_CONFIG, ssd_scan_triton_fwd
+
+        if not (SCAN_CONFIG.get("FLAT") or SCAN_CONFIG.get("TWO_PASS")):
+            return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                                       dt_limit=limit, initial_state=state, chunk_size=chunk_size,
+                                       state_rows=rows).y
+    y, final = ssd_scan(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit,
+                        initial_state=state.index_select(0, rows).float(), chunk_size=chunk_size, backend=backend)
+    state.index_copy_(0, rows, final.to(state.dtype))
+    return y
+
+
 def ssd_step(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
              dt_limit=(0.0, math.inf), backend=None, active=None):
     """One decode step: updates ``state`` (batch, heads, headdim, dstate) in place, returns y
@@ -300,21 +333,28 @@ def conv_step(conv, x, weight, bias=None, backend=None, active=None):
     return conv_step_naive(conv, x, weight, bias, active)
 
 
-def conv_seq(x, conv, weight, bias=None, counts=None, backend=None):
+def conv_seq(x, conv, weight, bias=None, counts=None, backend=None, rows=None):
     """Mamba2's causal depthwise conv over a chunk of tokens: x (batch, T, channels) token-major (a strided
     slice is fine: unit stride over channels); ``conv`` (batch, channels, K) the last K inputs before x, oldest
     first (its last K - 1 enter the conv), set in place to the last K real inputs; None: zeros before x,
     nothing kept. ``counts`` (batch,) integer: row i's first counts[i] tokens are real, the rest pads, read as
     zeros (None: all). Returns silu(causal conv + bias) (batch, T, channels) in x's dtype. weight (channels, K)
-    or (channels, 1, K). Naive twin (and the path when autograd records any input):
-    ``conv_seq_naive`` in ``holotron/kernels/conv_naive.py``; Triton: ``holotron/kernels/conv_seq_triton.py``."""
+    or (channels, 1, K). ``rows`` (batch,) integer, distinct: ``conv`` is a larger buffer (R, channels, K) and
+    batch row i's window is conv[rows[i]] (read and updated there; the Triton kernel indexes it, the naive twin
+    gathers and scatters). Naive twin (and the path when autograd records any input): ``conv_seq_naive`` in
+    ``holotron/kernels/conv_naive.py``; Triton: ``holotron/kernels/conv_seq_triton.py``."""
     _expect(x.dim() == 3, lambda: f"x must have shape (batch, T, channels), got {_shape(x)}")
     b, t, c = x.shape
     weight = weight.reshape(weight.shape[0], -1)
     K = weight.shape[1]
     _expect(weight.shape[0] == c and K >= 1, lambda: f"weight must have shape (channels={c}, K), got {_shape(weight)}")
-    _expect(conv is None or tuple(conv.shape) == (b, c, K),
-            lambda: f"conv must have shape (batch={b}, channels={c}, K={K}), got {_shape(conv)}")
+    _expect(rows is None or (conv is not None and tuple(rows.shape) == (b,) and not rows.is_floating_point()),
+            lambda: f"rows must be an integer tensor of shape (batch={b},) with a conv buffer, got "
+                    f"{(rows.dtype, _shape(rows)) if rows is not None else None}")
+    _expect(conv is None or (tuple(conv.shape) == (b, c, K) if rows is None else
+                             (conv.dim() == 3 and tuple(conv.shape[1:]) == (c, K))),
+            lambda: f"conv must have shape ({'rows' if rows is not None else f'batch={b}'}, channels={c}, K={K}), "
+                    f"got {_shape(conv)}")
     _expect(bias is None or tuple(bias.shape) == (c,), lambda: f"bias must have shape (channels={c},), got "
             f"{_shape(bias) if bias is not None else None}")
     _expect(counts is None or (tuple(counts.shape) == (b,) and not counts.is_floating_point()),
@@ -327,6 +367,12 @@ def conv_seq(x, conv, weight, bias=None, counts=None, backend=None):
                                             "(use backend=None or 'naive', or torch.no_grad())")
     if name == "triton" and (conv is None or conv.stride(-1) == 1):  # the window is updated in place
         from .conv_seq_triton import conv_seq_triton
-        return conv_seq_triton(x if x.stride(-1) == 1 else x.contiguous(), conv, weight.contiguous(), bias, counts)
+        return conv_seq_triton(x if x.stride(-1) == 1 else x.contiguous(), conv, weight.contiguous(), bias, counts,
+                               rows)
     from .conv_naive import conv_seq_naive
-    return conv_seq_naive(x, conv, weight, bias, counts)
+    if rows is None:
+        return conv_seq_naive(x, conv, weight, bias, counts)
+    part = conv.index_select(0, rows)
+    out = conv_seq_naive(x, part, weight, bias, counts)
+    conv.index_copy_(0, rows, part)
+    return out

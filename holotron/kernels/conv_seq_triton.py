@@ -24,12 +24,17 @@ CONV_SEQ_CONFIG = dict(BLOCK_T=8, BLOCK_C=128, num_warps=4, WINDOW_C=256)
 
 
 @triton.jit
-def _conv_seq(x_ptr, conv_ptr, w_ptr, b_ptr, out_ptr, cnt_ptr, T, C, s_xb, s_xt, s_cb, s_cc, s_ob, s_ot,
+def _conv_seq(x_ptr, conv_ptr, w_ptr, b_ptr, out_ptr, cnt_ptr, rows_ptr, T, C, s_xb, s_xt, s_cb, s_cc, s_ob, s_ot,
               K: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_COUNTS: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+              BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr = False):
     """out[t, c] = silu(bias[c] + sum_k w[c, k] * in[t - K + 1 + k, c]) for a (BLOCK_T, BLOCK_C) tile; in[s] is
-    x[s] for 0 <= s < n (n: the row's real tokens), the window's slot K + s for s < 0, else 0."""
+    x[s] for 0 <= s < n (n: the row's real tokens), the window's slot K + s for s < 0, else 0. With ROWS, batch
+    row bi's window is row rows[bi] of the window buffer."""
     bi = tl.program_id(0).to(tl.int64)
+    if ROWS:
+        wi = tl.load(rows_ptr + bi).to(tl.int64)
+    else:
+        wi = bi
     ts = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     cs = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
     mc = cs < C
@@ -45,7 +50,7 @@ def _conv_seq(x_ptr, conv_ptr, w_ptr, b_ptr, out_ptr, cnt_ptr, T, C, s_xb, s_xt,
                     mask=live[:, None] & mc[None, :], other=0.0).to(w_ptr.dtype.element_ty).to(tl.float32)
         if HAS_STATE:
             old = src < 0
-            v += tl.load(conv_ptr + bi * s_cb + cs[None, :] * s_cc + (K + src)[:, None],
+            v += tl.load(conv_ptr + wi * s_cb + cs[None, :] * s_cc + (K + src)[:, None],
                          mask=old[:, None] & mc[None, :], other=0.0).to(tl.float32)
         acc += v * tl.load(w_ptr + cs * K + k, mask=mc, other=0.0).to(tl.float32)[None, :]
     if HAS_BIAS:
@@ -56,11 +61,16 @@ def _conv_seq(x_ptr, conv_ptr, w_ptr, b_ptr, out_ptr, cnt_ptr, T, C, s_xb, s_xt,
 
 
 @triton.jit
-def _conv_window(x_ptr, conv_ptr, cnt_ptr, T, C, s_xb, s_xt, s_cb, s_cc, K: tl.constexpr, KP: tl.constexpr,
-                 HAS_COUNTS: tl.constexpr, BLOCK_C: tl.constexpr):
+def _conv_window(x_ptr, conv_ptr, cnt_ptr, rows_ptr, T, C, s_xb, s_xt, s_cb, s_cc, K: tl.constexpr, KP: tl.constexpr,
+                 HAS_COUNTS: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr = False):
     """window[c, k] = in[n - K + k, c] (n: the row's real tokens; in as in ``_conv_seq``), in place: every
-    load of the old window happens before any store (a channel's taps may span threads)."""
+    load of the old window happens before any store (a channel's taps may span threads). With ROWS, batch row
+    bi's window is row rows[bi] of the buffer."""
     bi = tl.program_id(0).to(tl.int64)
+    if ROWS:
+        wi = tl.load(rows_ptr + bi).to(tl.int64)
+    else:
+        wi = bi
     cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ks = tl.arange(0, KP)
     mc = cs < C
@@ -73,7 +83,7 @@ def _conv_window(x_ptr, conv_ptr, cnt_ptr, T, C, s_xb, s_xt, s_cb, s_cc, K: tl.c
     from_x = (src >= 0) & tap
     vx = tl.load(x_ptr + bi * s_xb + src[None, :].to(tl.int64) * s_xt + cs[:, None],
                  mask=mc[:, None] & from_x[None, :], other=0.0).to(conv_ptr.dtype.element_ty)
-    base = conv_ptr + bi * s_cb + cs[:, None] * s_cc
+    base = conv_ptr + wi * s_cb + cs[:, None] * s_cc
     vw = tl.load(base + (K + src)[None, :], mask=mc[:, None] & ((src < 0) & tap)[None, :], other=0.0)
     new = tl.where(from_x[None, :], vx, vw)
     tl.debug_barrier()
@@ -81,24 +91,26 @@ def _conv_window(x_ptr, conv_ptr, cnt_ptr, T, C, s_xb, s_xt, s_cb, s_cc, K: tl.c
 
 
 def conv_seq_triton(x: torch.Tensor, conv: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None,
-                    counts: torch.Tensor | None = None) -> torch.Tensor:
+                    counts: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
     """x (b, T, c) with a unit-stride last dim; conv (b, c, K) with a unit-stride last dim, or None; weight
-    (c, K) contiguous; counts (b,) or None. Returns (b, T, c) like x; the window updated in place."""
+    (c, K) contiguous; counts (b,) or None; rows (b,) or None: conv is (R, c, K) and batch row i's window is
+    conv[rows[i]]. Returns (b, T, c) like x; the window updated in place."""
     b, t, c = x.shape
     K = weight.shape[-1]
     cfg = CONV_SEQ_CONFIG
     out = torch.empty(b, t, c, dtype=x.dtype, device=x.device)
     cnt = counts.contiguous() if counts is not None else x
+    rws = rows.to(dtype=torch.int64).contiguous() if rows is not None else x
     cv = conv if conv is not None else weight
     s_cb, s_cc = (conv.stride(0), conv.stride(1)) if conv is not None else (0, 0)
     if b * t * c:
         grid = (b, triton.cdiv(t, cfg["BLOCK_T"]), triton.cdiv(c, cfg["BLOCK_C"]))
-        _conv_seq[grid](x, cv, weight, bias if bias is not None else weight, out, cnt, t, c, x.stride(0),
+        _conv_seq[grid](x, cv, weight, bias if bias is not None else weight, out, cnt, rws, t, c, x.stride(0),
                         x.stride(1), s_cb, s_cc, out.stride(0), out.stride(1), K=K, HAS_STATE=conv is not None,
                         HAS_BIAS=bias is not None, HAS_COUNTS=counts is not None, BLOCK_T=cfg["BLOCK_T"],
-                        BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"])
+                        BLOCK_C=cfg["BLOCK_C"], ROWS=rows is not None, num_warps=cfg["num_warps"])
     if conv is not None and b * c:
         _conv_window[(b, triton.cdiv(c, cfg["WINDOW_C"]))](
-            x, conv, cnt, t, c, x.stride(0), x.stride(1), s_cb, s_cc, K=K, KP=triton.next_power_of_2(K),
-            HAS_COUNTS=counts is not None, BLOCK_C=cfg["WINDOW_C"], num_warps=4)
+            x, conv, cnt, rws, t, c, x.stride(0), x.stride(1), s_cb, s_cc, K=K, KP=triton.next_power_of_2(K),
+            HAS_COUNTS=counts is not None, BLOCK_C=cfg["WINDOW_C"], ROWS=rows is not None, num_warps=4)
     return out

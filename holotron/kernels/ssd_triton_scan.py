@@ -59,17 +59,20 @@ from .ssd_triton_twopass import two_pass_fwd
 @triton.jit
 def _scan_seq(
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, y_ptr, final_ptr, states_ptr,
-    cu_ptr, choff_ptr,
+    cu_ptr, choff_ptr, rows_ptr,
     L, H, P, N, HPG, NMAX, lo, hi,
     s_x_t, s_x_h, s_dt_t, s_dt_h, s_b_t, s_b_g, s_c_t, s_c_g, s_z_t, s_z_h, s_y_t, s_y_h,
     HAS_D: tl.constexpr, D_PER_CHANNEL: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
     STORE_STATES: tl.constexpr, EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
     MASK_P: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
+    ROWS: tl.constexpr = False,
 ):
     """One program per (headdim block of BP columns, head, sequence): the sequence's chunks in order for
     columns p0 .. p0 + BP - 1 (those < P). With STORE_STATES, the state entering every EVERY-th chunk is
-    written (chunks of Q * EVERY tokens)."""
+    written (chunks of Q * EVERY tokens). With ROWS, sequence s's initial and final states are row
+    rows[s] of one buffer (init_ptr == final_ptr, any float dtype: read once at the start, written once at
+    the end by the same program)."""
     h = tl.program_id(1)
     s = tl.program_id(2)
     p0 = tl.program_id(0) * BP
@@ -103,7 +106,11 @@ def _scan_seq(
         sd = _desc(states_ptr + p0 * N, NMAX * H * P - p0, N, N, BP, BN, STATES_TMA)  # < 2**31 rows
 
     # the state, transposed (dstate x columns), fp32; state tensors are (sequence, h, p, n)
-    st_base = (s.to(tl.int64) * H + h) * P * N
+    if ROWS:
+        st_row = tl.load(rows_ptr + s).to(tl.int64)
+    else:
+        st_row = s.to(tl.int64)
+    st_base = (st_row * H + h) * P * N
     ST, st_off, st_mask = _state_in(init_ptr, st_base, ns, cols, N, mn, mp, BN, BP, HAS_INIT)
 
     for c in tl.range(0, n_chunks, num_stages=NS):
@@ -137,7 +144,7 @@ def _scan_seq(
         ST = ST * e_end + _mm(BwT, xv, xv, OPS)
         _put_y(y, xv, Dv, zd, yd, y_ptr, r0, n_tok, P - p0, s_z_t, s_y_t, Q, BP, TMA, MASK_P, HAS_D, HAS_Z)
 
-    tl.store(final_ptr + st_base + st_off, ST, mask=st_mask)
+    tl.store(final_ptr + st_base + st_off, ST.to(final_ptr.dtype.element_ty), mask=st_mask)
 
 
 # Launch settings. None = the automatic choice of ``launch_config`` (the benchmark sweeps them):
@@ -189,14 +196,18 @@ def launch_config(n_seq: int, h: int, p: int, chunk_size: int, dev: torch.device
 
 def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
                         dt_limit=(0.0, float("inf")), initial_state=None, cu_seqlens=None, chunk_size=128,
-                        store_states=False, states_dtype=torch.float32, states_chunk=None, config=None):
+                        store_states=False, states_dtype=torch.float32, states_chunk=None, config=None,
+                        state_rows=None):
     """The scan's forward (``config``: settings over SCAN_CONFIG's, as the training path pins them). Returns
     a namespace: ``y`` (b, l, h, p) in x's dtype, ``final`` (n_seq, h, p, n) fp32, ``states`` (n_max, h, p, n)
     in ``states_dtype`` with ``store_states`` (else None): states[choff[s] + c] is the state of sequence s
     entering its chunk c of ``states_Q`` tokens (``states_chunk``, a power-of-two multiple of the kernel's
     chunk; None: the kernel's); ``choff`` (n_seq + 1,) int32 on the device with ``store_states``, else None
     (sequence s owns chunks choff[s] .. choff[s + 1] - 1); ``Q`` the kernel's chunk length; ``n_max`` rows
-    of states; ``config`` the settings used."""
+    of states; ``config`` the settings used. With ``state_rows`` (n_seq,) (no cu_seqlens; the per-head layout,
+    one pass): ``initial_state`` is a contiguous buffer (R, h, p, n) of any float dtype whose rows state_rows[s]
+    (distinct) hold the sequences' initial states; their final states are written there in place (rounded once
+    to its dtype) and ``final`` is that buffer."""
     out_dtype = x.dtype
     if x.dtype == torch.float64:  # the kernel computes in fp32
         x, B, C = x.float(), B.float(), C.float()
@@ -212,6 +223,10 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         raise ValueError(f"SCAN_CONFIG['BLOCK_P'] must be a power of two >= {_DOT_MIN}, got {bp}")
 
     flat = bool(cfg.get("FLAT"))
+    if state_rows is not None and (varlen or flat or cfg.get("TWO_PASS") or initial_state is None
+                                   or not initial_state.is_contiguous()):
+        raise ValueError("state_rows needs batch rows (no cu_seqlens), the per-head one-pass layout and a "
+                         "contiguous initial_state buffer")
     xt, Bt, Ct, dtt = _tokens(x), _tokens(B), _tokens(C), _tokens(dt)
     if cfg.get("TWO_PASS") and not varlen:  # stored states: its chunk states are those entering each chunk
         if store_states and states_chunk is not None:
@@ -228,9 +243,13 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         zt = zt if zt is None or zt.stride(1) == p else zt.contiguous()
     y = empty(b, l, h, p, dtype=x.dtype, device=dev)
     yt = y.view(b * l, h, p)
-    final = empty(n_seq, h, p, n, dtype=torch.float32, device=dev)
     A32 = A.float().contiguous()
-    init = None if initial_state is None else initial_state.float().contiguous()
+    if state_rows is None:
+        final = empty(n_seq, h, p, n, dtype=torch.float32, device=dev)
+        init = None if initial_state is None else initial_state.float().contiguous()
+    else:  # read and written in place by row: no copies of the rows, no fp32 copy
+        final = init = initial_state
+        state_rows = state_rows.to(device=dev, dtype=torch.int64).contiguous()
     Dc = None if D is None else D.contiguous()
     bias = None if dt_bias is None else dt_bias.float().contiguous()
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
@@ -290,6 +309,7 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         xt, dtt, A32, Bt, Ct, Dc if Dc is not None else A32, zt if zt is not None else xt,
         bias if bias is not None else A32, init if init is not None else final, yt, final,
         states if states is not None else final, cu, choff if choff is not None else cu,
+        state_rows if state_rows is not None else cu,
         l, h, p, n, h // g, n_max, lo if clamp else 0.0, hi if hi < float("inf") else 3.0e38,
         xt.stride(0), xt.stride(1), dtt.stride(0), dtt.stride(1), Bt.stride(0), Bt.stride(1),
         Ct.stride(0), Ct.stride(1), *(zt.stride()[:2] if zt is not None else (0, 0)), yt.stride(0), yt.stride(1),
@@ -297,7 +317,7 @@ def ssd_scan_triton_fwd(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_soft
         HAS_INIT=init is not None, HAS_BIAS=bias is not None, SOFTPLUS=bool(dt_softplus), CLAMP=clamp,
         VARLEN=varlen, STORE_STATES=bool(store_states), EVERY=every, Q=Q, BP=bp, BN=_p2(n), MASK_P=p % bp != 0,
         MASK_N=_p2(n) != n, TMA=bool(tma), OPS=_dot_ops(x.dtype), NS=int(cfg["num_stages"]),
-        num_warps=int(cfg["num_warps"]), **extra,
+        ROWS=state_rows is not None, num_warps=int(cfg["num_warps"]), **extra,
     )
     return SimpleNamespace(y=y.to(out_dtype), final=final, states=states, choff=choff, Q=Q, states_Q=Qs, n_max=n_max,
                            config=dict(cfg, tma=bool(tma)))
