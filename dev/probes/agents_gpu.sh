@@ -185,6 +185,9 @@ if [ "$phase" = ab ]; then
   [ "${AB_TESTS:-1}" = 0 ] || timeout 120 python3 -m pytest -q -m gpu tests/test_engine_sessions.py \
     tests/test_engine_vision_stream.py tests/test_norm16.py -k "cuda" 2>&1 | tail -3
   [ "${AB_TESTS:-1}" = 0 ] || timeout 60 python3 -m pytest -q tests/test_decode_ops.py -k "relu2 or mlp_uses" 2>&1 | tail -2
+  # the row-indexed scan and conv (ssd_scan_rows, conv_seq rows=) and the one-buffer group norms on CUDA
+  [ "${AB_TESTS:-1}" = 0 ] || timeout 90 python3 -m pytest -q tests/test_kernels.py tests/test_decode_step.py \
+    tests/test_decode_ops.py -k "rows or conv_seq or group_normed" 2>&1 | tail -2
   i=0
   IFS=';' read -ra cfgs <<< "${CONFIGS:-off 8192 float32 0 0;on 8192 float32 0 0;on 1024 float32 0 0;off 8192 float32 1 0;off 8192 bfloat16 0 0;off 8192 float32 0 4096}"
   for cfg in "${cfgs[@]}"; do
