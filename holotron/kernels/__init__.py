@@ -266,7 +266,7 @@ def ssd_scan_rows(x, dt, A, B, C, state, rows, *, D=None, z=None, dt_bias=None, 
                   dt_limit=(0.0, math.inf), chunk_size=128, backend=None):
     """``ssd_scan`` of a batch whose row i starts from ``state[rows[i]]`` and leaves its final state there, in
     place, rounded once to state's dtype: state (R, heads, headdim, dstate) fp32 / bf16 / fp16, rows (batch,)
-    integer, distinct, on state's device. Returns y. The Triton scan reads and writes those rows inside its
+    integer, distinct. Returns y. The Triton scan reads and writes those rows inside its
     launch (no gathered copy, no fp32 copy); the other backends gather, scan in fp32 and scatter."""
     limit = _check_scan(x, dt, A, B, C, D, z, dt_bias, dt_limit, None, None, chunk_size)
     b, _, h, p = x.shape
@@ -286,6 +286,7 @@ def ssd_scan_rows(x, dt, A, B, C, state, rows, *, D=None, z=None, dt_bias=None, 
             return ssd_scan_triton_fwd(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
                                        dt_limit=limit, initial_state=state, chunk_size=chunk_size,
                                        state_rows=rows).y
+    rows = rows.to(state.device)
     y, final = ssd_scan(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=limit,
                         initial_state=state.index_select(0, rows).float(), chunk_size=chunk_size, backend=backend)
     state.index_copy_(0, rows, final.to(state.dtype))
@@ -372,6 +373,7 @@ def conv_seq(x, conv, weight, bias=None, counts=None, backend=None, rows=None):
     from .conv_naive import conv_seq_naive
     if rows is None:
         return conv_seq_naive(x, conv, weight, bias, counts)
+    rows = rows.to(conv.device)
     part = conv.index_select(0, rows)
     out = conv_seq_naive(x, part, weight, bias, counts)
     conv.index_copy_(0, rows, part)
