@@ -454,8 +454,8 @@ def _fused_prefill_check(pads, monkeypatch, d, heads, t, head_dim=16, d_state=16
             st.conv.copy_(start.conv)
             st.ssm.copy_(start.ssm)
             if key == "plain_triton" and DEV == "cpu":
-                monkeypatch.setattr(Mamba2Mixer, "_conv",
-                                    lambda self, x, st, m, after, fused: conv(self, x, st, m, after, True))
+                monkeypatch.setattr(Mamba2Mixer, "_conv", lambda self, x, st, m, after, fused, rows=None:
+                                    conv(self, x, st, m, after, True, rows))
             with fused_decode(mode), kernels.use_backend(backend):
                 states[key] = (mod(u.to(mod.in_proj.weight.dtype), st, where), st)
             monkeypatch.setattr(Mamba2Mixer, "_conv", conv)
