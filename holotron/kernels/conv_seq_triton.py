@@ -18,7 +18,7 @@ import triton.language as tl
 
 # launch settings: tokens x channels per program of the conv, channels per program of the window update. 8 x 128
 # tiles: the fastest of dev/probes/conv_sweep.py's 22 settings at 2 x 320, 4 x 160 and 1 x 8192 tokens of the 12B
-# layer's 12,288 channels on an H100, 11-12% under the 16 x 256 before (docs/benchmarks.md, "Fewer kernels in a
+# layer's 12,288 channels on an H100, 11-12.5% under the 16 x 256 before (docs/benchmarks.md, "Fewer kernels in a
 # mixed pass")
 CONV_SEQ_CONFIG = dict(BLOCK_T=8, BLOCK_C=128, num_warps=4, WINDOW_C=256)
 
