@@ -23,6 +23,7 @@
 #                                           # HOLOTRON_FUSED_RELU2 both off, then both on; their GPU tests; the
 #                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py);
 #                                           # the scan's at a mixed pass's chunk shapes (ssd_tune.py --shapes)
+#   bash dev/probes/agents_gpu.sh attn      # about 120 s: the chunk attention kernel's launch settings
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -157,6 +158,11 @@ if [ "$phase" = kernels ]; then
   # the chunk's scan in a mixed pass (2 x 320 tokens at 100 one-tile agents: 2.3 ms of 41.7 on an H100)
   timeout 90 python3 dev/probes/ssd_tune.py "$OUT" --shapes 2x320,4x160,1x640 --mixed 1 --budget 80 \
     --fwd '[{}, {"TWO_PASS": true}, {"TWO_PASS": true, "Q": 64}, {"BLOCK_P": 32}, {"Q": 64}, {"Q": 16}]' 2>&1 | tail -7
+fi
+if [ "$phase" = attn ]; then   # about 120 s: the chunk attention kernel's launch settings (attn_chunk_sweep.py)
+  timeout 150 python3 dev/probes/attn_chunk_sweep.py --out "$OUT" 2>&1 | grep best
+  timeout 60 python3 -m pytest -q -m gpu tests/test_attn_chunk.py tests/test_engine_fp8kv.py -k "chunk_attention" 2>&1 \
+    | tail -1
 fi
 if [ "$phase" = profile ]; then
   # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's

@@ -28,7 +28,9 @@ import triton.language as tl
 from ..kv_cache import dequantize_kv
 from .attn_block_triton import online_softmax_block
 
-BLOCK_M, BLOCK_N = 64, 64
+# launch settings: queries and keys per block, warps (None: 4 for head dims up to 64, else 8), pipeline stages
+# (dev/probes/attn_chunk_sweep.py times others at the engine's chunk shapes)
+CHUNK_ATTN_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=None, num_stages=2)
 
 
 @triton.jit
@@ -90,13 +92,16 @@ def chunk_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ro
     o = torch.empty_like(q)
     hd_pad = max(16, triton.next_power_of_2(hd))
     f32 = q.dtype == torch.float32
-    grid = (triton.cdiv(t, BLOCK_M), b, hq)
+    cfg = CHUNK_ATTN_CONFIG
+    bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
+    warps = cfg["num_warps"] or (4 if hd_pad <= 64 else 8)
+    grid = (triton.cdiv(t, bm), b, hq)
     _chunk_attn[grid](q, k, v, ks, vs, o, rows, starts, counts, t, hq // hkv, hd, 1.0 / math.sqrt(hd),
                       q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                       v.stride(0), v.stride(1), v.stride(2), ks.stride(0), ks.stride(1), ks.stride(2),
                       o.stride(0), o.stride(1), o.stride(2),
-                      HD_PAD=hd_pad, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, F32=f32, QUANT=quant,
-                      num_warps=4 if hd_pad <= 64 else 8, num_stages=2)
+                      HD_PAD=hd_pad, BLOCK_M=bm, BLOCK_N=bn, F32=f32, QUANT=quant,
+                      num_warps=warps, num_stages=int(cfg["num_stages"]))
     return o
 
 
