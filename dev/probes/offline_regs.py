@@ -59,10 +59,10 @@ def scan_info(flat=False, **over):
     ptrs = {"x_ptr": "*bf16", "dt_ptr": "*bf16", "A_ptr": "*fp32", "B_ptr": "*bf16", "C_ptr": "*bf16",
             "D_ptr": "*fp32", "z_ptr": "*bf16", "bias_ptr": "*fp32", "init_ptr": "*fp32", "y_ptr": "*bf16",
             "final_ptr": "*fp32", "states_ptr": "*bf16", "cu_ptr": "*i32", "choff_ptr": "*i32",
-            "dec_ptr": "*fp32"}
+            "dec_ptr": "*fp32", "rows_ptr": "*i64"}
     const = dict(HAS_D=True, D_PER_CHANNEL=False, HAS_Z=False, HAS_INIT=False, HAS_BIAS=True, SOFTPLUS=True,
                  CLAMP=False, VARLEN=False, STORE_STATES=False, Q=32, BP=64, BN=128, MASK_P=True, MASK_N=False,
-                 TMA=True, OPS="half", NS=3)
+                 TMA=True, OPS="half", NS=3, ROWS=False)
     warps = over.pop("num_warps", 4)
     maxnreg = over.pop("maxnreg", None)
     if flat:
