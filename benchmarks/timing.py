@@ -53,3 +53,17 @@ def captured(fn, device, after=None) -> torch.cuda.CUDAGraph:
     with torch.cuda.graph(g):
         fn()
     return g
+
+
+def per_call_us(fn, reps: int, device) -> float:
+    """Microseconds a call of ``fn``: on a GPU the median replay of a CUDA graph of ``reps`` calls (after one
+    eager call: Triton compiles) over ``reps``; elsewhere one timed call."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return median_ms(fn, 0, 1, device) * 1e3
+    fn()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    return median_ms(g.replay, 2, 10, device) * 1e3 / reps

@@ -87,13 +87,20 @@ def _(x, weight, scale, residual, norm, eps, act, out_dtype):
     return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=out_dtype)
 
 
-@torch.library.custom_op("holotron::group_rms_norm", mutates_args=())
-def _group_rms_norm(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+def _group_norm_rows(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float, out: torch.Tensor) -> None:
+    """The group-norm kernel over v's rows (..., K), written into ``out`` (v's shape, contiguous)."""
     from .kernels.group_norm_triton import group_rms_norm_triton
 
     k = v.shape[-1]
     v2 = v.reshape(-1, k)
-    return group_rms_norm_triton(v2 if v2.stride(-1) == 1 else v2.contiguous(), weight, groups, eps).view(v.shape)
+    group_rms_norm_triton(v2 if v2.stride(-1) == 1 else v2.contiguous(), weight, groups, eps, out.view(-1, k))
+
+
+@torch.library.custom_op("holotron::group_rms_norm", mutates_args=())
+def _group_rms_norm(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    out = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    _group_norm_rows(v, weight, groups, eps, out)
+    return out
 
 
 @_group_rms_norm.register_fake
@@ -103,11 +110,7 @@ def _(v, weight, groups, eps):
 
 @torch.library.custom_op("holotron::group_rms_norm_into", mutates_args=("out",))
 def _group_rms_norm_into(v: torch.Tensor, weight: torch.Tensor, groups: int, eps: float, out: torch.Tensor) -> None:
-    from .kernels.group_norm_triton import group_rms_norm_triton
-
-    k = v.shape[-1]
-    v2 = v.reshape(-1, k)
-    group_rms_norm_triton(v2 if v2.stride(-1) == 1 else v2.contiguous(), weight, groups, eps, out.view(-1, k))
+    _group_norm_rows(v, weight, groups, eps, out)
 
 
 def kernels_ok(x: torch.Tensor, *params: torch.Tensor | None) -> bool:

@@ -27,7 +27,7 @@ if "--small" in sys.argv:
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-from timing import median_ms  # noqa: E402
+from timing import per_call_us  # noqa: E402
 
 from holotron.kernels import attn_chunk_triton as act  # noqa: E402
 from holotron.kv_cache import quantize_kv  # noqa: E402
@@ -86,15 +86,7 @@ def main() -> int:
                     ref = out.float().clone()
                 err = ((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
                 ok = err < (1e-5 if dtype == torch.float32 else 2e-2)
-                if cuda:
-                    call()
-                    gr = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(gr):
-                        for _ in range(args.reps):
-                            call()
-                    us = median_ms(gr.replay, 2, 10, dev) * 1e3 / args.reps
-                else:
-                    us = median_ms(call, 0, 1, dev) * 1e3
+                us = per_call_us(call, args.reps, dev)
                 row.update(us=us, rel_err=err, ok=ok, tflops=flops / us / 1e6)
             except Exception as e:  # noqa: BLE001 - a setting that does not fit (shared memory) is recorded
                 row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:160]}")

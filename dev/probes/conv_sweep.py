@@ -26,7 +26,7 @@ if "--small" in sys.argv:
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-from timing import median_ms  # noqa: E402
+from timing import per_call_us  # noqa: E402
 
 from holotron.kernels import conv_seq_triton as cst  # noqa: E402
 
@@ -71,15 +71,7 @@ def main() -> int:
             if ref is None:
                 ref = out.clone()
             ok = bool(torch.equal(out, ref))
-            if cuda:
-                call()
-                gr = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(gr):
-                    for _ in range(args.reps):
-                        call()
-                us = median_ms(gr.replay, 2, 10, dev) * 1e3 / args.reps
-            else:
-                us = median_ms(call, 0, 1, dev) * 1e3
+            us = per_call_us(call, args.reps, dev)
             row = {"rows": b, "tokens": t, **cfg, "us": us, "equal": ok, "gb_per_s": floor_mb / us * 1e3}
             res["rows"].append(row)
             if ok and (best is None or us < best["us"]):

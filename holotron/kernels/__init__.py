@@ -279,7 +279,7 @@ def ssd_scan_rows(x, dt, A, B, C, state, rows, *, D=None, z=None, dt_bias=None, 
             lambda: f"rows must be an integer tensor of shape (batch={b},), got {(rows.dtype, _shape(rows))}")
     name = _pick(backend, x.device, "ssd_scan", "chunked")
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, dt, A, B, C, D, z, dt_bias))
-    if name == "triton" and not grad and state.is_contiguous() and x.dtype != torch.float64:
+    if name == "triton" and not grad and state.is_contiguous():
         from .ssd_triton_scan import SCAN_CONFIG, ssd_scan_triton_fwd
 
         if not (SCAN_CONFIG.get("FLAT") or SCAN_CONFIG.get("TWO_PASS")):

@@ -26,7 +26,7 @@ CONV_SEQ_CONFIG = dict(BLOCK_T=8, BLOCK_C=128, num_warps=4, WINDOW_C=256)
 @triton.jit
 def _conv_seq(x_ptr, conv_ptr, w_ptr, b_ptr, out_ptr, cnt_ptr, rows_ptr, T, C, s_xb, s_xt, s_cb, s_cc, s_ob, s_ot,
               K: tl.constexpr, HAS_STATE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_COUNTS: tl.constexpr,
-              BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr = False):
+              BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr):
     """out[t, c] = silu(bias[c] + sum_k w[c, k] * in[t - K + 1 + k, c]) for a (BLOCK_T, BLOCK_C) tile; in[s] is
     x[s] for 0 <= s < n (n: the row's real tokens), the window's slot K + s for s < 0, else 0. With ROWS, batch
     row bi's window is row rows[bi] of the window buffer."""
@@ -62,7 +62,7 @@ def _conv_seq(x_ptr, conv_ptr, w_ptr, b_ptr, out_ptr, cnt_ptr, rows_ptr, T, C, s
 
 @triton.jit
 def _conv_window(x_ptr, conv_ptr, cnt_ptr, rows_ptr, T, C, s_xb, s_xt, s_cb, s_cc, K: tl.constexpr, KP: tl.constexpr,
-                 HAS_COUNTS: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr = False):
+                 HAS_COUNTS: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr):
     """window[c, k] = in[n - K + k, c] (n: the row's real tokens; in as in ``_conv_seq``), in place: every
     load of the old window happens before any store (a channel's taps may span threads). With ROWS, batch row
     bi's window is row rows[bi] of the buffer."""

@@ -66,7 +66,7 @@ def _scan_seq(
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, CLAMP: tl.constexpr, VARLEN: tl.constexpr,
     STORE_STATES: tl.constexpr, EVERY: tl.constexpr, Q: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
     MASK_P: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr, OPS: tl.constexpr, NS: tl.constexpr,
-    ROWS: tl.constexpr = False,
+    ROWS: tl.constexpr,
 ):
     """One program per (headdim block of BP columns, head, sequence): the sequence's chunks in order for
     columns p0 .. p0 + BP - 1 (those < P). With STORE_STATES, the state entering every EVERY-th chunk is
