@@ -87,6 +87,7 @@ from holotron.model import Holotron, HolotronConfig  # noqa: E402
 from holotron.vision import VisionConfig  # noqa: E402
 
 CASES = {"one-tile": 1, "twelve-tile": 13}           # tiles per screenshot (12 + the thumbnail)
+PROGRESS_S = 30.0   # seconds between a run's progress lines (and the JSON's "running" entry)
 IMAGE_TOKEN_ID = 18                                  # <image>; random text ids are drawn from [32, vocab)
 TEXT_ID_LOW = 32
 SMALL_VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=4, mlp_ratio=2.0,
@@ -185,8 +186,10 @@ def step_ms(eng: Engine, b: int, reps: int) -> float:
                 t.copy_(v)
 
 
-def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline: float) -> dict:
-    """The agent loop on a fresh engine; the measurements of one (model, case, N)."""
+def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline: float, report=None) -> dict:
+    """The agent loop on a fresh engine; the measurements of one (model, case, N). ``report(dict)``, when given,
+    gets the warm-up's parts and then, every ``PROGRESS_S`` seconds of the run, the turns done so far and the
+    engine's phase seconds (printed too), so a run killed from outside leaves where it was in the JSON."""
     dev = model.device
     n = len(plan)
     px = torch.randn(tiles, 3, model.config.vision.image_size, model.config.vision.image_size, device=dev,
@@ -210,13 +213,26 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     # counters are reset after it (graphs the run still meets are captured in it: chunk_captures,
     # mixed_captures, capture_s)
     t = time.perf_counter()
+    parts = {}
+
+    def part(name, t_prev):
+        sync(dev)
+        now = time.perf_counter()
+        parts[name] = round(now - t_prev, 2)
+        if report:
+            report({"warmup": dict(parts)})
+        return now
+
     turn_len = sorted({len(p[0]) + 1 for a in plan for p in a})
     eng.capture_chunks([(b, tl) for b in row_buckets(min(n, rows)) for tl in turn_len])  # every bucket they meet
+    tp = part("chunk_graphs", t)
     eng.capture_vision(row_buckets(min(eng.vision_tiles, n * tiles)))
+    tp = part("vision_graphs", tp)
     # a mixed engine: the passes of the shapes met most (many rows decoding, a few turns admitted a step)
     live = min(n, rows)
     eng.capture_mixed([(nb, b, tl) for nb in eng.batch_sizes if live // 2 <= nb <= live for b in (1, 2, 3, 4)
                        for tl in turn_len])
+    tp = part("mixed_graphs", tp)
     for k in (1, min(n, 4)):
         ss = [eng.session() for _ in range(k)]
         for turn in range(min(2, len(plan[0]))):
@@ -228,8 +244,10 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
                 raise RuntimeError(f"warm-up turn failed: {bad[0]}")
         for q in ss:
             eng.close(q)
+    part("warm_turns", tp)
     eng.reset_stats()
     warmup_s = time.perf_counter() - t
+    print(f"  warm-up {warmup_s:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in parts.items()), flush=True)
 
     sessions = [eng.session() for _ in range(n)]
     nxt, cur, reqs = [0] * n, [None] * n, []
@@ -247,10 +265,23 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     for i in range(n):
         submit(i)
     waiting = set(range(n))
+    t_report = t0
     while waiting:
-        if time.perf_counter() > deadline:
+        now = time.perf_counter()
+        if now > deadline:
             cut = True
             break
+        if now - t_report > PROGRESS_S:
+            t_report = now
+            done = sum(1 for r in reqs if r.done)
+            st = eng.stats
+            prog = {"s": round(now - t0, 1), "turns_done": done, "turns_expected": sum(len(a) for a in plan),
+                    "agents_done": n - len(waiting), "steps": eng.steps,
+                    "on_host": sum(1 for q in sessions if q.on_host),
+                    **{k: round(st[k], 1) for k in ("decode_s", "prefill_s", "admit_s", "mixed_s")}}
+            print("  progress " + " ".join(f"{k} {v}" for k, v in prog.items()), flush=True)
+            if report:
+                report({"warmup": dict(parts), "progress": prog})
         before, mixed_before = eng.stats["decode_tokens"], eng.stats["mixed_steps"]
         eng.step()
         if eng.stats["mixed_steps"] == mixed_before:   # the decode phase: a captured step alone
@@ -404,12 +435,20 @@ def sweep(args, res: dict, save) -> None:
                     continue
                 t = time.perf_counter()
                 try:
-                    row.update(run_agents(model, plan, tiles, rows, max_len, args, clk.t0 + args.budget - reserve))
+                    res["running"] = dict(row)
+
+                    def report(d, running=res["running"]):
+                        running.update(d)
+                        save()
+
+                    row.update(run_agents(model, plan, tiles, rows, max_len, args, clk.t0 + args.budget - reserve,
+                                          report))
                 except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
                     row["status"] = "OOM" if is_oom(e) else f"error: {type(e).__name__}: {str(e)[:300]}"
                     if not is_oom(e):
                         traceback.print_exc()
                 row["seconds"] = time.perf_counter() - t
+                res.pop("running", None)
                 free_cuda()
                 rows_out.append(row)
                 save()

@@ -164,6 +164,7 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls,
             h0 = norm_linear(x, norm, up, act="relu2")
             y0 = linear_residual(h0, down, x, gnorm)
         assert not kernel_calls
+        del row_kernel_calls[:]   # the plain path's FP8Linear on CUDA runs the skinny product too: not counted
         with fused_decode("on"):
             h1 = norm_linear(x, norm, up, act="relu2")
             y1 = linear_residual(h1, down, x, gnorm)
@@ -175,8 +176,11 @@ def test_norm_linear_and_linear_residual_fused_equal_plain(wdtype, kernel_calls,
             assert not kernel_calls and {"group_rms_norm_triton", "row_norm_quant"} <= set(row_kernel_calls)
             assert row_kernel_calls.count("skinny_mm") == (3 if wdtype == torch.bfloat16 or DEV == "cuda" else 0)
     assert h1.dtype == h0.dtype == torch.bfloat16 and y1.dtype == y0.dtype and lg.dtype == torch.float32
-    # the fused path skips the bf16 rounding of the normalised x: a few bf16 ulps apart
-    assert _rel(h1, h0) < 3e-2 and _rel(y1, y0) < 3e-2
+    # the fused path skips the bf16 rounding of the normalised x: a few bf16 ulps apart; with FP8 weights on CUDA
+    # one side quantises x to e4m3 (3 mantissa bits: the plain FP8Linear's skinny product, or the fused row
+    # kernels) where the other multiplies bf16 x by the widened weights (the GEMV)
+    tol = 6e-2 if wdtype == torch.float8_e4m3fn and DEV == "cuda" else 3e-2
+    assert _rel(h1, h0) < tol and _rel(y1, y0) < tol
 
 
 def test_plain_path_where_the_kernel_cannot_run(kernel_calls, monkeypatch):
@@ -249,7 +253,8 @@ def test_fused_model_step_is_as_accurate_as_the_plain_step(fp8, kernel_calls, ro
             tok = want.argmax(-1)
     print({k: round(max(v), 5) for k, v in errs.items()})
     assert max(errs["fused"]) <= 1.25 * max(errs["plain"]) + 1e-3, errs
-    assert max(errs["fused"]) < 0.05, errs
+    # FP8 on CUDA: the plain step itself is about 0.05 from the fp32 twin (H100, 2026-12-06)
+    assert max(errs["fused"]) < (0.1 if fp8 and DEV == "cuda" else 0.05), errs
 
 
 @pytest.mark.gpu

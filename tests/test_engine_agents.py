@@ -124,3 +124,29 @@ def test_a_run_cut_by_its_deadline_counts_only_the_turns_that_finished():
     r = bench_agents.run_agents(model, plan, 1, 2, max_len, args, deadline=0.0)
     assert r["status"] == "cut (time)" and r["turns_expected"] == 6
     assert r["turns_completed"] == 0 and r["output_tokens"] == 0 and not r["all_turns_completed"]
+
+
+def test_a_run_reports_its_warm_up_and_progress_while_it_goes(tmp_path, monkeypatch, capsys):
+    """Every ``PROGRESS_S`` seconds a run prints its progress and writes it to the JSON's "running" entry (what a
+    run killed from outside leaves behind); the entry is gone once the row is written."""
+    monkeypatch.setattr(bench_agents, "PROGRESS_S", 0.0)
+    seen = []
+    real_save = json.dump
+
+    def spy(obj, f, **kw):
+        if "running" in obj:
+            seen.append(json.loads(json.dumps(obj["running"], default=str)))
+        return real_save(obj, f, **kw)
+
+    monkeypatch.setattr(bench_agents.json, "dump", spy)
+    rc = bench_agents.main(["--small", "--agents", "3", "--turns", "2", "--models", "hybrid", "--cases", "one-tile",
+                            "--prefill-tokens", "64", "--max-rows", "2", "--no-plot", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "warm-up" in out and "mixed_graphs" in out and "progress s " in out and "turns_done" in out
+    assert seen and set(seen[0]["warmup"]) == {"chunk_graphs"} and seen[0]["agents"] == 3
+    last = seen[-1]
+    assert set(last["warmup"]) == {"chunk_graphs", "vision_graphs", "mixed_graphs", "warm_turns"}
+    assert last["progress"]["turns_expected"] == 6 and 0 <= last["progress"]["turns_done"] <= 6
+    res = json.loads((tmp_path / "bench_agents.json").read_text())
+    assert "running" not in res and res["rows"][0]["status"] == "ok"
