@@ -62,6 +62,7 @@ configuration whose host-side sessions would not fit in 80 % of the available ho
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
@@ -207,6 +208,9 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
                  vision_stream=args.vision_stream == "on")
     setup_s = time.perf_counter() - t
 
+    watch = getattr(args, "watchdog", 0)
+    if watch:   # a step that never returns (a GPU kernel that does not end): every thread's stack on stderr
+        faulthandler.dump_traceback_later(watch, repeat=True)
     # warm-up: one turn alone, then turns of min(N, 4) sessions together, the second turn of each too
     # (Triton JIT of the scan's launch settings for one and for several sequences, vision, cuBLAS), and the
     # prefill graphs of whole turns at every bucket of rows (what a server captures at startup); the
@@ -266,6 +270,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         submit(i)
     waiting = set(range(n))
     t_report = t0
+    if watch:
+        faulthandler.dump_traceback_later(watch, repeat=True)
     while waiting:
         now = time.perf_counter()
         if now > deadline:
@@ -273,6 +279,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
             break
         if now - t_report > PROGRESS_S:
             t_report = now
+            if watch:
+                faulthandler.dump_traceback_later(watch, repeat=True)   # re-armed: the run goes on
             done = sum(1 for r in reqs if r.done)
             st = eng.stats
             prog = {"s": round(now - t0, 1), "turns_done": done, "turns_expected": sum(len(a) for a in plan),
@@ -301,6 +309,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
             stalled = True
             break
     sync(dev)
+    if watch:
+        faulthandler.cancel_dump_traceback_later()
     wall = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else float("nan")
 
@@ -448,6 +458,7 @@ def sweep(args, res: dict, save) -> None:
                     if not is_oom(e):
                         traceback.print_exc()
                 row["seconds"] = time.perf_counter() - t
+                faulthandler.cancel_dump_traceback_later()   # (--watchdog) also after an error
                 res.pop("running", None)
                 free_cuda()
                 rows_out.append(row)
@@ -625,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-tokens", type=_at_least(1), default=8192, help="the engine's prefill chunk (tokens)")
     ap.add_argument("--max-rows", type=_at_least(1), default=None,
                     help="at most this many engine rows (default: N, or as many as fit); the other sessions wait")
+    ap.add_argument("--watchdog", type=_at_least(0), default=0,
+                    help="seconds without a progress line (one every 30 s) after which every thread's Python stack "
+                         "goes to stderr, again each time as long; 0: off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", action="store_true", help="the PNG (drawn anyway when matplotlib is importable)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,24 @@ def test_a_run_reports_its_warm_up_and_progress_while_it_goes(tmp_path, monkeypa
     assert last["progress"]["turns_expected"] == 6 and 0 <= last["progress"]["turns_done"] <= 6
     res = json.loads((tmp_path / "bench_agents.json").read_text())
     assert "running" not in res and res["rows"][0]["status"] == "ok"
+
+
+def test_the_watchdog_prints_the_stack_of_a_step_that_takes_too_long(tmp_path, monkeypatch, capfd):
+    """``--watchdog S``: a step that has not returned after S seconds leaves every thread's Python stack on stderr
+    (where a run that hangs on the GPU waits), and the run goes on."""
+    real = bench_agents.Engine.step
+    slow = []
+
+    def step(self):
+        if not slow:
+            slow.append(1)
+            time.sleep(1.6)
+        return real(self)
+
+    monkeypatch.setattr(bench_agents.Engine, "step", step)
+    rc = bench_agents.main(["--small", "--agents", "2", "--turns", "1", "--models", "hybrid", "--cases", "one-tile",
+                            "--prefill-tokens", "64", "--no-plot", "--watchdog", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    err = capfd.readouterr().err
+    assert "Timeout (0:00:01)!" in err and "in step" in err
+    assert json.loads((tmp_path / "bench_agents.json").read_text())["rows"][0]["status"] == "ok"

@@ -24,6 +24,10 @@
 #                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py);
 #                                           # the scan's at a mixed pass's chunk shapes (ssd_tune.py --shapes)
 #   bash dev/probes/agents_gpu.sh attn      # about 120 s: the chunk attention kernel's launch settings
+#   bash dev/probes/agents_gpu.sh twelvediag # about 400 s: why twelve-tile runs with mixed passes never wrote a row
+#                                           # (2026-12-06, H100: 74 rows for 100 agents, warm-up 10 s, then no
+#                                           # progress line in 390 s): short runs with the watchdog's stacks, mixed
+#                                           # on / off, vision stream on / off, all rows on the GPU or not
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -163,6 +167,17 @@ if [ "$phase" = attn ]; then   # about 120 s: the chunk attention kernel's launc
   timeout 150 python3 dev/probes/attn_chunk_sweep.py --out "$OUT" 2>&1 | grep best
   timeout 60 python3 -m pytest -q -m gpu tests/test_attn_chunk.py tests/test_engine_fp8kv.py -k "chunk_attention" 2>&1 \
     | tail -1
+fi
+if [ "$phase" = twelvediag ]; then   # agents rows mixed vision-stream seconds: the first that hangs dumps stacks
+  for cfg in "8 8 on on 70" "8 6 on on 70" "8 6 off on 70" "8 6 on off 70" "100 100 on on 110"; do
+    set -- $cfg
+    timeout $5 python3 benchmarks/bench_agents.py --cases twelve-tile --agents $1 --max-rows $2 --turns 2 \
+      --models hybrid --kv-dtype fp8 --ssm-dtype bfloat16 --mixed $3 --vision-stream $4 --margin-gib 24 \
+      --budget $(($5 - 15)) --watchdog 25 --no-plot --out "$OUT/d" > "$OUT/diag-$1-$2-$3-$4.log" 2>&1
+    echo "== $cfg rc=$?"; grep -E "warm-up|progress|N=|Timeout" "$OUT/diag-$1-$2-$3-$4.log" | head -6
+    grep -A14 "Timeout" "$OUT/diag-$1-$2-$3-$4.log" | grep -E "File" | head -8
+    cp "$OUT/d/bench_agents.json" "$OUT/diag-$1-$2-$3-$4.json" 2>/dev/null; rm -rf "$OUT/d"
+  done
 fi
 if [ "$phase" = profile ]; then
   # ssm dtype, chunk rows, tokens a row, decoding rows, history: the agents' shapes, then the serving section's
