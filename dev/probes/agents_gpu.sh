@@ -24,10 +24,11 @@
 #                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py);
 #                                           # the scan's at a mixed pass's chunk shapes (ssd_tune.py --shapes)
 #   bash dev/probes/agents_gpu.sh attn      # about 120 s: the chunk attention kernel's launch settings
-#   bash dev/probes/agents_gpu.sh twelvediag # about 400 s: why twelve-tile runs with mixed passes never wrote a row
+#   bash dev/probes/agents_gpu.sh twelvediag # 300-560 s: why twelve-tile runs with mixed passes never wrote a row
 #                                           # (2026-12-06, H100: 74 rows for 100 agents, warm-up 10 s, then no
-#                                           # progress line in 390 s): short runs with the watchdog's stacks, mixed
-#                                           # on / off, vision stream on / off, all rows on the GPU or not
+#                                           # progress line in 390 s): engine_hang.py's tiny-model variants at the
+#                                           # same token counts (mixed, vision stream, rows on / off), then two 12B
+#                                           # runs of 2 turns (mixed on / off) with the watchdog's stacks
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -169,7 +170,9 @@ if [ "$phase" = attn ]; then   # about 120 s: the chunk attention kernel's launc
     | tail -1
 fi
 if [ "$phase" = twelvediag ]; then   # agents rows mixed vision-stream seconds: the first that hangs dumps stacks
-  for cfg in "8 8 on on 70" "8 6 on on 70" "8 6 off on 70" "8 6 on off 70" "100 100 on on 110"; do
+  # first the twelve-tile token counts with a tiny model (seconds a variant; a hang is killed after 60 s)
+  timeout 330 python3 dev/probes/engine_hang.py --limit 30 --out "$OUT" 2>&1 | tail -40
+  for cfg in "100 100 on on 110" "100 100 off on 110"; do
     set -- $cfg
     timeout $5 python3 benchmarks/bench_agents.py --cases twelve-tile --agents $1 --max-rows $2 --turns 2 \
       --models hybrid --kv-dtype fp8 --ssm-dtype bfloat16 --mixed $3 --vision-stream $4 --margin-gib 24 \

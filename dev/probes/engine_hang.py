@@ -1,0 +1,107 @@
+"""Probe: the twelve-tile agents run that never returned a step on an H100 (2026-12-06, docs/benchmarks.md,
+"States read and written in place"), at its token counts with a tiny model, so a variant takes seconds.
+
+Each variant (agents, engine rows, mixed passes on / off, vision stream on / off) runs ``bench_agents.run_agents``
+in a subprocess of its own under a time limit, with the watchdog's stacks (``faulthandler``) after
+``--watchdog`` seconds without a progress line; a variant that hangs is killed and the next one runs. One line
+per variant at the end, and ``engine_hang.json``.
+
+    PYTHONPATH=. python3 dev/probes/engine_hang.py --out $OUT                     # the GPU's variants
+    python dev/probes/engine_hang.py --device cpu --variants 6:4:on:on --image-size 64 --out /tmp/eh  # CPU check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+VARIANTS = "100:74:on:on,100:74:off:on,100:74:on:off,100:100:on:on,8:6:on:on,8:8:on:on"
+
+
+def one(a) -> int:
+    """The child: one variant; prints a JSON line starting with '@@'."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(a.watchdog, repeat=True)
+    sys.path[:0] = [os.path.join(ROOT, "benchmarks"), ROOT]
+    import bench_agents as ba
+    import torch
+
+    from holotron.vision import VisionConfig
+
+    n, rows, mixed, vs = a.child.split(":")
+    n, rows = int(n), int(rows)
+    dev = torch.device(a.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    tcfg, _ = ba.configs(True)["hybrid"]
+    vcfg = VisionConfig(**dict(ba.SMALL_VISION, image_size=a.image_size, max_img_size=a.image_size),
+                        projector_output_size=tcfg.hidden_size)
+    model = ba.build_vl(tcfg, vcfg, dev, dtype, seed=0)
+    tiles = ba.CASES["twelve-tile"]
+    plan = ba.make_plan(n, a.turns, tiles * model.config.tokens_per_tile, (40, 80), (80, 120), tcfg.vocab_size, 0)
+    max_len = -(-(max(ba.history(p) for p in plan) + 64) // 256) * 256
+    args = types.SimpleNamespace(prefill_tokens=8192, phase_timing="on", ssm_dtype=torch.bfloat16,
+                                 kv_dtype=torch.float8_e4m3fn, overlap="auto", mixed=mixed, prefill_graphs="auto",
+                                 step_prompt_max=None, prefill_min_tokens=0, vision_stream=vs, small=True,
+                                 watchdog=a.watchdog)
+    t = time.perf_counter()
+    r = ba.run_agents(model, plan, tiles, rows, max_len, args, t + a.limit)
+    keep = ("status", "turns_completed", "turns_expected", "sessions_on_host_peak", "mixed_steps", "decode_steps",
+            "wall_s", "warmup_s")
+    print("@@" + json.dumps({"tokens_per_tile": model.config.tokens_per_tile, **{k: r[k] for k in keep}}),
+          flush=True)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", default=VARIANTS, help="agents:rows:mixed:vision-stream, comma-separated")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--image-size", type=int, default=128, help="tiny ViT (patch 4): 128 gives 256 tokens a tile")
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--limit", type=float, default=60.0, help="seconds a variant may run")
+    ap.add_argument("--watchdog", type=int, default=20)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return one(a)
+    os.makedirs(a.out, exist_ok=True)
+    res = []
+    for v in a.variants.split(","):
+        cmd = [sys.executable, __file__, "--child", v, "--device", a.device, "--image-size", str(a.image_size),
+               "--turns", str(a.turns), "--limit", str(a.limit), "--watchdog", str(a.watchdog)]
+        t = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit + 30)
+            out, err, rc = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            rc = "killed"
+        rec = {"variant": v, "rc": rc, "seconds": round(time.perf_counter() - t, 1)}
+        for line in out.splitlines():
+            if line.startswith("@@"):
+                rec.update(json.loads(line[2:]))
+        rec["progress"] = [ln.strip() for ln in out.splitlines() if "progress" in ln or "warm-up" in ln][-3:]
+        rec["stacks"] = err[-6000:] if ("Timeout" in err or rc not in (0,)) else ""
+        res.append(rec)
+        with open(os.path.join(a.out, "engine_hang.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        print(f"{v:>16} rc {rc} {rec['seconds']:6.1f} s {rec.get('status')} "
+              f"{rec.get('turns_completed')}/{rec.get('turns_expected')}", flush=True)
+        if rec["stacks"]:
+            frames = [ln.strip() for ln in rec["stacks"].splitlines() if ln.strip().startswith("File")]
+            print("   " + "\n   ".join(frames[:10]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
