@@ -269,7 +269,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     for i in range(n):
         submit(i)
     waiting = set(range(n))
-    t_report = t0
+    t_report = t_armed = t0
     if watch:
         faulthandler.dump_traceback_later(watch, repeat=True)
     while waiting:
@@ -277,10 +277,11 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         if now > deadline:
             cut = True
             break
+        if watch and now - t_armed > 1.0:   # re-armed about once a second while steps return
+            faulthandler.dump_traceback_later(watch, repeat=True)
+            t_armed = now
         if now - t_report > PROGRESS_S:
             t_report = now
-            if watch:
-                faulthandler.dump_traceback_later(watch, repeat=True)   # re-armed: the run goes on
             done = sum(1 for r in reqs if r.done)
             st = eng.stats
             prog = {"s": round(now - t0, 1), "turns_done": done, "turns_expected": sum(len(a) for a in plan),
@@ -637,8 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rows", type=_at_least(1), default=None,
                     help="at most this many engine rows (default: N, or as many as fit); the other sessions wait")
     ap.add_argument("--watchdog", type=_at_least(0), default=0,
-                    help="seconds without a progress line (one every 30 s) after which every thread's Python stack "
-                         "goes to stderr, again each time as long; 0: off")
+                    help="seconds a step may go on (warm-up: the whole warm-up) before every thread's Python stack "
+                         "goes to stderr, again every as many seconds while it lasts; 0: off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", action="store_true", help="the PNG (drawn anyway when matplotlib is importable)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG")

@@ -27,9 +27,6 @@ VARIANTS = "100:74:on:on,100:74:off:on,100:74:on:off,100:100:on:on,8:6:on:on,8:8
 
 def one(a) -> int:
     """The child: one variant; prints a JSON line starting with '@@'."""
-    import faulthandler
-
-    faulthandler.dump_traceback_later(a.watchdog, repeat=True)
     sys.path[:0] = [os.path.join(ROOT, "benchmarks"), ROOT]
     import bench_agents as ba
     import torch
