@@ -23,7 +23,8 @@
 #                                           # HOLOTRON_FUSED_RELU2 both off, then both on; their GPU tests; the
 #                                           # ViT's SDPA backends (vision_profile.py); the conv's settings (conv_sweep.py);
 #                                           # the scan's at a mixed pass's chunk shapes (ssd_tune.py --shapes)
-#   bash dev/probes/agents_gpu.sh attn      # about 120 s: the chunk attention kernel's launch settings
+#   bash dev/probes/agents_gpu.sh attn      # about 120 s: the chunk attention kernel's launch settings (FP8=on ATTN_S=
+#                                           # 200: with an FP8 cache; 4 warps / 3 stages the default since 2026-12-06)
 #   bash dev/probes/agents_gpu.sh twelvediag # 300-560 s: why twelve-tile runs with mixed passes never wrote a row
 #                                           # (2026-12-06, H100: 74 rows for 100 agents, warm-up 10 s, then no
 #                                           # progress line in 390 s): engine_hang.py's tiny-model variants at the
@@ -165,7 +166,7 @@ if [ "$phase" = kernels ]; then
     --fwd '[{}, {"TWO_PASS": true}, {"TWO_PASS": true, "Q": 64}, {"BLOCK_P": 32}, {"Q": 64}, {"Q": 16}]' 2>&1 | tail -7
 fi
 if [ "$phase" = attn ]; then   # about 120 s: the chunk attention kernel's launch settings (attn_chunk_sweep.py)
-  timeout 150 python3 dev/probes/attn_chunk_sweep.py --out "$OUT" 2>&1 | grep best
+  timeout ${ATTN_S:-150} python3 dev/probes/attn_chunk_sweep.py --fp8 ${FP8:-off} --out "$OUT" 2>&1 | grep best
   timeout 60 python3 -m pytest -q -m gpu tests/test_attn_chunk.py tests/test_engine_fp8kv.py -k "chunk_attention" 2>&1 \
     | tail -1
 fi
