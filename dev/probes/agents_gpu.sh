@@ -133,13 +133,16 @@ if [ "$phase" = twelve100 ]; then
 fi
 if [ "$phase" = twelve100both ]; then   # twelve-tile at 100 agents, both models with FP8 KV, bf16 state, mixed passes
   # each model gets the time left in TOTAL_S (590) shared between the models still to run; the command's limit
-  # stays 60 s above the benchmark's budget (on an H100 on 2026-12-06 a budget of 272 s under a 285 s limit was
-  # killed before the row was written: the run's end, after its budget, takes longer than 13 s)
+  # stays 60 s above the benchmark's budget. On an H100 on 2026-12-06 the hybrid's run never wrote its row: its
+  # first steps did not return (docs/benchmarks.md, "States read and written in place"; phase twelvediag); the
+  # watchdog's stacks go to the log
   for m in attention hybrid; do
     left=$(( (${TOTAL_S:-590} - SECONDS) / $([ $m = attention ] && echo 2 || echo 1) ))
     timeout $left python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models $m --kv-dtype fp8 \
       --ssm-dtype bfloat16 --mixed on --vision-stream ${VS:-on} --margin-gib 24 --budget $((left - 60)) --no-plot \
-      --out "$OUT/t$m" 2>&1 | tail -3
+      --watchdog 60 --out "$OUT/t$m" > "$OUT/twelve100-$m.log" 2>&1
+    grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve100-$m.log" | tail -8
+    grep -A14 "Timeout" "$OUT/twelve100-$m.log" | grep -E "File" | head -8
     cp "$OUT/t$m/bench_agents.json" "$OUT/agents-twelve-100-fp8-$m.json"; rm -rf "$OUT/t$m"
   done
 fi
