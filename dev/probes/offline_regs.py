@@ -9,6 +9,7 @@ GPU (triton's own ptxas). Codegen of this machine's triton, not necessarily the 
     python dev/probes/offline_regs.py state [KEY=VALUE ...]    # the state-gradient pass (_bwd_spass)
     python dev/probes/offline_regs.py walk [KEY=VALUE ...]     # the state gradient as one walk (BWD_CONFIG WALK)
     python dev/probes/offline_regs.py tp_states|tp_pass|tp_out [KEY=VALUE ...]   # SCAN_CONFIG TWO_PASS's kernels
+    python dev/probes/offline_regs.py attn [QUANT=True] [KEY=VALUE ...]  # the chunk attention (CHUNK_ATTN_CONFIG)
 """
 
 from __future__ import annotations
@@ -168,6 +169,26 @@ def two_pass_info(kernel="tp_out", **over):
     return compile_info(fn, sig, const, warps, 2, maxnreg, attrs)
 
 
+def attn_info(**over):
+    """The chunk attention (``_chunk_attn``, holotron/kernels/attn_chunk_triton.py) at the 12B sizes: head dim 128,
+    bf16 queries, a bf16 cache (``QUANT=True``: FP8 codes with fp32 scales), ``CHUNK_ATTN_CONFIG``'s blocks, warps
+    and stages unless overridden."""
+    from holotron.kernels.attn_chunk_triton import CHUNK_ATTN_CONFIG, _chunk_attn
+
+    quant = bool(over.pop("QUANT", False))
+    warps = over.pop("num_warps", CHUNK_ATTN_CONFIG["num_warps"] or 8)
+    stages = over.pop("num_stages", CHUNK_ATTN_CONFIG["num_stages"])
+    const = dict(HD_PAD=128, BLOCK_M=CHUNK_ATTN_CONFIG["BLOCK_M"], BLOCK_N=CHUNK_ATTN_CONFIG["BLOCK_N"], F32=False,
+                 QUANT=quant)
+    const.update(over)
+    cache = "*fp8e4nv" if quant else "*bf16"
+    ptrs = {"q_ptr": "*bf16", "k_ptr": cache, "v_ptr": cache, "ks_ptr": "*fp32", "vs_ptr": "*fp32", "o_ptr": "*bf16",
+            "rows_ptr": "*i64", "starts_ptr": "*i64", "counts_ptr": "*i64"}
+    sig = {n: "constexpr" if n in const else ptrs.get(n, "fp32" if n == "scale" else "i32")
+           for n in _chunk_attn.arg_names}
+    return compile_info(_chunk_attn, sig, const, warps, stages)
+
+
 def _val(v):
     if v in ("True", "False"):
         return v == "True"
@@ -186,6 +207,8 @@ if __name__ == "__main__":
         print(bwd_info(what, **over))
     elif what in ("tp_states", "tp_pass", "tp_out"):
         print(two_pass_info(what, **over))
+    elif what == "attn":
+        print(attn_info(**over))
     else:
-        raise SystemExit(f"unknown kernel {what!r}: scan, flat, dx, dbc, dstates, state, walk, tp_states, tp_pass "
-                         f"or tp_out")
+        raise SystemExit(f"unknown kernel {what!r}: scan, flat, dx, dbc, dstates, state, walk, tp_states, tp_pass, "
+                         f"tp_out or attn")
