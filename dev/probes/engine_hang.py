@@ -88,7 +88,7 @@ def main() -> int:
             if line.startswith("@@"):
                 rec.update(json.loads(line[2:]))
         rec["progress"] = [ln.strip() for ln in out.splitlines() if "progress" in ln or "warm-up" in ln][-3:]
-        rec["stacks"] = err[-6000:] if ("Timeout" in err or rc not in (0,)) else ""
+        rec["stacks"] = err[-6000:] if ("Timeout" in err or rc != 0) else ""
         res.append(rec)
         with open(os.path.join(a.out, "engine_hang.json"), "w") as f:
             json.dump(res, f, indent=1)
