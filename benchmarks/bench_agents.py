@@ -205,7 +205,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
                  mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
                  prefill_graphs=None if args.prefill_graphs == "auto" else args.prefill_graphs == "on",
                  step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens,
-                 vision_stream=args.vision_stream == "on")
+                 vision_stream=args.vision_stream == "on", cuda_graph=getattr(args, "cuda_graph", None))
     setup_s = time.perf_counter() - t
 
     watch = getattr(args, "watchdog", 0)

@@ -1,18 +1,25 @@
 """Probe: the twelve-tile agents run that never returned a step on an H100 (2026-12-06, docs/benchmarks.md,
 "States read and written in place"), at its token counts with a tiny model, so a variant takes seconds.
 
-Each variant (agents, engine rows, mixed passes on / off, vision stream on / off) runs ``bench_agents.run_agents``
+Each variant (agents, engine rows, mixed passes on / off, vision stream on / off, then optional ``key=value``
+fields: ``lm=tiny|12b|12b/PATTERN`` (the 12B's dims, all its layers or the given pattern), ``vis=tiny|real|real/L``
+(RADIO ViT-H, its 32 blocks or L of them), ``kv=fp8|auto``, ``graph=1|0`` (CUDA graphs), ``block=0|1``
+(``CUDA_LAUNCH_BLOCKING``: the watchdog's stack then names the op that does not return)) runs
+``bench_agents.run_agents``
 in a subprocess of its own under a time limit, with the watchdog's stacks (``faulthandler``) after
 ``--watchdog`` seconds without a progress line; a variant that hangs is killed and the next one runs. One line
 per variant at the end, and ``engine_hang.json``.
 
     PYTHONPATH=. python3 dev/probes/engine_hang.py --out $OUT                     # the GPU's variants
+    PYTHONPATH=. python3 dev/probes/engine_hang.py --variants "100:100:off:on:lm=12b:vis=real:graph=0:block=1" \
+        --limit 150 --out $OUT                                                    # the 12B, op by op
     python dev/probes/engine_hang.py --device cpu --variants 6:4:on:on --image-size 64 --out /tmp/eh  # CPU check
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -33,21 +40,32 @@ def one(a) -> int:
 
     from holotron.vision import VisionConfig
 
-    n, rows, mixed, vs = a.child.split(":")
+    n, rows, mixed, vs, *extra = a.child.split(":")
     n, rows = int(n), int(rows)
+    opt = dict(lm="tiny", vis="tiny", kv="fp8", graph="1", block="0")
+    opt.update(kv_.split("=", 1) for kv_ in extra)
     dev = torch.device(a.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    tcfg, _ = ba.configs(True)["hybrid"]
-    vcfg = VisionConfig(**dict(ba.SMALL_VISION, image_size=a.image_size, max_img_size=a.image_size),
-                        projector_output_size=tcfg.hidden_size)
+    lm, _, pattern = opt["lm"].partition("/")
+    tcfg, _ = ba.configs(lm == "tiny")["hybrid"]
+    if pattern:
+        tcfg = dataclasses.replace(tcfg, hybrid_override_pattern=pattern)
+    vis, _, depth = opt["vis"].partition("/")
+    if vis == "tiny":
+        vcfg = VisionConfig(**dict(ba.SMALL_VISION, image_size=a.image_size, max_img_size=a.image_size),
+                            projector_output_size=tcfg.hidden_size)
+    else:
+        vcfg = VisionConfig(num_prefix_tokens=16, projector_output_size=tcfg.hidden_size,
+                            **({"num_hidden_layers": int(depth)} if depth else {}))
     model = ba.build_vl(tcfg, vcfg, dev, dtype, seed=0)
     tiles = ba.CASES["twelve-tile"]
     plan = ba.make_plan(n, a.turns, tiles * model.config.tokens_per_tile, (40, 80), (80, 120), tcfg.vocab_size, 0)
     max_len = -(-(max(ba.history(p) for p in plan) + 64) // 256) * 256
     args = types.SimpleNamespace(prefill_tokens=8192, phase_timing="on", ssm_dtype=torch.bfloat16,
-                                 kv_dtype=torch.float8_e4m3fn, overlap="auto", mixed=mixed, prefill_graphs="auto",
+                                 kv_dtype=torch.float8_e4m3fn if opt["kv"] == "fp8" else None, overlap="auto",
+                                 mixed=mixed, prefill_graphs="auto",
                                  step_prompt_max=None, prefill_min_tokens=0, vision_stream=vs, small=True,
-                                 watchdog=a.watchdog)
+                                 watchdog=a.watchdog, cuda_graph=None if opt["graph"] == "1" else False)
     t = time.perf_counter()
     r = ba.run_agents(model, plan, tiles, rows, max_len, args, t + a.limit)
     keep = ("status", "turns_completed", "turns_expected", "sessions_on_host_peak", "mixed_steps", "decode_steps",
@@ -77,7 +95,8 @@ def main() -> int:
                "--turns", str(a.turns), "--limit", str(a.limit), "--watchdog", str(a.watchdog)]
         t = time.perf_counter()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit + 30)
+            env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1" if ":block=1" in v else "0")
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit + 30, env=env)
             out, err, rc = p.stdout, p.stderr, p.returncode
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
