@@ -4,11 +4,11 @@
 Each variant (agents, engine rows, mixed passes on / off, vision stream on / off, then optional ``key=value``
 fields: ``lm=tiny|12b|12b/PATTERN`` (the 12B's dims, all its layers or the given pattern), ``vis=tiny|real|real/L``
 (RADIO ViT-H, its 32 blocks or L of them), ``kv=fp8|auto``, ``graph=1|0`` (CUDA graphs), ``block=0|1``
-(``CUDA_LAUNCH_BLOCKING``: the watchdog's stack then names the op that does not return)) runs
-``bench_agents.run_agents``
-in a subprocess of its own under a time limit, with the watchdog's stacks (``faulthandler``) after
-``--watchdog`` seconds without a progress line; a variant that hangs is killed and the next one runs. One line
-per variant at the end, and ``engine_hang.json``.
+(``CUDA_LAUNCH_BLOCKING``: the watchdog's stack then names the op that does not return), ``vg=1|0`` (vision graphs),
+``pg=auto|on|off`` (prefill graphs)) runs ``bench_agents.run_agents`` in a subprocess of its own under a time
+limit, with the watchdog's stacks (``faulthandler``) after ``--watchdog`` seconds without a progress line; a
+variant that hangs is killed (after ``look_inside``: the GPU's load and cuda-gdb's list of the kernels running)
+and the next one runs. One line per variant at the end, and ``engine_hang.json``.
 
     PYTHONPATH=. python3 dev/probes/engine_hang.py --out $OUT                     # the GPU's variants
     PYTHONPATH=. python3 dev/probes/engine_hang.py --variants "100:100:off:on:lm=12b:vis=real:graph=0:block=1" \
@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import types
 
@@ -42,7 +43,7 @@ def one(a) -> int:
 
     n, rows, mixed, vs, *extra = a.child.split(":")
     n, rows = int(n), int(rows)
-    opt = dict(lm="tiny", vis="tiny", kv="fp8", graph="1", block="0")
+    opt = dict(lm="tiny", vis="tiny", kv="fp8", graph="1", block="0", vg="1", pg="auto")
     opt.update(kv_.split("=", 1) for kv_ in extra)
     dev = torch.device(a.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -58,12 +59,15 @@ def one(a) -> int:
         vcfg = VisionConfig(num_prefix_tokens=16, projector_output_size=tcfg.hidden_size,
                             **({"num_hidden_layers": int(depth)} if depth else {}))
     model = ba.build_vl(tcfg, vcfg, dev, dtype, seed=0)
+    if opt["vg"] == "0":   # the vision encoder eager (no vision graphs)
+        from holotron.engine import Engine
+        Engine._vision_graph = lambda self, b, S: None
     tiles = ba.CASES["twelve-tile"]
     plan = ba.make_plan(n, a.turns, tiles * model.config.tokens_per_tile, (40, 80), (80, 120), tcfg.vocab_size, 0)
     max_len = -(-(max(ba.history(p) for p in plan) + 64) // 256) * 256
     args = types.SimpleNamespace(prefill_tokens=8192, phase_timing="on", ssm_dtype=torch.bfloat16,
                                  kv_dtype=torch.float8_e4m3fn if opt["kv"] == "fp8" else None, overlap="auto",
-                                 mixed=mixed, prefill_graphs="auto",
+                                 mixed=mixed, prefill_graphs=opt["pg"],
                                  step_prompt_max=None, prefill_min_tokens=0, vision_stream=vs, small=True,
                                  watchdog=a.watchdog, cuda_graph=None if opt["graph"] == "1" else False)
     t = time.perf_counter()
@@ -73,6 +77,26 @@ def one(a) -> int:
     print("@@" + json.dumps({"tokens_per_tile": model.config.tokens_per_tile, **{k: r[k] for k in keep}}),
           flush=True)
     return 0
+
+
+def look_inside(pid: int) -> str:
+    """What a hung child's GPU does: three samples of nvidia-smi's load (busy: a kernel that does not end; idle:
+    a wait that is never met), then the kernels running, from cuda-gdb attached to the child."""
+    out = []
+    for _ in range(3):
+        out.append(_cmd(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader"], 20))
+        time.sleep(1)
+    out.append(_cmd(["cuda-gdb", "-p", str(pid), "-batch", "-ex", "info cuda kernels", "-ex", "info cuda devices",
+                     "-ex", "thread apply all bt 6"], 60))
+    return "\n".join(out)
+
+
+def _cmd(argv: list[str], timeout: float) -> str:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return (p.stdout + p.stderr)[-4000:]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{argv[0]}: {type(e).__name__}: {e}"
 
 
 def main() -> int:
@@ -94,20 +118,28 @@ def main() -> int:
         cmd = [sys.executable, __file__, "--child", v, "--device", a.device, "--image-size", str(a.image_size),
                "--turns", str(a.turns), "--limit", str(a.limit), "--watchdog", str(a.watchdog)]
         t = time.perf_counter()
-        try:
-            env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1" if ":block=1" in v else "0")
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit + 30, env=env)
-            out, err, rc = p.stdout, p.stderr, p.returncode
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-            rc = "killed"
+        env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1" if ":block=1" in v else "0")
+        with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+            p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env)
+            try:
+                rc = p.wait(timeout=a.limit + 30)
+                gpu = ""
+            except subprocess.TimeoutExpired:
+                # the first hung child: the GPU's load and the kernels running; then killed
+                gpu = "" if any(r["rc"] == "killed" for r in res) else look_inside(p.pid)
+                p.kill()
+                p.wait()
+                rc = "killed"
+            fo.seek(0)
+            fe.seek(0)
+            out, err = fo.read(), fe.read()
         rec = {"variant": v, "rc": rc, "seconds": round(time.perf_counter() - t, 1)}
         for line in out.splitlines():
             if line.startswith("@@"):
                 rec.update(json.loads(line[2:]))
         rec["progress"] = [ln.strip() for ln in out.splitlines() if "progress" in ln or "warm-up" in ln][-3:]
         rec["stacks"] = err[-6000:] if ("Timeout" in err or rc != 0) else ""
+        rec["gpu"] = gpu
         res.append(rec)
         with open(os.path.join(a.out, "engine_hang.json"), "w") as f:
             json.dump(res, f, indent=1)
@@ -116,6 +148,8 @@ def main() -> int:
         if rec["stacks"]:
             frames = [ln.strip() for ln in rec["stacks"].splitlines() if ln.strip().startswith("File")]
             print("   " + "\n   ".join(frames[:10]), flush=True)
+        if gpu:
+            print(gpu[-3000:], flush=True)
     return 0
 
 
