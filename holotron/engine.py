@@ -196,6 +196,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
             self._capture_all()
             self._capture_swap()
         self.vision_graphs, self._vision_seen, self._vx, self._vout = {}, {}, None, {}  # holotron/engine_vision.py
+        self._vcap = None   # the vision graphs' capture stream (holotron/engine_vision.py)
         self.chunk_graphs, self._chunk_seen = {}, {}                                   # holotron/engine_chunks.py
         self.mixed_graphs, self._mixed_seen = {}, {}                                   # holotron/engine_mixed.py
         if self.prefill_graphs or self.mixed:   # the static chunk buffers both run on

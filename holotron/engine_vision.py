@@ -14,6 +14,14 @@ matmul-bound at a few tiles a call and leaves the GPU part idle; the pass does t
 prefill as usual but a chunk takes it only once its event is done (``_ready``), usually the next step; a step
 with nothing else to run waits for it. Off CUDA the same bookkeeping runs with a stand-in event that is done
 from the next engine step on (``_NextStep``), so the CPU tests see turns wait a step.
+
+The vision graphs are captured on a stream of their own, not on ``torch.cuda.graph``'s default capture stream
+where the engine's other graphs are. PyTorch keeps a cuBLAS workspace per stream and a graph keeps the one of
+the stream it was captured on; with the vision stream a vision graph replays while a pass's graph runs, and two
+graphs from one capture stream then share a workspace. On an H100 (2026-12-06, docs/benchmarks.md, "The
+twelve-tile hang") that stopped the GPU for good: a cuBLAS matrix product that spreads one product over all
+132 SMs never finished, in the first steps of 100 twelve-tile agents with vision graphs and the vision stream
+on; with the vision encoder eager, or captured on its own stream, every run finished.
 """
 
 from __future__ import annotations
@@ -138,6 +146,7 @@ class CapturedVision:
                     dtype = next(self.model.vision_model.parameters()).dtype
                     self._vx = torch.zeros(self.vision_tiles, 3, S, S, device=self.device, dtype=dtype)
                     self._vpool = torch.cuda.graph_pool_handle()
+                    self._vcap = torch.cuda.Stream(self.device)   # see the module docstring: own cuBLAS workspace
                 x = self._vx[:b]
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
@@ -146,7 +155,7 @@ class CapturedVision:
                         self.model.embed_images(x)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self._vpool, capture_error_mode=CAPTURE_MODE):
+                with torch.cuda.graph(g, pool=self._vpool, stream=self._vcap, capture_error_mode=CAPTURE_MODE):
                     out = self.model.embed_images(x)
                 torch.cuda.synchronize(self.device)
         except Exception as e:  # noqa: BLE001 - a vision model that cannot be captured: eager from now on

@@ -170,3 +170,15 @@ def test_vision_stream_on_cuda_graphs_equals_each_conversation_alone(mixed):
     got, _ = _drive(eng, agents, "cuda")
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns, "cuda"), f"agent {a}"
+
+
+@pytest.mark.gpu
+def test_vision_graphs_are_captured_on_a_stream_of_their_own():
+    # holotron/engine_vision.py: PyTorch's cuBLAS workspace is per stream and a graph keeps its capture stream's;
+    # a vision graph replays beside the pass's graphs, so it must not share their (default) capture stream
+    model = tiny_vl(seed=3).cuda()
+    eng = Engine(model, max_batch=2, max_len=256, vision_stream=True)
+    eng.capture_vision([1, 2])
+    assert set(eng.vision_graphs) == {1, 2}
+    assert torch.cuda.graph.default_capture_stream is not None   # the decode steps' graphs were captured there
+    assert eng._vcap is not None and eng._vcap != torch.cuda.graph.default_capture_stream
