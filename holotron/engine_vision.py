@@ -19,9 +19,10 @@ The vision graphs are captured on a stream of their own, not on ``torch.cuda.gra
 where the engine's other graphs are. PyTorch keeps a cuBLAS workspace per stream and a graph keeps the one of
 the stream it was captured on; with the vision stream a vision graph replays while a pass's graph runs, and two
 graphs from one capture stream then share a workspace. On an H100 (2026-12-06, docs/benchmarks.md, "The
-twelve-tile hang") that stopped the GPU for good: a cuBLAS matrix product that spreads one product over all
-132 SMs never finished, in the first steps of 100 twelve-tile agents with vision graphs and the vision stream
-on; with the vision encoder eager, or captured on its own stream, every run finished.
+twelve-tile hang") that stopped the GPU for good: a cuBLAS matrix product with one block per SM never finished,
+in the first steps of 100 twelve-tile agents with vision graphs and the vision stream on; with the vision
+encoder eager, or its graphs captured on their own stream, the same runs finished. A vision call off the vision
+stream (``prefix``) first waits for the vision stream's calls: they share the capture stream too.
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ class CapturedVision:
         g = self._vision_graph(b, S) if b in self.vision_graphs or seen >= 1 else None
         if g is None:  # a bucket met once (a one-off generate) stays eager
             return self.model.embed_images(px)
+        cur = torch.cuda.current_stream(self.device)
+        if self._vstream is not None and cur != self._vstream:
+            # a call off the vision stream (``prefix``) while admissions' calls may still run there: they share
+            # the input buffer, the output buffers and the capture stream's cuBLAS workspace
+            cur.wait_stream(self._vstream)
         self._vx[:n].copy_(px)   # in the vision weights' dtype, to which embed_images casts pixels anyway
         g.replay()
         return self._vout[b][:n].clone()  # the next replay of this bucket (the admission's next call) overwrites it
