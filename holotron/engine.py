@@ -90,9 +90,10 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     each pays the whole weight read and the launch of every layer). ``overlap``
     (CUDA, off by default: measured slower, see docs/benchmarks.md): a prefill chunk runs on its own
     stream while the decode steps go on (``holotron/engine_prefill.py``). ``offload``: save idle
-    sessions to host memory when a turn needs a row and none is free. ``timing``: wait for the current
-    stream after each phase of a step and add its seconds to ``stats`` (benchmarks; a chunk running on
-    its own stream overlaps the decode phase).
+    sessions to host memory when a turn needs a row and none is free; ``host_limit`` (bytes, None: none): past
+    it a session is dropped instead and replayed at its next turn (``holotron/engine_sessions.py``). ``timing``:
+    wait for the current stream after each phase of a step and add its seconds to ``stats`` (benchmarks; a chunk
+    running on its own stream overlaps the decode phase).
     ``vision_stream`` (off by default; +1.5-2% at 100 one-tile agents on an H100, docs/benchmarks.md): admissions'
     screenshots on a stream of their own while the step's pass runs (``holotron/engine_vision.py``); their turns
     prefilled from the next step.
@@ -116,7 +117,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
                  vision_tiles: int = 64, offload: bool = True, timing: bool = False,
                  step_prompt_max: int | None = None, overlap: bool = False, prefill_min_tokens: int = 0,
                  prefill_max_wait: int = 8, mixed: bool | None = None, prefill_graphs: bool | None = None,
-                 kv_dtype: torch.dtype | None = None, vision_stream: bool = False):
+                 kv_dtype: torch.dtype | None = None, vision_stream: bool = False, host_limit: int | None = None):
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"Engine: max_batch and max_len must be >= 1, got {max_batch}, {max_len}")
         if prefill_tokens < 1 or vision_tiles < 1:
@@ -178,8 +179,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.generator = torch.Generator(device=dev) if self.sampling else None
         self._rows = {b: self.state.rows(b) for b in self.batch_sizes}
         self.rows: list[Session | None] = [None] * R   # host side: the session holding each row
-        self.sessions: dict[int, Session] = {}
-        self._next_id = 0
+        self._init_sessions(host_limit)   # sessions, host_limit (holotron/engine_sessions.py)
         self.queue: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.steps = 0
@@ -270,6 +270,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         if session is None:
             session = self.session()
             session.temporary = True
+        self._remember(session, req)   # its turn, kept for a replay (host_limit)
         req.session, session.request = session, req
         session.last_used = self.steps
         self.queue.append(req)
@@ -281,6 +282,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         state consumed so far (a temporary session is closed)."""
         if req.done:
             return
+        self._forget(req)
         if req in self.queue:
             self.queue.remove(req)
         if req in self.prefilling:
@@ -320,7 +322,8 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.stats = {"decode_steps": 0, "decode_tokens": 0, "forced_tokens": 0, "mixed_steps": 0, "mixed_tokens": 0,
                       "chunk_captures": 0, "mixed_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0, "vision_s": 0.0, "vision_tiles": 0,
-                      "vision_calls": 0, "chunk_tokens": 0, "chunk_slots": 0}   # slots: a bucketed chunk's pads too
+                      "vision_calls": 0, "chunk_tokens": 0, "chunk_slots": 0,   # slots: a bucketed chunk's pads too
+                      "sessions_dropped": 0, "replayed_turns": 0, "replayed_tokens": 0}
         self.prefill_tokens_done = 0
         self._vision_events = []  # (start, end) CUDA events of vision calls, summed into vision_s at a sync
 

@@ -17,7 +17,7 @@ import torch
 
 from .state import InferenceState, RowSnapshot
 
-__all__ = ["Prefix", "Request", "Session", "default_batch_sizes"]
+__all__ = ["Prefix", "Request", "Session", "Turn", "default_batch_sizes"]
 
 
 @dataclass(eq=False)
@@ -33,13 +33,31 @@ class Prefix:
 
 
 @dataclass(eq=False)
+class Turn:
+    """What a session's turn read and wrote, kept (``Engine(host_limit=)``) so that a session dropped for host
+    memory can prefill its conversation again: the prompt's ids, its screenshots (on the host) and tiles per
+    image (None: not given), and the turn's tokens (the request's own list, filled as it decodes)."""
+
+    ids: torch.Tensor
+    pixel_values: torch.Tensor | None
+    num_tiles: list[int] | None
+    tokens: list[int]
+
+    def nbytes(self) -> int:
+        px = self.pixel_values
+        return self.ids.numel() * self.ids.element_size() + (0 if px is None else px.numel() * px.element_size())
+
+
+@dataclass(eq=False)
 class Session:
     """A conversation kept by one engine between turns (``Engine.session()``).
 
     Its state (Mamba states, the KV of every token so far) lives in a row of the engine's decode state
     (``row``) or, after ``Engine.save`` or when its row was needed by another, in host memory
     (``snapshot``). ``length``: the tokens its state holds. ``pending``: the last generated token, which
-    the state has not consumed yet: the next turn starts with it, then its own new tokens.
+    the state has not consumed yet: the next turn starts with it, then its own new tokens. ``turns``: with
+    ``Engine(host_limit=)``, what each turn read and wrote (None: not kept, or a turn that cannot be replayed);
+    ``dropped``: its state was given up for host memory and its next turn prefills ``turns`` again first.
     """
 
     id: int
@@ -51,6 +69,9 @@ class Session:
     closed: bool = False
     temporary: bool = False  # opened by a submit() without session=: closed when its request ends
     last_used: int = 0       # the engine step of its last activity (the least recent is saved first)
+    turns: list[Turn] | None = None
+    prefix: Prefix | None = None   # the shared prefix its first turn started from (replayed with ``turns``)
+    dropped: bool = False
 
     @property
     def busy(self) -> bool:
@@ -67,7 +88,8 @@ class Session:
         return self.length + (self.pending is not None)
 
     def __repr__(self) -> str:
-        where = f"row {self.row}" if self.row is not None else "host" if self.on_host else "empty"
+        where = (f"row {self.row}" if self.row is not None else "host" if self.on_host
+                 else "dropped" if self.dropped else "empty")
         return f"Session(id={self.id}, length={self.length}, {where}{', closed' if self.closed else ''})"
 
 
@@ -100,6 +122,7 @@ class Request:
     fpos: int = 0                         # how many of them the decode steps have been given
     ready: object = None                  # the event of embeddings made on the vision stream, until taken
     staged: dict | None = None            # its inputs on the device for the vision stream (engine_vision._stage)
+    replay_of: tuple | None = None        # (length, pending) of its dropped session, replayed first (host_limit)
 
     @property
     def row(self) -> int | None:

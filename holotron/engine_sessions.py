@@ -11,8 +11,12 @@
 A session's state is a row of the engine's ``DecodeState`` (Mamba states: constant size; the KV of its
 tokens so far) or, once saved, a ``RowSnapshot`` in host memory. A turn needs a row: a session on the
 host is restored when its turn is admitted; when no row is free, the idle session used least recently
-(``offload=True``, the default) is saved to host memory to make room. ``memory()`` says what the rows
-cost and how many sessions fit. ``Sessions`` is a base class of ``Engine``, written against its
+(``offload=True``, the default) is saved to host memory to make room. With ``host_limit`` (bytes) a save that
+would take the saved sessions past it drops the session's state instead: its turns are kept (ids, screenshots on
+the host, tokens: ``Turn``) and its next turn prefills the whole conversation again before its own tokens, as
+serving engines do when they preempt by recomputing. A session one of whose turns cannot be replayed (given as
+embeddings, or cancelled part-way through its prompt) is saved even past the limit. ``memory()`` says what the
+rows cost and how many sessions fit. ``Sessions`` is a base class of ``Engine``, written against its
 attributes (``state``, ``rows``, ``active``, the sampling tensors, ``vocab``).
 """
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from .devices import CAPTURE_MODE
-from .engine_requests import Request, Session
+from .engine_requests import Request, Session, Turn
 from .kv_cache import kv_dtype_for, kv_slot_bytes
 from .state import MambaState, device_ints
 
@@ -53,7 +57,7 @@ class Sessions:
     def session(self) -> Session:
         """A new, empty conversation (it takes a row at its first turn)."""
         self._next_id += 1
-        s = Session(self._next_id)
+        s = Session(self._next_id, turns=[] if self.host_limit is not None else None)
         self.sessions[s.id] = s
         return s
 
@@ -69,7 +73,8 @@ class Sessions:
         out = []
         for _ in range(n):
             c = self.session()
-            c.length, c.pending = s.length, s.pending
+            c.length, c.pending, c.prefix, c.dropped = s.length, s.pending, s.prefix, s.dropped
+            c.turns = None if s.turns is None else list(s.turns)
             free = self._free_rows()
             if s.row is not None and free:
                 r = free[0]
@@ -97,6 +102,9 @@ class Sessions:
     def restore(self, s: Session) -> None:
         """Bring a saved session back into a row now (a turn does this by itself)."""
         self._check_open(s, "restore")
+        if s.dropped:
+            raise ValueError(f"restore: session {s.id} was dropped for host memory (host_limit); its next turn "
+                             "prefills its conversation again: submit that turn")
         if s.row is None and not self._acquire_row(s, None):
             raise RuntimeError(f"restore: no row is free for session {s.id} (every row is serving a turn)")
 
@@ -118,7 +126,9 @@ class Sessions:
                 "row_bytes": per_row["total"], "row_mamba_bytes": per_row["mamba"],
                 "row_kv_bytes": per_row["attention"], "state_bytes": self.state.nbytes(), "kv_dtype": self.kv_dtype,
                 "sessions": len(self.sessions), "sessions_on_host": len(on_host),
-                "host_bytes": sum(s.snapshot.nbytes() for s in on_host), "sessions_fit": self.max_batch}
+                "host_bytes": sum(s.snapshot.nbytes() for s in on_host), "sessions_fit": self.max_batch,
+                "host_limit": self.host_limit, "sessions_dropped": sum(s.dropped for s in self.sessions.values()),
+                "turns_bytes": sum(t.nbytes() for s in self.sessions.values() for t in (s.turns or ()))}
 
     @staticmethod
     def rows_that_fit(model, max_len: int, free_bytes: int, ssm_dtype: torch.dtype = torch.float32,
@@ -156,6 +166,8 @@ class Sessions:
         if not free and not (self.offload and self._evict()):
             return False
         r = self._free_rows()[-1]  # from the top: rows being prefilled stay clear of the decoding rows [0, n)
+        if s.dropped:
+            self._replay_into(s, req)
         with torch.inference_mode():
             if s.snapshot is not None:
                 self.state.restore(r, s.snapshot, release=True)
@@ -172,8 +184,89 @@ class Sessions:
         idle = [q for q in self.rows if q is not None and not q.busy]
         if not idle:
             return False
-        self.save(min(idle, key=lambda q: q.last_used))
+        q = min(idle, key=lambda q: q.last_used)
+        if self.host_limit is not None and q.turns is not None:
+            held = sum(x.snapshot.nbytes() for x in self.sessions.values() if x.snapshot is not None)
+            if held + self.state.bytes_per_row(q.length)["total"] > self.host_limit:
+                self._release(q.row)   # dropped: its next turn replays its turns (_replay_into)
+                q.dropped = True
+                self.stats["sessions_dropped"] += 1
+                return True
+        self.save(q)
         return True
+
+    # ------------------------------------------------------------------ turns kept for a replay (host_limit)
+    def _init_sessions(self, host_limit: int | None) -> None:
+        if host_limit is not None and (isinstance(host_limit, bool) or not isinstance(host_limit, int)
+                                       or host_limit < 0):
+            raise ValueError(f"Engine: host_limit must be None or bytes >= 0 (an int), got {host_limit!r}")
+        if host_limit is not None and not self.offload:
+            raise ValueError("Engine: host_limit bounds the sessions saved to host memory, which offload=False "
+                             "turns off; pass offload=True or no host_limit")
+        self.host_limit = host_limit
+        self.sessions: dict[int, Session] = {}
+        self._next_id = 0
+
+    def _remember(self, s: Session, req: Request) -> None:
+        """Keep what ``req`` reads (and, as it decodes, writes) for a later replay of ``s``."""
+        if s.temporary:
+            s.turns = None
+        if s.turns is None:
+            return
+        if req.inputs_embeds is not None or "image_embeds" in req.image_kw:
+            if s.dropped:
+                raise ValueError(f"submit: session {s.id} was dropped for host memory and is replayed from its "
+                                 "turns' ids and screenshots; pass input_ids and pixel_values, not embeddings")
+            s.turns = None   # embeddings given by the caller are not kept: this session is saved, not dropped
+            return
+        if req.prefix is not None:
+            s.prefix = req.prefix
+        px = req.image_kw.get("pixel_values")
+        nt = req.image_kw.get("num_tiles")
+        ids = req.input_ids.cpu() if req.input_ids is not None else torch.zeros(0, dtype=torch.long)
+        s.turns.append(Turn(ids, None if px is None else px.cpu(),
+                            None if nt is None else torch.as_tensor(nt).reshape(-1).tolist(), req.tokens))
+
+    def _forget(self, req: Request) -> None:
+        """``req`` ends unserved (cancelled, or failed before its prefill): its kept turn goes. Not admitted yet:
+        it never happened (a replay begun for it is undone: the session is dropped again, its row freed). Part
+        of its prompt prefilled: the session cannot be replayed any more. Decoding: the turn stays as it is
+        (the state consumed its prompt and its tokens but the last, which is the pending one)."""
+        s = req.session
+        if s is None or not s.turns or s.turns[-1].tokens is not req.tokens:
+            return
+        if req.phase == "queued" or req.replay_of is not None and (req.phase == "prefill" or req.forced):
+            s.turns.pop()
+            if req.replay_of is not None:
+                s.length, s.pending = req.replay_of
+                s.dropped, req.replay_of = True, None
+                if s.row is not None:
+                    self._release(s.row)
+        elif req.phase == "prefill" or req.forced and req.fpos < len(req.forced):
+            s.turns = None
+
+    def _replay_into(self, s: Session, req: Request) -> None:
+        """``req`` (the turn of dropped session ``s``) made to prefill the conversation so far first: the
+        earlier turns' prompts and tokens (the last of them the pending token), their screenshots, then its own;
+        ``s`` starts from its prefix or empty again."""
+        past = s.turns[:-1]   # the last one is req's own (_remember at submit)
+        ids = [t for x in past for t in (x.ids, torch.tensor(x.tokens, dtype=torch.long))]
+        shots = [x for x in past if x.pixel_values is not None]
+        own = s.turns[-1]
+        if own.pixel_values is not None:
+            shots.append(own)
+        n_past = sum(t.numel() for t in ids)
+        req.input_ids = torch.cat(ids + [own.ids])
+        if shots:
+            kw = {"pixel_values": torch.cat([x.pixel_values for x in shots])}
+            if all(x.num_tiles is not None for x in shots):
+                kw["num_tiles"] = [n for x in shots for n in x.num_tiles]
+            req.image_kw = kw
+        req.prefix = s.prefix
+        req.replay_of = (s.length, s.pending)
+        s.length, s.pending, s.dropped = 0, None, False
+        self.stats["replayed_turns"] += 1
+        self.stats["replayed_tokens"] += n_past
 
     def _decoding(self, row: int) -> bool:
         s = self.rows[row]
