@@ -56,7 +56,10 @@ model and case; configurations left when ``--budget`` seconds are near (each (mo
 equal share of what is left, estimated from the previous N) are recorded as "skipped (time)", a run
 still going at the end of the budget is cut ("cut (time)", its completed turns counted); a
 configuration whose host-side sessions would not fit in 80 % of the available host memory is
-"skipped (host memory)". The JSON (``bench_agents.json``) is rewritten after every configuration.
+"skipped (host memory)", unless ``--host-limit-gib`` bounds them: past it a session is dropped and its next
+turn prefills its whole conversation again (``Engine(host_limit=)``; ``sessions_dropped``, ``replayed_turns``
+and ``replayed_tokens`` count it; replayed tokens are not counted as throughput). The JSON
+(``bench_agents.json``) is rewritten after every configuration.
 """
 
 from __future__ import annotations
@@ -205,7 +208,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
                  mixed=None if args.mixed == "auto" else args.mixed == "on" and args.overlap != "on",
                  prefill_graphs=None if args.prefill_graphs == "auto" else args.prefill_graphs == "on",
                  step_prompt_max=args.step_prompt_max, prefill_min_tokens=args.prefill_min_tokens,
-                 vision_stream=args.vision_stream == "on", cuda_graph=getattr(args, "cuda_graph", None))
+                 vision_stream=args.vision_stream == "on", cuda_graph=getattr(args, "cuda_graph", None),
+                 host_limit=_host_limit(args))
     setup_s = time.perf_counter() - t
 
     watch = getattr(args, "watchdog", 0)
@@ -259,6 +263,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     def submit(i):
         ids, n_new = plan[i][nxt[i]]
         cur[i] = eng.submit(ids, session=sessions[i], max_new_tokens=n_new, eos_token_id=[], **image_kw)
+        cur[i].n_prompt = ids.numel()   # a replayed turn's input_ids grow by its conversation (host limit)
         reqs.append(cur[i])
         nxt[i] += 1
 
@@ -335,7 +340,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     note = eng.note
 
     started = [r for r in reqs if r.t_first is not None]
-    prompt = sum(r.input_ids.numel() for r in started)
+    prompt = sum(r.n_prompt for r in started)
     out_tok = sum(len(r.tokens) for r in reqs)
     alone = st["decode_tokens"] - st["mixed_tokens"]   # decode tokens of captured steps (not of mixed passes)
     engine_tps = alone / st["decode_s"] if st["decode_s"] else float("nan")
@@ -356,6 +361,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "peak_GiB": peak, "state_bytes_per_row": mem["row_bytes"], "state_mamba_bytes_per_row": mem["row_mamba_bytes"],
         "state_kv_bytes_per_row": mem["row_kv_bytes"], "state_GiB": mem["state_bytes"] / 2**30,
         "sessions_on_host_peak": host_peak, "host_GiB_peak": host_bytes_peak / 2**30,
+        "sessions_dropped": st["sessions_dropped"], "replayed_turns": st["replayed_turns"],
+        "replayed_tokens": st["replayed_tokens"],
         "decode_steps": st["decode_steps"], "decode_tokens": st["decode_tokens"],
         "mean_decode_rows": st["decode_tokens"] / st["decode_steps"] if st["decode_steps"] else 0.0,
         "mixed": eng.mixed, "mixed_steps": st["mixed_steps"], "mixed_decode_tokens": st["mixed_tokens"],
@@ -437,7 +444,7 @@ def sweep(args, res: dict, save) -> None:
                     continue
                 need = (n - rows) * row_bytes(lm, max_len, args.ssm_dtype, args.kv_dtype)["total"]
                 avail = host_available()
-                if need and avail is not None and need > 0.8 * avail:
+                if need and avail is not None and need > 0.8 * avail and _host_limit(args) is None:
                     row["status"] = "skipped (host memory)"
                     row["why"] = (f"{n - rows} sessions on the host need up to {need / 2**30:.0f} GiB, "
                                   f"{avail / 2**30:.0f} GiB available")
@@ -590,6 +597,11 @@ def _names(allowed):
     return parse
 
 
+def _host_limit(args) -> int | None:
+    gib = getattr(args, "host_limit_gib", None)
+    return None if gib is None else int(gib * 2**30)
+
+
 def _gib(s: str) -> float:
     v = float(s)
     if not v >= 0:
@@ -640,6 +652,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--watchdog", type=_at_least(0), default=0,
                     help="seconds a step may go on (warm-up: the whole warm-up) before every thread's Python stack "
                          "goes to stderr, again every as many seconds while it lasts; 0: off")
+    ap.add_argument("--host-limit-gib", type=_gib, default=None,
+                    help="host memory the saved sessions may take; past it a session is dropped and its next turn "
+                         "prefills its whole conversation again (Engine(host_limit=)); default: no limit, and a "
+                         "configuration whose sessions would not fit on the host is skipped")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", action="store_true", help="the PNG (drawn anyway when matplotlib is importable)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG")
@@ -665,7 +681,8 @@ def main(argv: list[str] | None = None) -> int:
         "overlap": args.overlap, "mixed": args.mixed, "prefill_graphs": args.prefill_graphs,
         "phase_timing": args.phase_timing,
         "prefill_min_tokens": args.prefill_min_tokens, "vision_stream": args.vision_stream,
-        "agents": args.agents, "max_rows": args.max_rows, "cases": args.cases, "model_names": args.models,
+        "agents": args.agents, "max_rows": args.max_rows, "host_limit_gib": args.host_limit_gib,
+        "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }
     try:

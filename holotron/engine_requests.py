@@ -97,7 +97,7 @@ class Session:
 class Request:
     """One turn: its new prompt (ids or embeddings, no padding), sampling settings, and the tokens so far."""
 
-    input_ids: torch.Tensor | None        # (T,)
+    input_ids: torch.Tensor | None        # (T,); a replayed turn (replay_of): the conversation, then them
     inputs_embeds: torch.Tensor | None    # (T, D)
     image_kw: dict
     prefix: Prefix | None

@@ -67,7 +67,24 @@ def test_small_agent_run_with_the_vision_stream_serves_every_turn_and_records_it
     assert r["vision_tiles"] == r["turns_expected"] * r["tiles"]
 
 
-@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--margin-gib", "nan"], ["--cases", "two-tile"],
+def test_small_agent_run_with_a_host_limit_drops_and_replays_sessions_and_counts_each_prompt_once(tmp_path):
+    rc = bench_agents.main(["--small", "--agents", "3", "--turns", "3", "--models", "attention", "--cases",
+                            "one-tile", "--prefill-tokens", "64", "--max-rows", "1", "--no-plot",
+                            "--host-limit-gib", "0", "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "bench_agents.json").read_text())
+    assert res["host_limit_gib"] == 0
+    (r,) = res["rows"]
+    assert r["status"] == "ok" and r["all_turns_completed"] and r["errors"] == 0
+    assert r["sessions_on_host_peak"] == 0 and r["sessions_dropped"] > 0
+    assert r["replayed_turns"] > 0 and r["replayed_tokens"] > 0
+    assert r["vision_tiles"] > r["turns_expected"] * r["tiles"]   # replayed screenshots are encoded again
+    plan = bench_agents.make_plan(3, 3, r["image_tokens_per_turn"], (8, 16), (6, 10), 512, res["workload"]["seed"])
+    assert r["prompt_tokens"] == sum(ids.numel() for a in plan for ids, _ in a)   # replays not counted
+
+
+@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--host-limit-gib", "-2"], ["--margin-gib", "nan"],
+                                 ["--cases", "two-tile"],
                                  ["--agents", "0"], ["--agents", "4,x"], ["--turns", "0"], ["--budget", "-3"],
                                  ["--prefill-tokens", "0"], ["--prefill-min-tokens", "-5"], ["--max-rows", "0"],
                                  ["--step-prompt-max", "-1"]])

@@ -124,3 +124,15 @@ def test_a_session_given_embeddings_is_saved_past_the_limit_not_dropped():
     eng.submit(random_ids(4, seed=2), session=sb, max_new_tokens=2)
     eng.run()
     assert sa.turns is None and sa.on_host and not sa.dropped
+
+
+@pytest.mark.gpu
+def test_dropped_sessions_replay_on_cuda_graphs_with_the_vision_stream():
+    model = tiny_vl(seed=3).cuda()
+    agents = _agents(5, 3, seed=2)
+    eng = Engine(model, max_batch=2, max_len=512, prefill_tokens=40, vision_stream=True, host_limit=0)
+    assert eng.cuda_graph
+    got, _ = _drive(eng, agents, "cuda")
+    for a, turns in enumerate(agents):
+        assert got[a] == _reference(model, turns, "cuda"), f"agent {a}"
+    assert eng.stats["sessions_dropped"] > 0 and eng.stats["replayed_turns"] > 0
