@@ -30,6 +30,8 @@
 #                                           # progress line in 390 s): engine_hang.py's tiny-model variants at the
 #                                           # same token counts (mixed, vision stream, rows on / off), then two 12B
 #                                           # runs of 2 turns (mixed on / off) with the watchdog's stacks
+#   bash dev/probes/agents_gpu.sh twelveattn # 595 s: the attention model, 100 twelve-tile agents, 8 turns, sessions
+#                                           # past HOST_GIB=64 of host memory dropped and replayed (the 2x goal)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -145,6 +147,15 @@ if [ "$phase" = twelve100both ]; then   # twelve-tile at 100 agents, both models
     grep -A14 "Timeout" "$OUT/twelve100-$m.log" | grep -E "File" | head -8
     cp "$OUT/t$m/bench_agents.json" "$OUT/agents-twelve-100-fp8-$m.json"; rm -rf "$OUT/t$m"
   done
+fi
+if [ "$phase" = twelveattn ]; then   # the attention model at 100 twelve-tile agents, 8 turns, with the hybrid's
+  # settings of 2026-12-06 (12,269 tok/s on an H100); sessions past HOST_GIB (64) of host memory are dropped and
+  # replayed at their next turn (Engine(host_limit=)); a run cut by its budget counts the turns it finished
+  timeout 595 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 100 --models attention --kv-dtype fp8 \
+    --ssm-dtype bfloat16 --mixed on --vision-stream on --margin-gib 24 --host-limit-gib ${HOST_GIB:-64} --budget 560 \
+    --watchdog 60 --no-plot --out "$OUT/ta" > "$OUT/twelve100-attention.log" 2>&1
+  grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve100-attention.log" | tail -12
+  cp "$OUT/ta/bench_agents.json" "$OUT/agents-twelve-100-attention.json"; rm -rf "$OUT/ta"
 fi
 if [ "$phase" = profile1 ]; then   # the first shape of "profile" only
   timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype bfloat16 --chunk 2 --tokens 320 --decode 100 --history 1800 \
