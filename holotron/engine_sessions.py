@@ -22,6 +22,8 @@ attributes (``state``, ``rows``, ``active``, the sampling tensors, ``vocab``).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .devices import CAPTURE_MODE
@@ -204,6 +206,7 @@ class Sessions:
             raise ValueError("Engine: host_limit bounds the sessions saved to host memory, which offload=False "
                              "turns off; pass offload=True or no host_limit")
         self.host_limit = host_limit
+        self._host_copies: dict[int, tuple] = {}   # id(device tensor) -> (weakref, version, host copy)
         self.sessions: dict[int, Session] = {}
         self._next_id = 0
 
@@ -223,9 +226,24 @@ class Sessions:
             s.prefix = req.prefix
         px = req.image_kw.get("pixel_values")
         nt = req.image_kw.get("num_tiles")
-        ids = req.input_ids.cpu() if req.input_ids is not None else torch.zeros(0, dtype=torch.long)
-        s.turns.append(Turn(ids, None if px is None else px.cpu(),
+        ids = self._host_copy(req.input_ids) if req.input_ids is not None else torch.zeros(0, dtype=torch.long)
+        s.turns.append(Turn(ids, None if px is None else self._host_copy(px),
                             None if nt is None else torch.as_tensor(nt).reshape(-1).tolist(), req.tokens))
+
+    def _host_copy(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the host: itself when it is there, else a copy into pinned memory queued on the current stream
+        (no wait for the device; a replay's copy back is queued after it). One copy per device tensor while it
+        lives and is not written to (the same screenshot sent by many turns is kept once)."""
+        if t.device.type != "cuda":
+            return t if t.device.type == "cpu" else t.cpu()
+        key = id(t)
+        hit = self._host_copies.get(key)
+        if hit is not None and hit[0]() is t and hit[1] == t._version:
+            return hit[2]
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        out.copy_(t, non_blocking=True)
+        self._host_copies[key] = (weakref.ref(t, lambda _, k=key: self._host_copies.pop(k, None)), t._version, out)
+        return out
 
     def _forget(self, req: Request) -> None:
         """``req`` ends unserved (cancelled, or failed before its prefill): its kept turn goes. Not admitted yet:

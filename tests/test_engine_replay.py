@@ -136,3 +136,22 @@ def test_dropped_sessions_replay_on_cuda_graphs_with_the_vision_stream():
     for a, turns in enumerate(agents):
         assert got[a] == _reference(model, turns, "cuda"), f"agent {a}"
     assert eng.stats["sessions_dropped"] > 0 and eng.stats["replayed_turns"] > 0
+
+
+@pytest.mark.gpu
+def test_a_screenshot_on_the_gpu_is_kept_once_on_the_host_while_it_lives():
+    model = tiny_vl(seed=3).cuda()
+    eng = Engine(model, max_batch=1, max_len=512, host_limit=0)
+    p, px, n = _agents(1, 1, seed=4)[0][0]
+    px = px.cuda()
+    s = eng.session()
+    for _ in range(2):   # the same screenshot tensor sent by two turns
+        eng.submit(p.cuda(), session=s, pixel_values=px, max_new_tokens=n)
+        eng.run()
+    a, b = s.turns
+    assert a.pixel_values is b.pixel_values and a.pixel_values.is_pinned()
+    assert torch.equal(a.pixel_values, px.cpu())
+    px.add_(1)   # written to: the next turn gets a copy of its own
+    eng.submit(p.cuda(), session=s, pixel_values=px, max_new_tokens=1)
+    eng.run()
+    assert s.turns[2].pixel_values is not a.pixel_values and torch.equal(s.turns[2].pixel_values, px.cpu())
