@@ -15,8 +15,9 @@ host is restored when its turn is admitted; when no row is free, the idle sessio
 would take the saved sessions past it drops the session's state instead: its turns are kept (ids, screenshots on
 the host, tokens: ``Turn``) and its next turn prefills the whole conversation again before its own tokens, as
 serving engines do when they preempt by recomputing. A session one of whose turns cannot be replayed (given as
-embeddings, or cancelled part-way through its prompt) is saved even past the limit. ``memory()`` says what the
-rows cost and how many sessions fit. ``Sessions`` is a base class of ``Engine``, written against its
+embeddings, or cancelled part-way through its prompt) is saved even past the limit, as is one given to
+``save`` or made by ``fork`` (the limit bounds the engine's own evictions). ``memory()`` says what the rows
+cost and how many sessions fit. ``Sessions`` is a base class of ``Engine``, written against its
 attributes (``state``, ``rows``, ``active``, the sampling tensors, ``vocab``).
 """
 
