@@ -371,4 +371,5 @@ class Sessions:
         if s.snapshot is not None:
             s.snapshot.release()
         s.snapshot, s.closed = None, True
+        s.turns, s.prefix, s.dropped = None, None, False   # kept turns go with it (host memory)
         self.sessions.pop(s.id, None)
