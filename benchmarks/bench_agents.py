@@ -405,6 +405,10 @@ def sweep(args, res: dict, save) -> None:
             continue
         t = time.perf_counter()
         model = build_vl(tcfg, vcfg, dev, dtype, seed=mi)
+        if args.quantize:   # FP8 weights for the language model's linear layers (holotron/quant.py)
+            from holotron.quant import quantize_
+
+            quantize_(model, args.quantize)
         lm = model.language_model
         res["models"][name] = {"params": model.num_parameters(), "lm_params": lm.num_parameters(),
                                "pattern": tcfg.hybrid_override_pattern, "intermediate_size": tcfg.intermediate_size,
@@ -656,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="host memory the saved sessions may take; past it a session is dropped and its next turn "
                          "prefills its whole conversation again (Engine(host_limit=)); default: no limit, and a "
                          "configuration whose sessions would not fit on the host is skipped")
+    ap.add_argument("--quantize", choices=["fp8"], default=None,
+                    help="FP8 weights for the language models' linear layers (holotron.quant.quantize_; W8A8 above "
+                         "one row on CUDA); default: the weights as built (bf16 on CUDA)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", action="store_true", help="the PNG (drawn anyway when matplotlib is importable)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG")
@@ -682,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         "phase_timing": args.phase_timing,
         "prefill_min_tokens": args.prefill_min_tokens, "vision_stream": args.vision_stream,
         "agents": args.agents, "max_rows": args.max_rows, "host_limit_gib": args.host_limit_gib,
+        "quantize": args.quantize,
         "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],
     }

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (autouse: chunked scan, one thread)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -83,8 +84,29 @@ def test_small_agent_run_with_a_host_limit_drops_and_replays_sessions_and_counts
     assert r["prompt_tokens"] == sum(ids.numel() for a in plan for ids, _ in a)   # replays not counted
 
 
-@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--host-limit-gib", "-2"], ["--margin-gib", "nan"],
-                                 ["--cases", "two-tile"],
+def test_small_agent_run_with_fp8_weights_swaps_the_language_model_linears_and_serves_every_turn(tmp_path,
+                                                                                                   monkeypatch):
+    from holotron import quant
+
+    swapped = []
+    real = quant.quantize_
+    monkeypatch.setattr(quant, "quantize_", lambda m, mode: swapped.append(real(m, mode)) or swapped[-1])
+    rc = bench_agents.main(["--small", "--agents", "2", "--turns", "2", "--models", "hybrid", "--cases", "one-tile",
+                            "--prefill-tokens", "64", "--no-plot", "--quantize", "fp8", "--out", str(tmp_path)])
+    assert rc == 0
+    res = json.loads((tmp_path / "bench_agents.json").read_text())
+    assert res["quantize"] == "fp8" and res["command"].endswith("--quantize fp8 --out " + str(tmp_path))
+    (r,) = res["rows"]
+    assert r["status"] == "ok" and r["all_turns_completed"] and r["errors"] == 0
+    (model,) = swapped
+    lm = model.language_model
+    assert sum(isinstance(m, quant.FP8Linear) for m in lm.modules()) > 0
+    assert [n for n, m in lm.named_modules() if type(m) is torch.nn.Linear] == ["lm_head"]   # kept in bf16
+    assert not any(isinstance(m, quant.FP8Linear) for m in model.vision_model.modules())
+
+
+@pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--quantize", "int4"], ["--host-limit-gib", "-2"],
+                                 ["--margin-gib", "nan"], ["--cases", "two-tile"],
                                  ["--agents", "0"], ["--agents", "4,x"], ["--turns", "0"], ["--budget", "-3"],
                                  ["--prefill-tokens", "0"], ["--prefill-min-tokens", "-5"], ["--max-rows", "0"],
                                  ["--step-prompt-max", "-1"]])

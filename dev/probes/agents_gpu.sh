@@ -30,6 +30,7 @@
 #                                           # progress line in 390 s): engine_hang.py's tiny-model variants at the
 #                                           # same token counts (mixed, vision stream, rows on / off), then two 12B
 #                                           # runs of 2 turns (mixed on / off) with the watchdog's stacks
+#   bash dev/probes/agents_gpu.sh fp8w      # ~230 s: 100 one-tile agents with bf16 weights, then FP8 weights
 #   bash dev/probes/agents_gpu.sh servingfp8 # ~400 s: the serving section (FP8 KV) with bf16 weights, then FP8 weights
 #   bash dev/probes/agents_gpu.sh twelveattn # 595 s: the attention model, 100 twelve-tile agents, 8 turns, sessions
 #                                           # past HOST_GIB=64 of host memory dropped and replayed (the 2x goal)
@@ -147,6 +148,15 @@ if [ "$phase" = twelve100both ]; then   # twelve-tile at 100 agents, both models
     grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve100-$m.log" | tail -8
     grep -A14 "Timeout" "$OUT/twelve100-$m.log" | grep -E "File" | head -8
     cp "$OUT/t$m/bench_agents.json" "$OUT/agents-twelve-100-fp8-$m.json"; rm -rf "$OUT/t$m"
+  done
+fi
+if [ "$phase" = fp8w ]; then   # 100 one-tile agents, hybrid, default settings with the vision stream and a bf16
+  # state: bf16 weights, then FP8 weights (holotron.quant; W8A8 prefill at twice the bf16 matmul rate)
+  for q in bf16 fp8; do
+    timeout 115 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --mixed on \
+      --ssm-dtype bfloat16 --vision-stream on --budget 105 $([ $q = fp8 ] && echo --quantize fp8) --no-plot \
+      --out "$OUT/w$q" 2>&1 | tail -3
+    cp "$OUT/w$q/bench_agents.json" "$OUT/agents-onetile-weights-$q.json"; rm -rf "$OUT/w$q"
   done
 fi
 if [ "$phase" = servingfp8 ]; then   # the serving section with the FP8 KV cache: bf16 weights, then FP8 weights
