@@ -36,12 +36,14 @@ class Prefix:
 class Turn:
     """What a session's turn read and wrote, kept (``Engine(host_limit=)``) so that a session dropped for host
     memory can prefill its conversation again: the prompt's ids, its screenshots (on the host) and tiles per
-    image (None: not given), and the turn's tokens (the request's own list, filled as it decodes)."""
+    image (None: not given), the turn's tokens (the request's own list, filled as it decodes), and the events
+    after which the host copies of device tensors may be read (copied without a wait)."""
 
     ids: torch.Tensor
     pixel_values: torch.Tensor | None
     num_tiles: list[int] | None
     tokens: list[int]
+    ready: list = field(default_factory=list)
 
     def nbytes(self) -> int:
         px = self.pixel_values

@@ -227,24 +227,30 @@ class Sessions:
             s.prefix = req.prefix
         px = req.image_kw.get("pixel_values")
         nt = req.image_kw.get("num_tiles")
-        ids = self._host_copy(req.input_ids) if req.input_ids is not None else torch.zeros(0, dtype=torch.long)
-        s.turns.append(Turn(ids, None if px is None else self._host_copy(px),
-                            None if nt is None else torch.as_tensor(nt).reshape(-1).tolist(), req.tokens))
+        ids, ev_ids = (self._host_copy(req.input_ids) if req.input_ids is not None
+                       else (torch.zeros(0, dtype=torch.long), None))
+        px, ev_px = (None, None) if px is None else self._host_copy(px)
+        s.turns.append(Turn(ids, px, None if nt is None else torch.as_tensor(nt).reshape(-1).tolist(), req.tokens,
+                            [e for e in (ev_ids, ev_px) if e is not None]))
 
-    def _host_copy(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` on the host: itself when it is there, else a copy into pinned memory queued on the current stream
-        (no wait for the device; a replay's copy back is queued after it). One copy per device tensor while it
-        lives and is not written to (the same screenshot sent by many turns is kept once)."""
+    def _host_copy(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """``t`` on the host, and the event after which it may be read there (None: at once): itself when it is
+        there, else a copy into pinned memory queued on the current stream (no wait for the device). One copy per
+        device tensor while it lives and is not written to (the same screenshot sent by many turns is kept
+        once)."""
         if t.device.type != "cuda":
-            return t if t.device.type == "cpu" else t.cpu()
+            return (t if t.device.type == "cpu" else t.cpu()), None
         key = id(t)
         hit = self._host_copies.get(key)
         if hit is not None and hit[0]() is t and hit[1] == t._version:
-            return hit[2]
+            return hit[2], hit[3]
         out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
         out.copy_(t, non_blocking=True)
-        self._host_copies[key] = (weakref.ref(t, lambda _, k=key: self._host_copies.pop(k, None)), t._version, out)
-        return out
+        ev = torch.cuda.Event()
+        ev.record()
+        self._host_copies[key] = (weakref.ref(t, lambda _, k=key: self._host_copies.pop(k, None)), t._version,
+                                  out, ev)
+        return out, ev
 
     def _forget(self, req: Request) -> None:
         """``req`` ends unserved (cancelled, or failed before its prefill): its kept turn goes. Not admitted yet:
@@ -269,6 +275,9 @@ class Sessions:
         earlier turns' prompts and tokens (the last of them the pending token), their screenshots, then its own;
         ``s`` starts from its prefix or empty again."""
         past = s.turns[:-1]   # the last one is req's own (_remember at submit)
+        for x in s.turns:     # their copies to the host are done before the host reads them
+            for ev in x.ready:
+                ev.synchronize()
         ids = [t for x in past for t in (x.ids, torch.tensor(x.tokens, dtype=torch.long))]
         shots = [x for x in past if x.pixel_values is not None]
         own = s.turns[-1]
