@@ -448,10 +448,15 @@ def sweep(args, res: dict, save) -> None:
                     continue
                 need = (n - rows) * row_bytes(lm, max_len, args.ssm_dtype, args.kv_dtype)["total"]
                 avail = host_available()
-                if need and avail is not None and need > 0.8 * avail and _host_limit(args) is None:
+                limit = _host_limit(args)
+                if limit is not None:
+                    need = min(need, limit)   # past it sessions are dropped, not saved
+                if need and avail is not None and need > 0.8 * avail:
                     row["status"] = "skipped (host memory)"
                     row["why"] = (f"{n - rows} sessions on the host need up to {need / 2**30:.0f} GiB, "
-                                  f"{avail / 2**30:.0f} GiB available")
+                                  f"{avail / 2**30:.0f} GiB available" if limit is None or need < limit else
+                                  f"--host-limit-gib {args.host_limit_gib:g} is more than 80% of the "
+                                  f"{avail / 2**30:.0f} GiB available; pass a smaller one")
                     rows_out.append(row)
                     save()
                     continue

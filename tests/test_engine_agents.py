@@ -105,6 +105,23 @@ def test_small_agent_run_with_fp8_weights_swaps_the_language_model_linears_and_s
     assert not any(isinstance(m, quant.FP8Linear) for m in model.vision_model.modules())
 
 
+@pytest.mark.parametrize("limit", [None, "0.5", "0.9", "100"])
+def test_sessions_that_would_not_fit_on_the_host_are_skipped_unless_a_host_limit_bounds_them(tmp_path, monkeypatch,
+                                                                                             limit):
+    monkeypatch.setattr(bench_agents, "host_available", lambda: 2**30)   # a host with 1 GiB free
+    monkeypatch.setattr(bench_agents, "row_bytes", lambda *a, **k: {"total": 2**30})   # 1 GiB a session
+    args = ["--small", "--agents", "3", "--turns", "1", "--models", "hybrid", "--cases", "one-tile", "--max-rows",
+            "1", "--prefill-tokens", "64", "--no-plot", "--out", str(tmp_path)]
+    assert bench_agents.main(args + ([] if limit is None else ["--host-limit-gib", limit])) == 0
+    (r,) = json.loads((tmp_path / "bench_agents.json").read_text())["rows"]
+    if limit == "0.5":   # 2 sessions past the row would take 2 GiB: bounded to 0.5 GiB, it runs
+        assert r["status"] == "ok" and r["all_turns_completed"]
+    else:
+        assert r["status"] == "skipped (host memory)"
+        assert ("--host-limit-gib 0.9 is more than 80% of the 1 GiB available" if limit == "0.9" else
+                "need up to 2 GiB, 1 GiB available") in r["why"]   # a limit above the need does not bind
+
+
 @pytest.mark.parametrize("bad", [["--margin-gib", "-1"], ["--quantize", "int4"], ["--host-limit-gib", "-2"],
                                  ["--margin-gib", "nan"], ["--cases", "two-tile"],
                                  ["--agents", "0"], ["--agents", "4,x"], ["--turns", "0"], ["--budget", "-3"],
