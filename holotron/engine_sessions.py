@@ -11,13 +11,14 @@
 A session's state is a row of the engine's ``DecodeState`` (Mamba states: constant size; the KV of its
 tokens so far) or, once saved, a ``RowSnapshot`` in host memory. A turn needs a row: a session on the
 host is restored when its turn is admitted; when no row is free, the idle session used least recently
-(``offload=True``, the default) is saved to host memory to make room. With ``host_limit`` (bytes) a save that
-would take the saved sessions past it drops the session's state instead: its turns are kept (ids, screenshots on
-the host, tokens: ``Turn``) and its next turn prefills the whole conversation again before its own tokens, as
-serving engines do when they preempt by recomputing. A session one of whose turns cannot be replayed (given as
-embeddings, or cancelled part-way through its prompt) is saved even past the limit, as is one given to
-``save`` or made by ``fork`` (the limit bounds the engine's own evictions). ``memory()`` says what the rows
-cost and how many sessions fit. ``Sessions`` is a base class of ``Engine``, written against its
+(``offload=True``, the default) is saved to host memory to make room. With ``host_limit`` (bytes) a save that would
+take the host memory of the saved sessions (their pinned buffers, in power-of-two classes, and the pool's free ones:
+holotron/state_snapshot.py) past it drops the session's state instead: its turns are kept (ids, screenshots on the
+host, tokens: ``Turn``) and its next turn prefills the whole conversation again before its own tokens, as serving
+engines do when they preempt by recomputing. A session one of whose turns cannot be replayed (given as embeddings, or
+cancelled part-way through its prompt) is saved even past the limit, as is one given to ``save`` or made by ``fork``
+(the limit bounds the engine's own evictions). ``memory()`` says what the rows cost and how many sessions fit.
+``Sessions`` is a base class of ``Engine``, written against its
 attributes (``state``, ``rows``, ``active``, the sampling tensors, ``vocab``).
 """
 
@@ -31,6 +32,7 @@ from .devices import CAPTURE_MODE
 from .engine_requests import Request, Session, Turn
 from .kv_cache import kv_dtype_for, kv_slot_bytes
 from .state import MambaState, device_ints
+from .state_snapshot import pinned_class, pooled_bytes
 
 __all__ = ["Sessions", "row_bytes"]
 
@@ -189,8 +191,11 @@ class Sessions:
             return False
         q = min(idle, key=lambda q: q.last_used)
         if self.host_limit is not None and q.turns is not None:
-            held = sum(x.snapshot.nbytes() for x in self.sessions.values() if x.snapshot is not None)
-            if held + self.state.bytes_per_row(q.length)["total"] > self.host_limit:
+            # host memory as held: snapshots' pinned buffers (power-of-two classes) and the pool's free ones
+            held = pooled_bytes() + sum(x.snapshot.host_bytes() for x in self.sessions.values()
+                                        if x.snapshot is not None)
+            need = self.state.bytes_per_row(q.length)["total"]
+            if held + (pinned_class(need) if self.device.type == "cuda" else need) > self.host_limit:
                 self._release(q.row)   # dropped: its next turn replays its turns (_replay_into)
                 q.dropped = True
                 self.stats["sessions_dropped"] += 1

@@ -15,8 +15,18 @@ _POOL: dict[int, list[torch.Tensor]] = {}
 _POOL_KEEP = 8  # buffers kept per size class
 
 
+def pinned_class(nbytes: int) -> int:
+    """The bytes of the pinned buffer a snapshot of ``nbytes`` takes (its size class)."""
+    return 1 << max(20, (nbytes - 1).bit_length())
+
+
+def pooled_bytes() -> int:
+    """Pinned host bytes held by the pool's free buffers."""
+    return sum(b.numel() for free in _POOL.values() for b in free)
+
+
 def _pinned_take(nbytes: int) -> torch.Tensor:
-    cls = 1 << max(20, (nbytes - 1).bit_length())
+    cls = pinned_class(nbytes)
     free = _POOL.get(cls)
     return free.pop() if free else torch.empty(cls, dtype=torch.uint8, pin_memory=True)
 
@@ -40,6 +50,10 @@ class RowSnapshot:
 
     def nbytes(self) -> int:
         return sum(t.nbytes for p in self.parts if p is not None for t in p)
+
+    def host_bytes(self) -> int:
+        """The host memory it holds: its pinned buffer (a power-of-two size class), else its parts."""
+        return self.buffer.numel() if self.buffer is not None else self.nbytes()
 
     def release(self) -> None:
         """One sharer is done with it; the last one gives the pinned buffer back to the pool."""
