@@ -18,8 +18,8 @@ host, tokens: ``Turn``) and its next turn prefills the whole conversation again 
 engines do when they preempt by recomputing. A session one of whose turns cannot be replayed (given as embeddings, or
 cancelled part-way through its prompt) is saved even past the limit, as is one given to ``save`` or made by ``fork``
 (the limit bounds the engine's own evictions). ``memory()`` says what the rows cost and how many sessions fit.
-``Sessions`` is a base class of ``Engine``, written against its
-attributes (``state``, ``rows``, ``active``, the sampling tensors, ``vocab``).
+``Sessions`` is a base class of ``Engine``, written against its attributes (``state``, ``rows``, ``active``, the
+sampling tensors, ``vocab``).
 """
 
 from __future__ import annotations
