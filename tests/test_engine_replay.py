@@ -22,14 +22,15 @@ def vl():
     return tiny_vl(seed=3)
 
 
-@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("mixed,vision_stream", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("limit", ["none", "zero", "one session"])
-def test_agents_on_fewer_rows_equal_each_conversation_alone_whether_saved_or_dropped(vl, mixed, limit):
+def test_agents_on_fewer_rows_equal_each_conversation_alone_whether_saved_or_dropped(vl, mixed, vision_stream, limit):
     agents = _agents(5, 3, seed=2)
     probe = Engine(vl, max_batch=2, max_len=512)
     one = probe.state.bytes_per_row(60)["total"]   # about one idle session after a turn or two
     host_limit = {"none": None, "zero": 0, "one session": one}[limit]
-    eng = Engine(vl, max_batch=2, max_len=512, prefill_tokens=40, mixed=mixed, host_limit=host_limit)
+    eng = Engine(vl, max_batch=2, max_len=512, prefill_tokens=40, mixed=mixed, host_limit=host_limit,
+                 vision_stream=vision_stream)
     got, _ = _drive(eng, agents, "cpu")
     for a, turns in enumerate(agents):
         assert got[a] == _reference(vl, turns, "cpu"), f"agent {a}"
