@@ -161,7 +161,9 @@ if [ "$phase" = fp8w ]; then   # 100 one-tile agents, hybrid, default settings w
 fi
 if [ "$phase" = servingfp8 ]; then   # the serving section with the FP8 KV cache: bf16 weights, then FP8 weights
   # (holotron.quant, W8A8 above one row; at 64 rows the step made 7,299 tok/s against 5,077 with bf16 weights on an
-  # H200, 2026-12-04); the 5x goal asks 3,960 tok/s of the section (2,979 so far, bf16 weights)
+  # H200, 2026-12-04); the 5x goal asks 3,960 tok/s of the section (2,979 so far, bf16 weights). First the GPU tests
+  # of the replay (host_limit) and the vision stream, not yet run against their final code (2026-12-06)
+  timeout 70 python3 -m pytest -q -m gpu tests/test_engine_replay.py tests/test_engine_vision_stream.py 2>&1 | tail -3
   for q in bf16 fp8; do
     timeout 290 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 $([ $q = fp8 ] && echo --quantize fp8) \
       --out "$OUT/s$q" > "$OUT/serving-weights-$q.log" 2>&1
