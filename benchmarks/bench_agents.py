@@ -258,12 +258,12 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     print(f"  warm-up {warmup_s:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in parts.items()), flush=True)
 
     sessions = [eng.session() for _ in range(n)]
-    nxt, cur, reqs = [0] * n, [None] * n, []
+    nxt, cur, reqs, n_prompt = [0] * n, [None] * n, [], {}
 
     def submit(i):
         ids, n_new = plan[i][nxt[i]]
         cur[i] = eng.submit(ids, session=sessions[i], max_new_tokens=n_new, eos_token_id=[], **image_kw)
-        cur[i].n_prompt = ids.numel()   # a replayed turn's input_ids grow by its conversation (host limit)
+        n_prompt[id(cur[i])] = ids.numel()   # a replayed turn's input_ids grow by its conversation (host limit)
         reqs.append(cur[i])
         nxt[i] += 1
 
@@ -340,7 +340,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     note = eng.note
 
     started = [r for r in reqs if r.t_first is not None]
-    prompt = sum(r.n_prompt for r in started)
+    prompt = sum(n_prompt[id(r)] for r in started)
     out_tok = sum(len(r.tokens) for r in reqs)
     alone = st["decode_tokens"] - st["mixed_tokens"]   # decode tokens of captured steps (not of mixed passes)
     engine_tps = alone / st["decode_s"] if st["decode_s"] else float("nan")
