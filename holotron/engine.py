@@ -48,6 +48,7 @@ from .engine_chunks import CapturedChunks
 from .engine_generate import stream
 from .engine_mixed import MixedSteps
 from .engine_prefill import Admission
+from .engine_replay import Replays
 from .engine_requests import Prefix, Request, Session, default_batch_sizes
 from .engine_sessions import Sessions, row_bytes
 from .engine_step import CapturedStep
@@ -68,7 +69,7 @@ class EngineUnsupported(RuntimeError):
     """The engine cannot serve this model / these arguments (``generate`` then takes the plain path)."""
 
 
-class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, MixedSteps):
+class Engine(Admission, Sessions, Replays, CapturedStep, CapturedChunks, CapturedVision, MixedSteps):
     """Preallocated decode state for ``max_batch`` rows of at most ``max_len`` tokens, one decode step
     captured per batch size (CUDA), a queue of turns, chunked prefill mixed with decoding, sessions,
     prefix snapshots.
@@ -91,7 +92,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
     (CUDA, off by default: measured slower, see docs/benchmarks.md): a prefill chunk runs on its own
     stream while the decode steps go on (``holotron/engine_prefill.py``). ``offload``: save idle
     sessions to host memory when a turn needs a row and none is free; ``host_limit`` (bytes, None: none): past
-    it a session is dropped instead and replayed at its next turn (``holotron/engine_sessions.py``). ``timing``:
+    it a session is dropped instead and replayed at its next turn (``holotron/engine_replay.py``). ``timing``:
     wait for the current stream after each phase of a step and add its seconds to ``stats`` (benchmarks; a chunk
     running on its own stream overlaps the decode phase).
     ``vision_stream`` (off by default; +1.5-2% at 100 one-tile agents on an H100, docs/benchmarks.md): admissions'
@@ -179,7 +180,7 @@ class Engine(Admission, Sessions, CapturedStep, CapturedChunks, CapturedVision, 
         self.generator = torch.Generator(device=dev) if self.sampling else None
         self._rows = {b: self.state.rows(b) for b in self.batch_sizes}
         self.rows: list[Session | None] = [None] * R   # host side: the session holding each row
-        self._init_sessions(host_limit)   # sessions, host_limit (holotron/engine_sessions.py)
+        self._init_sessions(host_limit)   # sessions, host_limit (holotron/engine_replay.py)
         self.queue: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.steps = 0

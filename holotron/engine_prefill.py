@@ -234,7 +234,7 @@ class Admission:
         return rest
 
     def _fail(self, req: Request, e: BaseException) -> None:
-        self._forget(req)   # its kept turn (host_limit, holotron/engine_sessions.py)
+        self._forget(req)   # its kept turn (host_limit, holotron/engine_replay.py)
         req.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         req.done, req.phase, req.x = True, "done", None
         req.t_done = time.perf_counter()

@@ -25,6 +25,28 @@ def pooled_bytes() -> int:
     return sum(b.numel() for free in _POOL.values() for b in free)
 
 
+def pinned_held() -> int | None:
+    """Pinned host bytes the process holds through torch's pinned allocator, blocks in use and cached ones (freed
+    blocks stay cached for reuse until ``free_cached_pinned``); None where it is not known (no CUDA initialised,
+    or a torch without these statistics)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    try:
+        stats = torch.cuda.host_memory_stats()
+    except (AttributeError, RuntimeError):
+        return None
+    return stats.get("allocated_bytes.current")
+
+
+def free_cached_pinned() -> None:
+    """Give the pool's free buffers and torch's cached pinned blocks back to the system (a device-wide sync)."""
+    _POOL.clear()
+    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None) \
+        or getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        empty()
+
+
 def _pinned_take(nbytes: int) -> torch.Tensor:
     cls = pinned_class(nbytes)
     free = _POOL.get(cls)

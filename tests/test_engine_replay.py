@@ -1,4 +1,4 @@
-"""Sessions dropped for host memory and replayed (``Engine(host_limit=)``, holotron/engine_sessions.py): when
+"""Sessions dropped for host memory and replayed (``Engine(host_limit=)``, holotron/engine_replay.py): when
 saving an idle session would take the saved sessions past the limit, its state is given up and its next turn
 prefills the whole conversation again (prompts, answers, every screenshot) before its own tokens. Each
 conversation's greedy tokens must equal that conversation run alone with the plain loop, whether its sessions
@@ -130,6 +130,35 @@ def test_a_session_given_embeddings_is_saved_past_the_limit_not_dropped():
     assert sa.turns is None and sa.on_host and not sa.dropped
 
 
+def test_the_limit_counts_kept_turns_once_and_gives_cached_memory_back_before_dropping(vl, monkeypatch):
+    import holotron.engine_replay as replay
+
+    p, px, n = _agents(1, 1, seed=6)[0][0]
+    eng = Engine(vl, max_batch=1, max_len=512, host_limit=10**12)
+    sa, sb = eng.session(), eng.session()
+    for s in (sa, sb):
+        eng.submit(p, session=s, pixel_values=px, max_new_tokens=n)   # one turn, sent by both sessions
+        eng.run()
+    assert sa.turns[0].ids is sb.turns[0].ids is p and sa.turns[0].pixel_values is px
+    kept = p.nbytes + px.nbytes
+    assert eng.memory()["turns_bytes"] == kept   # the prompt and screenshot both sessions sent, once
+    assert eng._host_held() == kept + sum(x.snapshot.host_bytes() for x in (sa, sb) if x.snapshot is not None)
+    # past the limit with memory the allocator caches: it is given back and the session saved, not dropped
+    held = [eng.host_limit, 0]
+    freed = []
+    monkeypatch.setattr(eng, "_host_held", lambda: held[len(freed)])
+    monkeypatch.setattr(replay, "free_cached_pinned", lambda: freed.append(1))
+    eng.submit(random_ids(5, seed=1), session=sa, max_new_tokens=1)   # sb, idle on the row, is evicted
+    eng.run()
+    assert freed == [1] and sb.on_host and not sb.dropped
+    # past it after the cached memory is given back: dropped
+    held[:] = [eng.host_limit] * 3
+    freed.clear()
+    eng.submit(random_ids(5, seed=2), session=sb, max_new_tokens=1)   # sa is evicted
+    eng.run()
+    assert freed == [1] and sa.dropped and not sa.on_host
+
+
 @pytest.mark.gpu
 def test_dropped_sessions_replay_on_cuda_graphs_with_the_vision_stream():
     model = tiny_vl(seed=3).cuda()
@@ -159,3 +188,19 @@ def test_a_screenshot_on_the_gpu_is_kept_once_on_the_host_while_it_lives():
     eng.submit(p.cuda(), session=s, pixel_values=px, max_new_tokens=1)
     eng.run()
     assert s.turns[2].pixel_values is not a.pixel_values and torch.equal(s.turns[2].pixel_values, px.cpu())
+
+
+@pytest.mark.gpu
+def test_pinned_memory_is_measured_and_cached_blocks_are_given_back():
+    from holotron.state_snapshot import free_cached_pinned, pinned_held
+
+    torch.zeros(1, device="cuda")
+    base = pinned_held()
+    assert base is not None   # torch's pinned allocator reports its bytes
+    x = torch.empty(64 << 20, dtype=torch.uint8, pin_memory=True)
+    held = pinned_held()
+    assert held >= base + (64 << 20)
+    del x   # freed: torch keeps the block cached for reuse
+    assert pinned_held() == held
+    free_cached_pinned()
+    assert pinned_held() <= held - (64 << 20)
