@@ -88,6 +88,7 @@ from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
 from holotron.model import Holotron, HolotronConfig  # noqa: E402
+from holotron.state_snapshot import pinned_held  # noqa: E402
 from holotron.vision import VisionConfig  # noqa: E402
 
 CASES = {"one-tile": 1, "twelve-tile": 13}           # tiles per screenshot (12 + the thumbnail)
@@ -292,7 +293,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
             prog = {"s": round(now - t0, 1), "turns_done": done, "turns_expected": sum(len(a) for a in plan),
                     "agents_done": n - len(waiting), "steps": eng.steps,
                     "on_host": sum(1 for q in sessions if q.on_host),
-                    **{k: round(st[k], 1) for k in ("decode_s", "prefill_s", "admit_s", "mixed_s")}}
+                    **{k: round(st[k], 1) for k in ("decode_s", "prefill_s", "admit_s", "mixed_s")},
+                    **_host_memory()}
             print("  progress " + " ".join(f"{k} {v}" for k, v in prog.items()), flush=True)
             if report:
                 report({"warmup": dict(parts), "progress": prog})
@@ -361,6 +363,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "peak_GiB": peak, "state_bytes_per_row": mem["row_bytes"], "state_mamba_bytes_per_row": mem["row_mamba_bytes"],
         "state_kv_bytes_per_row": mem["row_kv_bytes"], "state_GiB": mem["state_bytes"] / 2**30,
         "sessions_on_host_peak": host_peak, "host_GiB_peak": host_bytes_peak / 2**30,
+        "pinned_GiB_peak": _pinned_peak() / 2**30,
         "sessions_dropped": st["sessions_dropped"], "replayed_turns": st["replayed_turns"],
         "replayed_tokens": st["replayed_tokens"],
         "decode_steps": st["decode_steps"], "decode_tokens": st["decode_tokens"],
@@ -604,6 +607,29 @@ def _names(allowed):
             raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(allowed)}, got {s!r}")
         return out
     return parse
+
+
+def _host_memory() -> dict:
+    """The process's resident host memory and torch's pinned bytes (cached free blocks included), in GiB, for
+    the progress lines (a run the host kills for memory leaves where it stood)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        out["rss_GiB"] = round(kib / 2**20, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    held = pinned_held()
+    if held is not None:
+        out["pinned_GiB"] = round(held / 2**30, 1)
+    return out
+
+
+def _pinned_peak() -> int:
+    """The peak of torch's pinned bytes so far (0 where unknown)."""
+    if pinned_held() is None:
+        return 0
+    return torch.cuda.host_memory_stats().get("allocated_bytes.peak", 0)
 
 
 def _host_limit(args) -> int | None:

@@ -34,6 +34,9 @@
 #   bash dev/probes/agents_gpu.sh servingfp8 # ~400 s: the serving section (FP8 KV) with bf16 weights, then FP8 weights
 #   bash dev/probes/agents_gpu.sh twelveattn # 595 s: the attention model, 100 twelve-tile agents, 8 turns, sessions
 #                                           # past HOST_GIB=64 of host memory dropped and replayed (the 2x goal)
+#   bash dev/probes/agents_gpu.sh twelve256hl # 590 s: the hybrid at 256 twelve-tile agents with the 12,269 run's flags and
+#                                           # HOST_GIB=96 (on 2026-12-06 killed by the host: the limit missed torch's
+#                                           # cached pinned blocks; progress lines now carry rss_GiB and pinned_GiB)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -179,6 +182,15 @@ if [ "$phase" = twelveattn ]; then   # the attention model at 100 twelve-tile ag
     --watchdog 60 --no-plot --out "$OUT/ta" > "$OUT/twelve100-attention.log" 2>&1
   grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve100-attention.log" | tail -12
   cp "$OUT/ta/bench_agents.json" "$OUT/agents-twelve-100-attention.json"; rm -rf "$OUT/ta"
+fi
+if [ "$phase" = twelve256hl ]; then   # the hybrid at 256 twelve-tile agents, 8 turns, with the host limit counting
+  # torch's pinned memory (engine_replay.py); the replay's GPU tests first
+  timeout 40 python3 -m pytest -q -m gpu tests/test_engine_replay.py 2>&1 | tail -2
+  timeout 540 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 256 --models hybrid --kv-dtype fp8 \
+    --ssm-dtype bfloat16 --mixed on --vision-stream on --margin-gib 24 --host-limit-gib ${HOST_GIB:-96} --budget 500 \
+    --watchdog 60 --no-plot --out "$OUT/t256" > "$OUT/twelve256-hybrid.log" 2>&1
+  grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve256-hybrid.log" | tail -12
+  cp "$OUT/t256/bench_agents.json" "$OUT/agents-twelve-256-hybrid.json"; rm -rf "$OUT/t256"
 fi
 if [ "$phase" = profile1 ]; then   # the first shape of "profile" only
   timeout 150 python3 dev/probes/mixed_profile.py --ssm-dtype bfloat16 --chunk 2 --tokens 320 --decode 100 --history 1800 \
