@@ -182,3 +182,30 @@ def test_vision_graphs_are_captured_on_a_stream_of_their_own():
     assert set(eng.vision_graphs) == {1, 2}
     assert torch.cuda.graph.default_capture_stream is not None   # the decode steps' graphs were captured there
     assert eng._vcap is not None and eng._vcap != torch.cuda.graph.default_capture_stream
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_prefix_made_while_admissions_embed_on_the_vision_stream_equals_the_plain_loop(device):
+    # holotron/engine_vision.py: a vision call off the vision stream (``prefix``) waits for that stream first,
+    # since the admissions' calls there share its graphs' input and output buffers
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    model = tiny_vl(seed=3).to(device)
+    agents = _agents(4, 1, seed=5)
+    eng = Engine(model, max_batch=4, max_len=512, prefill_tokens=40, vision_stream=True)
+    if device == "cuda":
+        eng.capture_vision([1, 2])
+        assert set(eng.vision_graphs) == {1, 2}
+    reqs = [eng.submit(p.to(device), session=eng.session(), pixel_values=px.to(device), max_new_tokens=n)
+            for ((p, px, n),) in agents]
+    eng.step()   # the admissions' screenshots go to the vision encoder (on its stream on CUDA)
+    p0, px0, _ = _agents(1, 1, seed=9)[0][0]
+    pre = eng.prefix(p0.to(device), pixel_values=px0.to(device))
+    tail = torch.tensor([40, 41, 42])
+    r = eng.submit(tail.to(device), prefix=pre, max_new_tokens=4)
+    eng.run()
+    want = generate(model, torch.cat([p0, tail])[None].to(device), 4, engine=False, eos_token_id=[],
+                    pixel_values=px0.to(device), num_tiles=[px0.shape[0]])[0].tolist()
+    assert r.error is None and r.tokens == want
+    for req, turns in zip(reqs, agents):
+        assert req.tokens == _reference(model, turns, device)[0]

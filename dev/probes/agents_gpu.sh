@@ -184,8 +184,9 @@ if [ "$phase" = twelveattn ]; then   # the attention model at 100 twelve-tile ag
   cp "$OUT/ta/bench_agents.json" "$OUT/agents-twelve-100-attention.json"; rm -rf "$OUT/ta"
 fi
 if [ "$phase" = twelve256hl ]; then   # the hybrid at 256 twelve-tile agents, 8 turns, with the host limit counting
-  # torch's pinned memory (engine_replay.py); the replay's GPU tests first
-  timeout 40 python3 -m pytest -q -m gpu tests/test_engine_replay.py 2>&1 | tail -2
+  # torch's pinned memory (engine_replay.py); the GPU tests of the replay and the vision stream first (the
+  # prefix-while-admissions test there not yet run on a GPU, 2026-12-06)
+  timeout 70 python3 -m pytest -q -m gpu tests/test_engine_replay.py tests/test_engine_vision_stream.py 2>&1 | tail -2
   timeout 540 python3 benchmarks/bench_agents.py --cases twelve-tile --agents 256 --models hybrid --kv-dtype fp8 \
     --ssm-dtype bfloat16 --mixed on --vision-stream on --margin-gib 24 --host-limit-gib ${HOST_GIB:-96} --budget 500 \
     --watchdog 60 --no-plot --out "$OUT/t256" > "$OUT/twelve256-hybrid.log" 2>&1
