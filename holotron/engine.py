@@ -180,7 +180,9 @@ class Engine(Admission, Sessions, Replays, CapturedStep, CapturedChunks, Capture
         self.generator = torch.Generator(device=dev) if self.sampling else None
         self._rows = {b: self.state.rows(b) for b in self.batch_sizes}
         self.rows: list[Session | None] = [None] * R   # host side: the session holding each row
-        self._init_sessions(host_limit)   # sessions, host_limit (holotron/engine_replay.py)
+        self.sessions: dict[int, Session] = {}
+        self._next_id = 0
+        self._init_replays(host_limit)   # host_limit (holotron/engine_replay.py)
         self.queue: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.steps = 0

@@ -42,11 +42,13 @@ class Replays:
             need = self.state.bytes_per_row(q.length)["total"]
             if self.device.type == "cuda":
                 need = pinned_class(need)
-            if self._host_held() + need > self.host_limit:
+            over = self._host_held() + need > self.host_limit
+            if over:
                 # freed buffers (of other size classes) that torch caches until given back; torch counts a freed
                 # block as in use until it next looks at it, so this is not asked first (nothing cached: cheap)
                 free_cached_pinned()
-            if self._host_held() + need > self.host_limit:
+                over = self._host_held() + need > self.host_limit
+            if over:
                 self._release(q.row)   # dropped: its next turn replays its turns (_replay_into)
                 q.dropped = True
                 self.stats["sessions_dropped"] += 1
@@ -76,7 +78,7 @@ class Replays:
         return sum(seen.values())
 
     # ------------------------------------------------------------------ turns kept for a replay (host_limit)
-    def _init_sessions(self, host_limit: int | None) -> None:
+    def _init_replays(self, host_limit: int | None) -> None:
         if host_limit is not None and (isinstance(host_limit, bool) or not isinstance(host_limit, int)
                                        or host_limit < 0):
             raise ValueError(f"Engine: host_limit must be None or bytes >= 0 (an int), got {host_limit!r}")
@@ -85,8 +87,6 @@ class Replays:
                              "turns off; pass offload=True or no host_limit")
         self.host_limit = host_limit
         self._host_copies: dict[int, tuple] = {}   # id(device tensor) -> (weakref, version, host copy)
-        self.sessions: dict[int, Session] = {}
-        self._next_id = 0
 
     def _remember(self, s: Session, req: Request) -> None:
         """Keep what ``req`` reads (and, as it decodes, writes) for a later replay of ``s``."""

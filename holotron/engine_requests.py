@@ -45,10 +45,6 @@ class Turn:
     tokens: list[int]
     ready: list = field(default_factory=list)
 
-    def nbytes(self) -> int:
-        px = self.pixel_values
-        return self.ids.numel() * self.ids.element_size() + (0 if px is None else px.numel() * px.element_size())
-
 
 @dataclass(eq=False)
 class Session:

@@ -93,7 +93,7 @@ def test_a_cancelled_turn_of_a_dropped_session_leaves_it_replayable_and_forks_sh
     assert rf.tokens == ra3.tokens == _alone(model, hist, 4)
     eng.close(sa)
     assert sa.turns is None and not sa.dropped and eng.memory()["turns_bytes"] == sum(
-        t.nbytes() for t in fork.turns) + sum(t.nbytes() for t in sb.turns)
+        t.ids.nbytes for t in fork.turns + sb.turns)
 
 
 def test_bad_host_limits_and_calls_on_a_dropped_session_are_one_clear_error():
