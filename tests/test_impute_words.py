@@ -78,8 +78,8 @@ def test_the_new_checkpoint_differs_only_in_the_unseen_rows_which_get_the_spelli
 
 
 def test_the_shipped_weights_are_already_the_fit():
-    """The bundled tiny-ui-v9 is tiny-ui-v8 through this script: run again, the fit of the (unchanged) trained rows
-    gives back the rows it has, up to bf16 rounding."""
+    """The bundled weights came out of this script (tiny-ui-v9 and v10): run again, the fit of the (unchanged)
+    trained rows gives back the rows it has, up to bf16 rounding."""
     tok = Processor.from_pretrained("holotron-tiny-ui").tokenizer
     trained, unseen = imp.split_words(tok, screens=200)
     emb = holotron.load("holotron-tiny-ui", dtype=torch.float32).language_model.backbone.embeddings.weight.detach()
