@@ -1,6 +1,7 @@
 """The data workers' fast paths give what their plain definitions give: ``_last_box`` (the last box in paint
 order holding each point) painted on the grid of the points' coordinates against every point tested against
-every box; the (question, token) pairs of a batch built as tensors against the pairs listed one by one."""
+every box; the (question, token) pairs of a batch built as tensors against the pairs listed one by one; the
+characters' edges composed from advances and kernings against ``getlength`` of every prefix."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from holotron.data.canvas import font
+from holotron.data.faces import FACES, canvas_face
 from holotron.train.matching import collate_match, token_pairs
-from holotron.train.targets import _last_box
+from holotron.train.targets import _face_metrics, _last_box, _prefix_widths
 
 
 def _last_box_reference(boxes, px, py):
@@ -82,3 +85,25 @@ def test_batch_tiles_are_concatenated_into_shared_memory_in_a_worker_and_equal_a
     for out, shared, want in loader:
         assert shared, "the worker's concatenation was not in shared memory"
         assert out.shape == (4, 3, 4, 4) and torch.equal(out, want)
+
+
+@pytest.mark.parametrize("name", sorted(FACES))
+def test_prefix_widths_from_advances_and_kernings_equal_getlength_of_every_prefix(name):
+    face = canvas_face(name)
+    rng = np.random.default_rng(len(name))
+    alphabet = list("AVTWYLPFoaeyrvw.,'-/() 0123456789") + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    texts = ["AV To Ty LT Wa Yo P. F,", "Invoice INV-20417", "notes_v2.pdf", "x"]
+    texts += ["".join(rng.choice(alphabet, int(rng.integers(1, 25)))) for _ in range(300)]
+    f = font(64, face)
+    for text in texts:
+        assert _prefix_widths(text, face) == [f.getlength(text[:i + 1]) for i in range(len(text))], text
+    assert _face_metrics(face)[1], "the advances were not cached"
+
+
+def test_some_bundled_face_kerns_so_the_composition_is_tested_with_kernings():
+    kerned = []
+    for name in FACES:
+        face = canvas_face(name)
+        _prefix_widths("AV To Ty LT Wa Yo P. F,", face)
+        kerned += [k for k in _face_metrics(face)[2].values() if k != 0]
+    assert kerned

@@ -42,15 +42,43 @@ def char_class(ch: str) -> int:
     return 38
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=None)
+def _face_metrics(face: str | None) -> tuple[object, dict, dict]:
+    """The screen face at 64 px with its character advances and pair kernings, filled as texts meet them."""
+    from ..data.canvas import font
+
+    return font(64, face), {}, {}
+
+
+def _prefix_widths(text: str, face: str | None) -> list[float]:
+    """``font.getlength(text[:i + 1])`` for every i, composed from cached advances and pair kernings: the
+    fonts' basic layout places each glyph at the sum of the advances and kernings before it, in 1/64 px, so
+    the sums are the same floats (``tests/test_train_targets.py`` compares them with ``getlength`` in every
+    bundled face) at one ``getlength`` per new character or pair instead of one per prefix."""
+    f, advance, kerning = _face_metrics(face)
+    widths, total, prev = [], 0.0, ""
+    for c in text:
+        a = advance.get(c)
+        if a is None:
+            a = advance[c] = f.getlength(c)
+        total += a
+        if prev:
+            pair = prev + c
+            k = kerning.get(pair)
+            if k is None:
+                k = kerning[pair] = f.getlength(pair) - advance[prev] - a
+            total += k
+        widths.append(total)
+        prev = c
+    return widths
+
+
+@functools.lru_cache(maxsize=65536)
 def _char_edges(text: str, face: str | None = None) -> np.ndarray:
     """Right edge of each character as a fraction of ``text``'s width in the screen's font (``face``: None for
     the bundled Aileron, holotron/data/faces.py; at 64 px: advances scale with the size, so the fractions hold
     at any size up to hinting)."""
-    from ..data.canvas import font
-
-    f = font(64, face)
-    widths = np.array([f.getlength(text[:i + 1]) for i in range(len(text))], dtype=np.float64)
+    widths = np.array(_prefix_widths(text, face), dtype=np.float64)
     return widths / max(float(widths[-1]), 1e-9)
 
 
