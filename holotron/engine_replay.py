@@ -33,7 +33,8 @@ class Replays:
     """Turns kept for replays, the host limit's evictions, and the replays themselves (mixed into ``Engine``)."""
 
     def _evict(self) -> bool:
-        """Save the least recently used idle session to host memory; False when every row is busy."""
+        """Free a row: save the least recently used idle session to host memory, or drop it past ``host_limit``;
+        False when every row is busy."""
         idle = [q for q in self.rows if q is not None and not q.busy]
         if not idle:
             return False
@@ -86,7 +87,7 @@ class Replays:
             raise ValueError("Engine: host_limit bounds the sessions saved to host memory, which offload=False "
                              "turns off; pass offload=True or no host_limit")
         self.host_limit = host_limit
-        self._host_copies: dict[int, tuple] = {}   # id(device tensor) -> (weakref, version, host copy)
+        self._host_copies: dict[int, tuple] = {}   # id(device tensor) -> (weakref, version, host copy, event)
 
     def _remember(self, s: Session, req: Request) -> None:
         """Keep what ``req`` reads (and, as it decodes, writes) for a later replay of ``s``."""
