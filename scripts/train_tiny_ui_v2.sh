@@ -36,7 +36,9 @@
 # identifier, holotron/data/tables.py; unset or 0: --tables off, the screens as before), ICON_PLACES (1: match and
 # ground jobs with --icon-places on, the training screens' icons moved so that only their glyph tells them apart:
 # window controls at either end of the title bar, toolbar icons in vertical strips, holotron/data/icon_places.py;
-# unset or 0: --icon-places off, the screens as before), EXTRA (more train options).
+# unset or 0: --icon-places off, the screens as before), TAB_PLACES (1: match and ground jobs with --tab-places on,
+# now and then the training screens' tabs in a column, holotron/data/tab_places.py; unset or 0: off), EXTRA (more
+# train options).
 set -euo pipefail
 if [ $# -lt 2 ]; then
     echo "usage: bash scripts/train_tiny_ui_v2.sh OUT match|ground|eval [MINUTES]" >&2
@@ -55,13 +57,15 @@ case ${TABLES:-0} in 0) TABLES_ARGS=() ;; 1) TABLES_ARGS=(--tables on) ;;
     *) echo "TABLES must be 1 or 0, got '$TABLES'" >&2; exit 2 ;; esac
 case ${ICON_PLACES:-0} in 0) ICON_ARGS=() ;; 1) ICON_ARGS=(--icon-places on) ;;
     *) echo "ICON_PLACES must be 1 or 0, got '$ICON_PLACES'" >&2; exit 2 ;; esac
+case ${TAB_PLACES:-0} in 0) TAB_ARGS=() ;; 1) TAB_ARGS=(--tab-places on) ;;
+    *) echo "TAB_PLACES must be 1 or 0, got '$TAB_PLACES'" >&2; exit 2 ;; esac
 case $JOB in match|ground) [ -n "$MIN" ] || { echo "$JOB needs MINUTES" >&2; exit 2; } ;; eval) ;;
     *) echo "unknown job '$JOB' (match, ground, eval)" >&2; exit 2 ;; esac
 
 common=(--config "$CONFIG" --device "$DEVICE" --workers "$WORKERS" --steps 1000000 --log-every 10
         --log-seconds 20 --max-shard-size 8MB --vocab train --pad-aug "${PAD_AUG:-0.5}" --colour-aug on
         --eval-n "${EVAL_N:-64}" ${FONTS:+--fonts "$FONTS"} ${TABLES_ARGS[@]+"${TABLES_ARGS[@]}"}
-        ${ICON_ARGS[@]+"${ICON_ARGS[@]}"} "${EXTRA_ARGS[@]}")
+        ${ICON_ARGS[@]+"${ICON_ARGS[@]}"} ${TAB_ARGS[@]+"${TAB_ARGS[@]}"} "${EXTRA_ARGS[@]}")
 
 if [ "$JOB" = match ]; then
     tok=()

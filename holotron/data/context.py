@@ -31,6 +31,10 @@ class Ctx:
     # what this screen did (settings["icon_places"])
     icon_places: bool = False
     icon_log: dict = field(default_factory=dict)
+    # tab places (tab_places.py, training screens of generate_sample(tab_places=True) only): whether the training
+    # layouts may draw tabs in a column, and what this screen did (settings["tab_places"])
+    tab_places: bool = False
+    tab_log: dict = field(default_factory=dict)
 
     def chance(self, p: float) -> bool:
         return self.rng.random() < p

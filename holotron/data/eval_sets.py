@@ -43,13 +43,17 @@ def synthetic_examples(n: int, *, split: str = "heldout", seed0: int = EVAL_SEED
     with ``workers`` > 1 in that many processes, in the same order), each with its size family and whether
     its target's label is held out (``Example.family`` / ``.vocab``). ``vocab`` and ``options`` as
     ``holotron.data.generate_sample``; pass ``seed0=DEV_SEED0`` for decisions. Tables (``tables=True``) are for
-    training screens only: asking for them here is a ValueError, and so is ``icon_places=True``."""
+    training screens only: asking for them here is a ValueError, and so are ``icon_places=True`` and
+    ``tab_places=True``."""
     if options.get("tables"):
         raise ValueError("the eval sets never draw tables: tables=True is for training screens only "
                          "(holotron/data/tables.py)")
     if options.get("icon_places"):
         raise ValueError("the eval sets never move icons: icon_places=True is for training screens only "
                          "(holotron/data/icon_places.py)")
+    if options.get("tab_places"):
+        raise ValueError("the eval sets never draw tab columns: tab_places=True is for training screens only "
+                         "(holotron/data/tab_places.py)")
     seeds = range(seed0, seed0 + n)
     if workers <= 1:
         for seed in seeds:

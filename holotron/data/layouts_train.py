@@ -13,6 +13,7 @@ from .columns import APP_BLOCKS, MOBILE_BLOCKS, WEB_BLOCKS, columns
 from .context import Ctx
 from .icon_places import dialog_close_left, icon_strip, strip_instead, web_strip
 from .styles import mix
+from .tab_places import row_to_column, sidebar_tabs, tab_column, tab_column_beside, web_tabs
 from .tables import table_section
 
 # texts drawn by name (vocab.fixed_texts: never held out of the training vocabulary)
@@ -48,16 +49,21 @@ def app(x: Ctx):
         if not strip:
             y = toolbar(x, X0, y, X1, Y1 - room)
     bottom = status_bar(x, X0, Y1, X1, y + room) if x.chance(0.5) else Y1
+    column = False  # with tab places on (tab_places.py), now and then the tabs in a column instead of a row
     if x.chance(0.4):
-        y = tab_row(x, X0 + st.pad, y + 4, X1 - st.pad, bottom - room)
-    cx0 = X0
+        column = row_to_column(x)
+        if not column:
+            y = tab_row(x, X0 + st.pad, y + 4, X1 - st.pad, bottom - room)
+    cx0, cx1 = X0, X1
     if X1 - X0 >= 700 and x.chance(0.55):
         sw = max(150, min(300, round((X1 - X0) * x.rng.uniform(0.16, 0.26))))
-        sidebar(x, X0, y, X0 + sw, bottom)
+        if not ((column or sidebar_tabs(x)) and tab_column(x, X0, y, X0 + sw, bottom)):
+            sidebar(x, X0, y, X0 + sw, bottom)
         cx0 = X0 + sw
-    cx1 = X1
+    elif column:
+        cx0, cx1 = tab_column_beside(x, cx0, y, cx1, bottom)
     if strip:
-        cx0, cx1 = icon_strip(x, cx0, y, X1, bottom)
+        cx0, cx1 = icon_strip(x, cx0, y, cx1, bottom)
     y = table_section(x, cx0, y, cx1, bottom)  # with tables on (tables.py), now and then
     columns(x, cx0, y, cx1, bottom, APP_BLOCKS)
     if draw_menu:
@@ -172,6 +178,7 @@ def web(x: Ctx):
         y += st.gap
         y = B.buttons(x, m, y, w - m, footer, n=x.rng.randint(1, 2), align="center" if center else "left") or y
     x0, x1 = web_strip(x, 0, y, w, footer)  # with icon places on (icon_places.py), now and then an icon strip
+    x0, x1 = web_tabs(x, x0, y, x1, footer)  # with tab places on (tab_places.py), now and then a column of tabs
     y = table_section(x, x0, y, x1, footer)
     columns(x, x0, y, x1, footer, WEB_BLOCKS)
 

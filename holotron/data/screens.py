@@ -13,6 +13,7 @@
     generate_sample(7, font="mixed")             # the text in one face per screen (faces.py), for training
     generate_sample(7, tables=True)              # now and then a data table (tables.py), for training
     generate_sample(7, icon_places=True)         # icons in varied places (icon_places.py), for training
+    generate_sample(7, tab_places=True)          # now and then tabs in a column (tab_places.py), for training
 
 The same seed and options give the same pixels. Every element lies inside the image, no two overlap,
 texts fit their elements, no text appears twice on a screen, and the target's label appears nowhere
@@ -46,6 +47,11 @@ tells them apart (split "train" only; a ValueError elsewhere): the window contro
 in a shuffled order now and then, a toolbar's icons in a vertical strip along the content's left or right edge, a
 web page's icon strip, a dialog's close icon in either top corner. ``settings["icon_places"]`` records what the
 screen did. icon_places=False (the default) draws the screens exactly as before.
+
+Tab places (tab_places.py): tab_places=True lets the training layouts draw tabs one under another (split "train"
+only; a ValueError elsewhere): an app's sidebar as a column of tabs, its tab row turned into a column beside the
+content, a web page's settings-style column of tabs. ``settings["tab_places"]`` records what the screen did.
+tab_places=False (the default) draws the screens exactly as before.
 """
 
 from __future__ import annotations
@@ -183,6 +189,7 @@ def generate_sample(
     font: str | None = None,
     tables: bool = False,
     icon_places: bool = False,
+    tab_places: bool = False,
 ) -> Sample:
     """One synthetic screen, its elements, an instruction naming one of them and the click answer.
 
@@ -201,6 +208,7 @@ def generate_sample(
         ``faces.pick_face``); the face used is recorded in ``settings["font"]`` unless font is None.
     tables: True lets the training layouts draw a data table (split "train" only; see the module docstring).
     icon_places: True lets the training layouts move the icons (split "train" only; see the module docstring).
+    tab_places: True lets the training layouts draw tabs in a column (split "train" only; see the module docstring).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
@@ -213,6 +221,9 @@ def generate_sample(
     if icon_places and split != "train":
         raise ValueError(f"icon_places=True moves icons on training screens only (split='train'), not on {split!r} "
                          "ones")
+    if tab_places and split != "train":
+        raise ValueError(f"tab_places=True draws tab columns on training screens only (split='train'), not on "
+                         f"{split!r} ones")
     if size is not None and size_range is not None:
         raise ValueError("give size or size_range, not both")
     if not 0 <= jitter <= 1:
@@ -269,7 +280,7 @@ def generate_sample(
         ctx = Ctx(canvas, st, rng, LabelPicker(rng, exclude=held if vocab == "train" else frozenset()))
         if tables:
             ctx.tables, ctx.avoid = True, heldout_vocab()
-        ctx.icon_places = icon_places
+        ctx.icon_places, ctx.tab_places = icon_places, tab_places
         LAYOUTS[lay](ctx)
         elements = canvas.elements
         candidates = [e for e in elements if e.role in roles
@@ -305,7 +316,8 @@ def generate_sample(
                           density=round(dens, 3), size_family=family, width=width, height=height, attempt=attempt,
                           **({} if vocab == "all" else {"vocab": vocab}), **({} if face is None else {"font": face}),
                           **({"tables": list(ctx.table_boxes)} if tables else {}),
-                          **({"icon_places": dict(ctx.icon_log)} if icon_places else {})),
+                          **({"icon_places": dict(ctx.icon_log)} if icon_places else {}),
+                          **({"tab_places": dict(ctx.tab_log)} if tab_places else {})),
             seed=seed,
         )
         check_sample(sample)

@@ -76,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
                         "them apart (window controls at either end of the title bar, toolbar icons in a vertical "
                         "strip, a dialog's close icon in either corner; holotron/data/icon_places.py); off (default): "
                         "the screens as before. Never on the evals' screens")
+    p.add_argument("--tab-places", default="off", choices=["off", "on"],
+                   help="grounding and matching training screens: on draws tabs in a column now and then (an app's "
+                        "sidebar as tabs, its tab row as a column beside the content, a web page's settings-style "
+                        "column; holotron/data/tab_places.py); off (default): the screens as before. Never on the "
+                        "evals' screens")
     p.add_argument("--tokenizer-kind", default="bpe", choices=["bpe", "word"],
                    help="the tokenizer a run trains when none is given: bpe (byte-level BPE, digits split; the "
                         "default) or word (one token per label word, coordinates 0..1000 as single tokens; "
@@ -207,9 +212,10 @@ def check_args(args) -> None:
         if held:
             raise SystemExit(f"holotron.train: error: --layouts: {held[0]!r} is a layout of the "
                              f"{args.eval_split} split, which the evals score: training on it would void them")
-    # the training screens' options: grounding and matching screens only; tables and icon places on the train split
+    # the training screens' options: grounding and matching screens only; tables, icon and tab places: train split
     for flag, on, train_only in (("--fonts", args.fonts != "default", False), ("--tables", args.tables == "on", True),
-                                 ("--icon-places", args.icon_places == "on", True)):
+                                 ("--icon-places", args.icon_places == "on", True),
+                                 ("--tab-places", args.tab_places == "on", True)):
         if on and args.stage == "read":
             raise SystemExit(f"holotron.train: error: {flag} changes the grounding and matching screens; the reading "
                              "stage's screens stay as they are: leave it out of --stage read")

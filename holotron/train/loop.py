@@ -273,7 +273,8 @@ def screen_options(args) -> dict:
     vocabulary never drawn), --fonts (mixed: each screen's text in one of several faces,
     holotron/data/faces.py; the evals' screens keep the default font), --tables (on: data tables on about
     half of the training screens, holotron/data/tables.py; never on the evals' screens) and --icon-places (on: the
-    icons moved so that only their glyph tells them apart, holotron/data/icon_places.py; never on the evals')."""
+    icons moved so that only their glyph tells them apart, holotron/data/icon_places.py; never on the evals') and
+    --tab-places (on: now and then tabs in a column, holotron/data/tab_places.py; never on the evals')."""
     options = {}
     if args.layouts:
         options["layout"] = tuple(args.layouts)
@@ -285,6 +286,8 @@ def screen_options(args) -> dict:
         options["tables"] = True
     if getattr(args, "icon_places", "off") == "on":
         options["icon_places"] = True
+    if getattr(args, "tab_places", "off") == "on":
+        options["tab_places"] = True
     return options
 
 
