@@ -1,6 +1,7 @@
 """Checks shared by the tests of the training screens' options (tests/test_data_tables.py,
-tests/test_data_icon_places.py): digests of screens and batches, which hold an option's "off" to what the
-generator drew before the option existed, and a two-step micro ground run with the option on."""
+tests/test_data_icon_places.py, tests/test_data_tab_places.py, tests/test_data_fonts.py): digests of screens and
+batches, which hold an option's "off" to what the generator drew before the option existed, the training command
+line's checks of an option's flag, and a two-step micro ground run with the option on."""
 
 from __future__ import annotations
 
@@ -73,3 +74,23 @@ def micro_ground_run(tmp_path, word_tok, monkeypatch, *flags: str):
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["step"] == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in state["log"])
     return state, made
+
+
+def train_args(*flags: str):
+    """``python -m holotron.train``'s arguments for ``flags`` (with ``--out unused``), checked as the CLI does."""
+    from holotron.train.cli import check_args, parser
+
+    args = parser().parse_args(["--out", "unused", *flags])
+    check_args(args)
+    return args
+
+
+def check_train_split_flag(flag: str) -> None:
+    """An on/off option of the training screens only: ``flag on`` is refused with the reading stage and with
+    another split than train, and a value other than on / off is refused."""
+    with pytest.raises(SystemExit, match=f"{flag} changes the grounding and matching screens"):
+        train_args(flag, "on", "--stage", "read")
+    with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
+        train_args(flag, "on", "--split", "heldout")
+    with pytest.raises(SystemExit):
+        train_args(flag, "yes")

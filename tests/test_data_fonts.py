@@ -16,6 +16,7 @@ import numpy as np
 import PIL
 import pytest
 import test_data as D  # tests/test_data.py: its invariant tests, run here with a face (a module: not collected)
+from screen_option_checks import train_args
 
 from holotron.data import canvas as canvas_mod
 from holotron.data import check_sample, generate_sample
@@ -214,14 +215,6 @@ def test_character_targets_read_the_screens_face():
 # the training flag
 # ----------------------------------------------------------------------------------------------
 
-def _args(*flags):
-    from holotron.train.cli import check_args, parser
-
-    args = parser().parse_args(["--out", "unused", *flags])
-    check_args(args)
-    return args
-
-
 def test_fonts_flag_reaches_the_screen_options_and_the_workers(tmp_path):
     from holotron.processor import Processor
     from holotron.tokenizer import build_task_tokenizer
@@ -229,19 +222,19 @@ def test_fonts_flag_reaches_the_screen_options_and_the_workers(tmp_path):
     from holotron.train.loop import _dataset, screen_options
     from holotron.train.matching import MatchBatches
 
-    assert _args().fonts == "default" and screen_options(_args()) == {}
-    assert screen_options(_args("--fonts", "mixed", "--vocab", "train")) == {"font": "mixed", "vocab": "train"}
+    assert train_args().fonts == "default" and screen_options(train_args()) == {}
+    assert screen_options(train_args("--fonts", "mixed", "--vocab", "train")) == {"font": "mixed", "vocab": "train"}
     with pytest.raises(SystemExit, match="--fonts"):
-        _args("--fonts", "mixed", "--stage", "read")
+        train_args("--fonts", "mixed", "--stage", "read")
     with pytest.raises(SystemExit):
-        _args("--fonts", "karla")  # the flag takes default or mixed
+        train_args("--fonts", "karla")  # the flag takes default or mixed
 
     tok = build_task_tokenizer(tmp_path / "tok", vocab_size=600, n=10)
     vision = make_config("micro", Processor.from_pretrained(tok).vocab_size).vision
     seeds = [next(k for k in range(100) if canvas_face(pick_face("mixed", "train", k)) is not None)]
     for stage in ("ground", "match"):
-        mixed = _dataset(_args("--fonts", "mixed", "--stage", stage, "--batch-size", "1"), vision, tok, None)
-        plain = _dataset(_args("--stage", stage, "--batch-size", "1"), vision, tok, None)
+        mixed = _dataset(train_args("--fonts", "mixed", "--stage", stage, "--batch-size", "1"), vision, tok, None)
+        plain = _dataset(train_args("--stage", stage, "--batch-size", "1"), vision, tok, None)
         assert isinstance(mixed, MatchBatches if stage == "match" else ScreenBatches)
         worker = pickle.loads(pickle.dumps(mixed))  # what a data worker process receives
         assert worker.options["font"] == "mixed" and "font" not in plain.options

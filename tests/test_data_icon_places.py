@@ -12,7 +12,13 @@ import hashlib
 import PIL
 import pytest
 import torch
-from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest
+from screen_option_checks import (
+    check_recorded_batches,
+    check_train_split_flag,
+    micro_ground_run,
+    text_digest,
+    train_args,
+)
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 from holotron.data import check_sample, generate_sample
@@ -174,26 +180,13 @@ def test_icon_places_on_keeps_the_invariants_and_answers_icons_inside_their_box(
 # the command line
 # ----------------------------------------------------------------------------------------------
 
-def _args(*flags):
-    from holotron.train.cli import check_args, parser
-
-    args = parser().parse_args(["--out", "unused", *flags])
-    check_args(args)
-    return args
-
-
 def test_icon_places_flag_is_checked_and_reaches_the_screen_options():
     from holotron.train.loop import screen_options
 
-    assert _args().icon_places == "off" and _args("--icon-places", "on").icon_places == "on"
-    with pytest.raises(SystemExit, match="--icon-places changes the grounding and matching screens"):
-        _args("--icon-places", "on", "--stage", "read")
-    with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
-        _args("--icon-places", "on", "--split", "heldout")
-    with pytest.raises(SystemExit):
-        _args("--icon-places", "yes")
-    assert screen_options(_args()) == {}
-    assert screen_options(_args("--icon-places", "on", "--tables", "on")) == {"tables": True, "icon_places": True}
+    assert train_args().icon_places == "off" and train_args("--icon-places", "on").icon_places == "on"
+    check_train_split_flag("--icon-places")
+    assert screen_options(train_args()) == {}
+    assert screen_options(train_args("--icon-places", "on", "--tables", "on")) == {"tables": True, "icon_places": True}
 
 
 def test_a_micro_ground_run_with_icon_places_trains(tmp_path, word_tok, monkeypatch):

@@ -12,7 +12,13 @@ import hashlib
 import PIL
 import pytest
 import torch
-from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest
+from screen_option_checks import (
+    check_recorded_batches,
+    check_train_split_flag,
+    micro_ground_run,
+    text_digest,
+    train_args,
+)
 from test_data_icon_places import BEFORE_BATCHES, BEFORE_MATCH, BEFORE_SCREENS, BEFORE_STREAM, BEFORE_TOKENIZER
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
@@ -108,25 +114,12 @@ def test_tab_places_on_keeps_the_invariants_and_answers_tabs_inside_their_box(on
         assert e.box[0] <= px.x <= e.box[2] - 1 and e.box[1] <= px.y <= e.box[3] - 1, (s.answer, e)
 
 
-def _args(*flags):
-    from holotron.train.cli import check_args, parser
-
-    args = parser().parse_args(["--out", "unused", *flags])
-    check_args(args)
-    return args
-
-
 def test_tab_places_flag_is_checked_and_reaches_the_screen_options():
     from holotron.train.loop import screen_options
 
-    assert _args().tab_places == "off" and _args("--tab-places", "on").tab_places == "on"
-    with pytest.raises(SystemExit, match="--tab-places changes the grounding and matching screens"):
-        _args("--tab-places", "on", "--stage", "read")
-    with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
-        _args("--tab-places", "on", "--split", "heldout")
-    with pytest.raises(SystemExit):
-        _args("--tab-places", "yes")
-    assert screen_options(_args("--tab-places", "on", "--icon-places", "on")) == {"icon_places": True,
+    assert train_args().tab_places == "off" and train_args("--tab-places", "on").tab_places == "on"
+    check_train_split_flag("--tab-places")
+    assert screen_options(train_args("--tab-places", "on", "--icon-places", "on")) == {"icon_places": True,
                                                                                    "tab_places": True}
 
 

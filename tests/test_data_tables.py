@@ -15,7 +15,7 @@ import re
 import PIL
 import pytest
 import torch
-from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest
+from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest, train_args
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 from holotron.data import generate_sample, heldout_vocab
@@ -292,32 +292,24 @@ def test_row_questions_in_batches_point_at_the_control_and_its_rows_identifier(w
 # the command line
 # ----------------------------------------------------------------------------------------------
 
-def _args(*flags):
-    from holotron.train.cli import check_args, parser
-
-    args = parser().parse_args(["--out", "unused", *flags])
-    check_args(args)
-    return args
-
-
 def test_tables_flag_is_checked():
-    assert _args().tables == "off" and _args("--tables", "on").tables == "on"
+    assert train_args().tables == "off" and train_args("--tables", "on").tables == "on"
     with pytest.raises(SystemExit, match="--tables changes the grounding and matching screens"):
-        _args("--tables", "on", "--stage", "read")
+        train_args("--tables", "on", "--stage", "read")
     with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
-        _args("--tables", "on", "--split", "heldout")
+        train_args("--tables", "on", "--split", "heldout")
     with pytest.raises(SystemExit, match="none of the --layouts draws tables"):
-        _args("--tables", "on", "--layouts", "form", "mosaic")
-    assert _args("--tables", "on", "--layouts", "form", "web").layouts == ["form", "web"]
+        train_args("--tables", "on", "--layouts", "form", "mosaic")
+    assert train_args("--tables", "on", "--layouts", "form", "web").layouts == ["form", "web"]
     with pytest.raises(SystemExit):
-        _args("--tables", "yes")
+        train_args("--tables", "yes")
 
 
 def test_tables_flag_reaches_the_screen_options():
     from holotron.train.loop import screen_options
 
-    assert screen_options(_args()) == {}
-    assert screen_options(_args("--tables", "on", "--vocab", "train")) == {"vocab": "train", "tables": True}
+    assert screen_options(train_args()) == {}
+    assert screen_options(train_args("--tables", "on", "--vocab", "train")) == {"vocab": "train", "tables": True}
 
 
 def test_a_micro_ground_run_with_tables_trains(tmp_path, word_tok, monkeypatch):
