@@ -11,9 +11,9 @@ font faces a screen can use: Aileron, the default, and those bundled in fonts/),
 boxes), widgets.py (one control each), context.py (what layouts and blocks draw with),
 inputs.py and blocks.py (groups of controls), bars.py (title, menu, tool, tab, status bars and sidebars),
 columns.py (content columns), tables.py and table_cells.py (data tables on training screens, their made-up cell
-texts), icon_places.py (icons in varied places on training screens), layouts.py (whole screens: layouts_train.py,
-layouts_heldout.py, layouts_mosaic.py), instructions.py (instruction, answer, messages), screens.py
-(generate_sample, stream, corpus), example.py (the bundled example_screen.png, EXAMPLE_INSTRUCTION and its
+texts), icon_places.py (icons in varied places on training screens), tab_places.py (tabs in columns on training
+screens), layouts.py (whole screens: layouts_train.py, layouts_heldout.py, layouts_mosaic.py), instructions.py
+(instruction, answer, messages), screens.py (generate_sample, stream, corpus), example.py (the bundled example_screen.png, EXAMPLE_INSTRUCTION and its
 EXAMPLE_TARGET), eval_sets.py and eval_report.py (what ``holotron.eval`` reads and writes: examples, the dev and
 reported seeds, predictions, reports).
 
