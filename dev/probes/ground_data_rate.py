@@ -4,13 +4,14 @@ pointer's tokens, the matching targets), one thread, as a DataLoader worker runs
 ``--workers`` of them; when their screens/s times the workers falls below the step's, the GPU waits for data.
 
     python dev/probes/ground_data_rate.py [--batch 8] [--batches 6] [--repeats 3] [--tokenizer runs/tok-word] [--tables]
-        [--icon-places] [--fonts mixed] [--loader]
+        [--icon-places] [--tab-places] [--fonts mixed] [--loader]
 
 Prints the best of ``--repeats`` timings of ``--batches`` batches (after one untimed batch) as seconds per batch
 and screens/s, and a digest of every batch's tensors and values (a change that is only meant to be faster must
 keep it); a word tokenizer is built in a temporary folder when none is given. ``--tables``: the screens of
 ``--tables on`` (holotron/data/tables.py), whose table rows add elements, texts and row-relative questions.
 ``--icon-places``: the screens of ``--icon-places on`` (holotron/data/icon_places.py), the icons moved.
+``--tab-places``: the screens of ``--tab-places on`` (holotron/data/tab_places.py), now and then tabs in a column.
 ``--fonts mixed``: the screens of ``--fonts mixed`` (holotron/data/faces.py), one face per screen.
 ``--loader``: through a DataLoader of one worker process, as the training loop receives them (the batch's trip to
 the main process included); the digest is the same either way.
@@ -44,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="tiny-ui")
     ap.add_argument("--tables", action="store_true", help="the training screens of --tables on")
     ap.add_argument("--icon-places", action="store_true", help="the training screens of --icon-places on")
+    ap.add_argument("--tab-places", action="store_true", help="the training screens of --tab-places on")
     ap.add_argument("--fonts", default="default", choices=["default", "mixed"], help="as holotron.train --fonts")
     ap.add_argument("--loader", action="store_true",
                     help="time the batches as the training loop receives them: a DataLoader of one worker process "
@@ -54,7 +56,8 @@ def main(argv=None) -> int:
                                                                      kind="word")
     args = parser().parse_args([*GROUND, "--batch-size", str(a.batch), "--out", "unused", "--tokenizer", str(tok),
                                 "--config", a.config, "--tables", "on" if a.tables else "off",
-                                "--icon-places", "on" if a.icon_places else "off", "--fonts", a.fonts])
+                                "--icon-places", "on" if a.icon_places else "off",
+                                "--tab-places", "on" if a.tab_places else "off", "--fonts", a.fonts])
     check_args(args)
     processor = Processor.from_pretrained(tok)
     config = make_config(args.config, processor.vocab_size, args.set)
@@ -64,6 +67,8 @@ def main(argv=None) -> int:
         data.options.setdefault("tables", True)
     if a.icon_places:  # the same for --icon-places on
         data.options.setdefault("icon_places", True)
+    if a.tab_places:
+        data.options.setdefault("tab_places", True)
     times, kept, digest = [], [], hashlib.sha256()
     if a.loader:  # one worker: batch k + 1 arrives one worker's batch time after batch k (prefetching included)
         loader = torch.utils.data.DataLoader(data, batch_size=None, sampler=range(a.repeats * a.batches + 1),
@@ -92,6 +97,7 @@ def main(argv=None) -> int:
                     digest.update(repr(v).encode())
     best = min(times)
     tables = ((", tables on" if a.tables else "") + (", icon places on" if a.icon_places else "")
+              + (", tab places on" if a.tab_places else "")
               + (f", fonts {a.fonts}" if a.fonts != "default" else "") + (", through a DataLoader" if a.loader else ""))
     print(f"{a.batch} screens a batch, {a.config}{tables}: {best:.3f} s per batch, {a.batch / best:.1f} screens/s per "
           f"worker (one thread; best of {a.repeats} x {a.batches} batches); batches' digest {digest.hexdigest()[:16]}")
