@@ -4,8 +4,8 @@ stand one under another, as in a settings window's navigation, not only in a row
 - an app window's sidebar drawn as a column of tabs (``SIDEBAR_TABS`` of the sidebars);
 - a web page's settings-style column of tabs beside its content, on the left or the right (``WEB_TABS`` of the
   pages);
-- in an app window without a sidebar, the tab row turned into such a column beside the content
-  (``ROW_TO_COLUMN`` of the tab rows).
+- an app window's tab row drawn as a column instead (``ROW_TO_COLUMN`` of the tab rows): as its sidebar where the
+  window has one, else beside the content.
 
 A column's looks are drawn at random: the selected tab filled, marked by an accent bar at either edge or only by
 its text's colour; rows with or without separators, a bullet or a chevron; left or centred text. There are no
@@ -24,7 +24,7 @@ from .widgets import glyph
 
 SIDEBAR_TABS = 0.45    # app sidebars drawn as a column of tabs
 WEB_TABS = 0.3         # web pages with a column of tabs beside the content
-ROW_TO_COLUMN = 0.35   # app windows without a sidebar: the tab row as a column beside the content
+ROW_TO_COLUMN = 0.35   # app tab rows drawn as a column (the sidebar, or beside the content)
 LOOKS = ("fill", "bar", "text")
 
 
