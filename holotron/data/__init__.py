@@ -13,9 +13,9 @@ inputs.py and blocks.py (groups of controls), bars.py (title, menu, tool, tab, s
 columns.py (content columns), tables.py and table_cells.py (data tables on training screens, their made-up cell
 texts), icon_places.py (icons in varied places on training screens), tab_places.py (tabs in columns on training
 screens), layouts.py (whole screens: layouts_train.py, layouts_heldout.py, layouts_mosaic.py), instructions.py
-(instruction, answer, messages), screens.py (generate_sample, stream, corpus), example.py (the bundled example_screen.png, EXAMPLE_INSTRUCTION and its
-EXAMPLE_TARGET), eval_sets.py and eval_report.py (what ``holotron.eval`` reads and writes: examples, the dev and
-reported seeds, predictions, reports).
+(instruction, answer, messages), screens.py (generate_sample, stream, corpus), example.py (the bundled
+example_screen.png, EXAMPLE_INSTRUCTION and its EXAMPLE_TARGET), eval_sets.py and eval_report.py (what
+``holotron.eval`` reads and writes: examples, the dev and reported seeds, predictions, reports).
 
 Held-out vocabulary: ``generate_sample(seed, vocab="train")`` for training screens that never show a
 label of ``heldout_vocab()``, ``vocab="heldout"`` for screens whose target is one (screens.py).
