@@ -34,7 +34,8 @@ def sidebar_tabs(x: Ctx) -> bool:
 
 
 def row_to_column(x: Ctx) -> bool:
-    """Whether an app window's tab row becomes a column beside the content (no draw with tab places off)."""
+    """Whether an app window's tab row becomes a column: its sidebar where it has one, else beside the content (no
+    draw with tab places off)."""
     return x.tab_places and x.chance(ROW_TO_COLUMN)
 
 
