@@ -45,6 +45,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def word_tok(tmp_path_factory):
+    """The small word tokenizer (40 screens) the training-screen option and matching tests build batches with."""
+    from holotron.tokenizer import build_task_tokenizer
+
+    return build_task_tokenizer(tmp_path_factory.mktemp("wtok"), n=40, kind="word")
+
+
 @pytest.fixture(scope="module")
 def micro_ckpt(tmp_path_factory):
     """A random micro VL model saved with a small task tokenizer (the eval tests' checkpoint)."""

@@ -62,13 +62,6 @@ WINDOW = ("Close", "Minimize", "Maximize")
 
 
 
-@pytest.fixture(scope="module")
-def word_tok(tmp_path_factory):
-    from holotron.tokenizer import build_task_tokenizer
-
-    return build_task_tokenizer(tmp_path_factory.mktemp("wtok"), n=40, kind="word")
-
-
 @pytest.mark.parametrize("seed, split, vocab, font, tables, text, pixels", BEFORE_SCREENS)
 def test_icon_places_off_gives_the_recorded_screens(seed, split, vocab, font, tables, text, pixels):
     kw = dict(split=split, vocab=vocab, font=font, **({"tables": True} if tables else {}))

@@ -15,7 +15,13 @@ import re
 import PIL
 import pytest
 import torch
-from screen_option_checks import check_recorded_batches, micro_ground_run, text_digest, train_args
+from screen_option_checks import (
+    check_recorded_batches,
+    check_train_split_flag,
+    micro_ground_run,
+    text_digest,
+    train_args,
+)
 from tiny_lm import scan_backend_of_the_device  # noqa: F401  (chunked scan on the CPU, one thread)
 
 from holotron.data import generate_sample, heldout_vocab
@@ -59,13 +65,6 @@ BEFORE_BATCHES = [
 BEFORE_MATCH = "651b753164628ea8"
 
 
-
-
-@pytest.fixture(scope="module")
-def word_tok(tmp_path_factory):
-    from holotron.tokenizer import build_task_tokenizer
-
-    return build_task_tokenizer(tmp_path_factory.mktemp("wtok"), n=40, kind="word")
 
 
 @pytest.mark.parametrize("seed, split, vocab, font, text, pixels", BEFORE_SCREENS)
@@ -294,15 +293,10 @@ def test_row_questions_in_batches_point_at_the_control_and_its_rows_identifier(w
 
 def test_tables_flag_is_checked():
     assert train_args().tables == "off" and train_args("--tables", "on").tables == "on"
-    with pytest.raises(SystemExit, match="--tables changes the grounding and matching screens"):
-        train_args("--tables", "on", "--stage", "read")
-    with pytest.raises(SystemExit, match=r"training screens only \(--split train\)"):
-        train_args("--tables", "on", "--split", "heldout")
+    check_train_split_flag("--tables")
     with pytest.raises(SystemExit, match="none of the --layouts draws tables"):
         train_args("--tables", "on", "--layouts", "form", "mosaic")
     assert train_args("--tables", "on", "--layouts", "form", "web").layouts == ["form", "web"]
-    with pytest.raises(SystemExit):
-        train_args("--tables", "yes")
 
 
 def test_tables_flag_reaches_the_screen_options():

@@ -21,16 +21,11 @@ from holotron.data.instructions import ROLE_NAMES
 from holotron.grounding import Box, Point, point_in_box
 from holotron.model import Holotron
 from holotron.processor import Processor
-from holotron.tokenizer import build_task_tokenizer, coordinate_token_ids
+from holotron.tokenizer import coordinate_token_ids
 from holotron.train import AuxHeads, ScreenBatches, image_token_targets, init_weights, loss_fn, main, make_config
 from holotron.train.element_tokens import element_core_tokens, element_tokens, token_cell
 from holotron.train.losses import GAUSS_WEIGHT
 from holotron.train.matching import MatchBatches, match_loss, match_stage_loss, match_targets
-
-
-@pytest.fixture(scope="module")
-def word_tok(tmp_path_factory):
-    return build_task_tokenizer(tmp_path_factory.mktemp("wtok"), n=40, kind="word")
 
 
 @pytest.fixture(scope="module")

@@ -49,8 +49,8 @@ web page's icon strip, a dialog's close icon in either top corner. ``settings["i
 screen did. icon_places=False (the default) draws the screens exactly as before.
 
 Tab places (tab_places.py): tab_places=True lets the training layouts draw tabs one under another (split "train"
-only; a ValueError elsewhere): an app's sidebar as a column of tabs, its tab row turned into a column beside the
-content, a web page's settings-style column of tabs. ``settings["tab_places"]`` records what the screen did.
+only; a ValueError elsewhere): an app's sidebar as a column of tabs, its tab row turned into a column (the sidebar, or
+beside the content), a web page's settings-style column of tabs. ``settings["tab_places"]`` records what the screen did.
 tab_places=False (the default) draws the screens exactly as before.
 """
 

@@ -9,8 +9,8 @@ stand one under another, as in a settings window's navigation, not only in a row
 
 A column's looks are drawn at random: the selected tab filled, marked by an accent bar at either edge or only by
 its text's colour; rows with or without separators, a bullet or a chevron; left or centred text. There are no
-numbered steps. Every tab is drawn by ``_row`` as role "tab" (group "tab" of the labels), so
-the labels' uniqueness rules stay as they are. With the option off (``Ctx.tab_places`` False) every helper here
+numbered steps. Every tab is drawn by ``_row`` as role "tab" (group "tab" of the labels), so the labels'
+uniqueness rules stay as they are. With the option off (``Ctx.tab_places`` False) every helper here
 returns without a draw from the random source, so the screens stay byte for byte the same. What a screen did is
 recorded in ``Ctx.tab_log`` (``settings["tab_places"]``).
 """

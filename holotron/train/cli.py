@@ -78,9 +78,9 @@ def parser() -> argparse.ArgumentParser:
                         "the screens as before. Never on the evals' screens")
     p.add_argument("--tab-places", default="off", choices=["off", "on"],
                    help="grounding and matching training screens: on draws tabs in a column now and then (an app's "
-                        "sidebar as tabs, its tab row as a column beside the content, a web page's settings-style "
-                        "column; holotron/data/tab_places.py); off (default): the screens as before. Never on the "
-                        "evals' screens")
+                        "sidebar as tabs, its tab row as a column (the sidebar, or beside the content), a web "
+                        "page's settings-style column; holotron/data/tab_places.py); off (default): the screens as "
+                        "before. Never on the evals' screens")
     p.add_argument("--tokenizer-kind", default="bpe", choices=["bpe", "word"],
                    help="the tokenizer a run trains when none is given: bpe (byte-level BPE, digits split; the "
                         "default) or word (one token per label word, coordinates 0..1000 as single tokens; "
