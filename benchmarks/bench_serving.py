@@ -67,6 +67,14 @@ SMALL = dict(vocab_size=512, hidden_size=64, hybrid_override_pattern="M-M*-M-M*-
              mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=16)
 
 
+# the serving section's engine settings (--serving-only runs each on the same workload, --variants picks some)
+SERVING_VARIANTS = {"serving": {}, "serving_eager_chunks": dict(prefill_graphs=False),
+                    "serving_mixed": dict(mixed=True),                          # mixed graphs, short prompts as chunks
+                    "serving_mixed_fed": dict(mixed=True, step_prompt_max=32),  # ... short prompts through the steps
+                    "serving_bf16_state": dict(ssm_dtype=torch.bfloat16),
+                    "serving_mixed_bf16_state": dict(mixed=True, ssm_dtype=torch.bfloat16)}
+
+
 class Clock:
     def __init__(self, budget: float):
         self.t0, self.budget = time.perf_counter(), budget
@@ -653,6 +661,10 @@ def main(argv: list[str] | None = None) -> int:
                     type=_checked(lambda v: v and set(v.split(",")) <= {"fp32", "bf16", "fp16"},
                                   "a comma-separated subset of fp32,bf16,fp16"),
                     help="with --decode-only: the Mamba state dtypes")
+    ap.add_argument("--variants", default=None,
+                    type=_checked(lambda v: v and set(v.split(",")) <= set(SERVING_VARIANTS),
+                                  "a comma-separated subset of " + ",".join(SERVING_VARIANTS)),
+                    help="with --serving-only: the engine settings to run (default: all of them)")
     ap.add_argument("--kv-dtype", choices=["auto", "fp8"], default="auto",
                     help="the engines' attention KV cache: auto = the model's dtype, fp8 = e4m3 with a scale per slot")
     args = ap.parse_args(argv)
@@ -683,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
                    + (" --serving-only" if args.serving_only else "")
                    + (f" --fused {args.fused} --batches {args.batches} --states {args.states}" if args.decode_only
                       else "") + (" --compile" if args.compile else "")
-                   + (f" --kv-dtype {args.kv_dtype}" if args.kv_dtype != "auto" else ""),
+                   + (f" --kv-dtype {args.kv_dtype}" if args.kv_dtype != "auto" else "")
+                   + (f" --variants {args.variants}" if args.variants else ""),
         "kv_dtype": args.kv_dtype,
     }
     try:
@@ -767,11 +780,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.serving_only:  # the engine's defaults, then other engine settings on the same workload (same run)
         n_req, rows = (16, 4) if small else (128, 64)
-        variants = {"serving": {}, "serving_eager_chunks": dict(prefill_graphs=False),
-                    "serving_mixed": dict(mixed=True),                       # mixed graphs, short prompts as chunks
-                    "serving_mixed_fed": dict(mixed=True, step_prompt_max=32),  # ... short prompts through the steps
-                    "serving_bf16_state": dict(ssm_dtype=torch.bfloat16),
-                    "serving_mixed_bf16_state": dict(mixed=True, ssm_dtype=torch.bfloat16)}
+        variants = {k: kw for k, kw in SERVING_VARIANTS.items()
+                    if args.variants is None or k in args.variants.split(",")}
         for key, kw in variants.items():
             section(key, lambda kw=kw: serving(lm, pre, n_req, rows, 16, dev, repeats=1 if small else 3,  # noqa: F821
                                                **kw))

@@ -37,6 +37,9 @@
 #   bash dev/probes/agents_gpu.sh twelve256hl # 590 s: the hybrid at 256 twelve-tile agents with the 12,269 run's flags and
 #                                           # HOST_GIB=96 (on 2026-12-06 killed by the host: the limit missed torch's
 #                                           # cached pinned blocks; progress lines now carry rss_GiB and pinned_GiB)
+#   bash dev/probes/agents_gpu.sh goals     # ~260 s: the one-tile goal's run (100 agents, bf16 weights, the defaults with
+#                                           # the vision stream and a bf16 state), then the serving section's two best
+#                                           # variants (FP8 KV); for an H200, where the goals are set
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -161,6 +164,15 @@ if [ "$phase" = fp8w ]; then   # 100 one-tile agents, hybrid, default settings w
       --out "$OUT/w$q" 2>&1 | tail -3
     cp "$OUT/w$q/bench_agents.json" "$OUT/agents-onetile-weights-$q.json"; rm -rf "$OUT/w$q"
   done
+fi
+if [ "$phase" = goals ]; then   # the one-tile goal's settings (fp8w's bf16 line), then the serving section
+  timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --mixed on \
+    --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
+  cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-goal.json"; rm -rf "$OUT/g1"
+  timeout 150 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 \
+    --variants serving_bf16_state,serving_mixed_bf16_state --out "$OUT/sg" > "$OUT/serving-goal.log" 2>&1
+  grep -E '"(tokens_per_s|steps|ssm_dtype|mixed)"' "$OUT/serving-goal.log" | head -12
+  cp "$OUT/sg/bench_serving.json" "$OUT/serving-goal.json"; rm -rf "$OUT/sg"
 fi
 if [ "$phase" = servingfp8 ]; then   # the serving section with the FP8 KV cache: bf16 weights, then FP8 weights
   # (holotron.quant, W8A8 above one row; at 64 rows the step made 7,299 tok/s against 5,077 with bf16 weights on an
