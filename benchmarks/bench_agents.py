@@ -83,7 +83,7 @@ from bench_serving import SMALL, Clock, attention_config, build, free_cuda, is_o
 from bench_vision import randomize  # noqa: E402
 from timing import times_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
-from holotron import engine_chunks, layers, mamba2  # noqa: E402
+from holotron import engine_chunks, engine_sessions, layers, mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
@@ -713,6 +713,7 @@ def main(argv: list[str] | None = None) -> int:
         "fused_prefill": mamba2.FUSED_PREFILL,  # HOLOTRON_FUSED_PREFILL
         "chunk_step": engine_chunks.CHUNK_STEP,  # HOLOTRON_CHUNK_STEP
         "norm16": layers.NORM16,  # HOLOTRON_NORM16
+        "prefix_graphs": engine_sessions.PREFIX_GRAPHS,  # HOLOTRON_PREFIX_GRAPHS
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
         "kv_dtype": "fp8" if args.kv_dtype is not None else "auto",

@@ -51,7 +51,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from timing import median_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
-from holotron import engine_chunks, layers, mamba2  # noqa: E402
+from holotron import engine_chunks, engine_sessions, layers, mamba2  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, Request  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
@@ -690,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         "fused_prefill": mamba2.FUSED_PREFILL,  # HOLOTRON_FUSED_PREFILL
         "chunk_step": engine_chunks.CHUNK_STEP,  # HOLOTRON_CHUNK_STEP
         "norm16": layers.NORM16,  # HOLOTRON_NORM16
+        "prefix_graphs": engine_sessions.PREFIX_GRAPHS,  # HOLOTRON_PREFIX_GRAPHS
         "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else "")
                    + (" --decode-only" if args.decode_only else "")
                    + (" --serving-only" if args.serving_only else "")

@@ -179,10 +179,7 @@ class Engine(Admission, Sessions, Replays, CapturedStep, CapturedChunks, Capture
             self.logits = torch.zeros(R, self.vocab, dtype=torch.float32, device=dev) if keep_logits else None
         self.generator = torch.Generator(device=dev) if self.sampling else None
         self._rows = {b: self.state.rows(b) for b in self.batch_sizes}
-        self.rows: list[Session | None] = [None] * R   # host side: the session holding each row
-        self.sessions: dict[int, Session] = {}
-        self._next_id = 0
-        self._init_replays(host_limit)   # host_limit (holotron/engine_replay.py)
+        self._init_sessions(host_limit)   # rows, sessions, prefix loads; host_limit (holotron/engine_replay.py)
         self.queue: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.steps = 0

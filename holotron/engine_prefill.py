@@ -62,7 +62,7 @@ class Admission:
             self._embed_new([req])
             x = req.x[None]
             tmp, logits = self._prefill(x, torch.ones(x.shape[:2], dtype=torch.bool, device=x.device), None)
-        return Prefix(tmp, logits[0], x.shape[1])
+        return Prefix(tmp, logits[0], x.shape[1], padless=True)
 
     def _check_images(self, input_ids: torch.Tensor, image_kw: dict) -> None:
         """The number of <image> tokens must match the images given (checked here, before the turn queues)."""

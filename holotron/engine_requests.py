@@ -22,11 +22,13 @@ __all__ = ["Prefix", "Request", "Session", "Turn", "default_batch_sizes"]
 
 @dataclass(eq=False)
 class Prefix:
-    """The state after a shared prompt prefix (batch 1, no pads) and the logits at its last position."""
+    """The state after a shared prompt prefix (batch 1) and the logits at its last position. ``padless``: its state
+    holds no pads (``Engine.prefix`` makes it so), which lets a row load it without reading the device."""
 
     state: InferenceState
     logits: torch.Tensor  # (V,) fp32
     length: int
+    padless: bool = False
 
     def nbytes(self) -> int:
         return self.state.nbytes()["total"]

@@ -19,14 +19,21 @@ sampling tensors, ``vocab``).
 
 from __future__ import annotations
 
+import os
+import weakref
+
 import torch
 
 from .devices import CAPTURE_MODE
-from .engine_requests import Request, Session
+from .engine_requests import Prefix, Request, Session
 from .kv_cache import kv_dtype_for, kv_slot_bytes
 from .state import MambaState, device_ints
 
 __all__ = ["Sessions", "row_bytes"]
+
+# a prefix loaded into a row by one CUDA graph replay from its second use on (``Sessions._load_prefix``);
+# HOLOTRON_PREFIX_GRAPHS=0: by ``DecodeState.load``'s copies, as before 2026-12-06 (to time the difference)
+PREFIX_GRAPHS = os.environ.get("HOLOTRON_PREFIX_GRAPHS", "1") != "0"
 
 
 def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32,
@@ -49,6 +56,14 @@ def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32,
 
 class Sessions:
     """``Engine.session``, ``fork``, ``save``, ``restore``, ``close``, ``memory`` and the row bookkeeping."""
+
+    def _init_sessions(self, host_limit: int | None) -> None:
+        self.rows: list[Session | None] = [None] * self.max_batch   # host side: the session holding each row
+        self.sessions: dict[int, Session] = {}
+        self._next_id = 0
+        self._load_idx = torch.zeros(1, dtype=torch.long, device=self.device)   # the row a prefix graph loads
+        self._prefix_graphs = weakref.WeakKeyDictionary()   # Prefix -> its load graph (None: met once)
+        self._init_replays(host_limit)   # host_limit (holotron/engine_replay.py)
 
     # ------------------------------------------------------------------ the public calls
     def session(self) -> Session:
@@ -170,11 +185,31 @@ class Sessions:
                 self.state.restore(r, s.snapshot, release=True)
                 s.snapshot = None
             elif req is not None and req.prefix is not None:
-                s.length = self.state.load(r, req.prefix.state, 0)
+                s.length = self._load_prefix(r, req.prefix)
             else:
                 self.state.reset(r)
         self._hold(r, s)
         return True
+
+    def _load_prefix(self, row: int, prefix: Prefix) -> int:
+        """``prefix``'s state into ``row``; returns its length. A prefix made by ``Engine.prefix`` holds no pads:
+        it is copied by ``DecodeState.load_plain``, without reading the device (``load`` asks it where the pads
+        are), and on CUDA from its second use on by one replay of a graph of those copies: at the 12B about 80
+        copies, which queued from Python cost about a millisecond of host time per admission."""
+        if not (prefix.padless and PREFIX_GRAPHS):
+            return self.state.load(row, prefix.state, 0)
+        self._load_idx.fill_(row)
+        g = self._prefix_graphs.get(prefix)   # absent: never loaded; None: loaded once; else its graph
+        if g is not None:
+            g.replay()
+            return prefix.length
+        self.state.load_plain(self._load_idx, prefix.state)   # (at the second use also the capture's warm-up)
+        if self.cuda_graph and prefix in self._prefix_graphs:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, capture_error_mode=CAPTURE_MODE):
+                self.state.load_plain(self._load_idx, prefix.state)
+        self._prefix_graphs[prefix] = g
+        return prefix.length
 
     def _decoding(self, row: int) -> bool:
         s = self.rows[row]

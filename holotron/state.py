@@ -251,6 +251,28 @@ class DecodeState:
         self.lengths[row] = n
         return n
 
+    def load_plain(self, index: torch.Tensor, src: InferenceState) -> None:
+        """Copy row 0 of ``src``, a state without pads (``src.valid`` all true: a prefix from ``Engine.prefix``),
+        into the rows ``index`` (int64 on this state's device; one copy of the prefix per row). The ``load`` of
+        such a source without reading the device: a fixed list of ops (capturable in a CUDA graph), one per
+        tensor whatever the number of rows. Checks (format, length) as ``load``."""
+        n = src.seqlen
+        if n > self.max_len:
+            raise ValueError(f"DecodeState.load: {n} tokens do not fit max_len {self.max_len}")
+        k = index.shape[0]
+        for d, s in zip(self.layers, src.layers):
+            if isinstance(d, MambaState):
+                for dt, st in ((d.conv, s.conv), (d.ssm, s.ssm)):
+                    dt.index_copy_(0, index, st[:1].to(dt.dtype).expand(k, *st.shape[1:]))
+            elif isinstance(d, KVCache):
+                if d.quantized != s.quantized:
+                    raise ValueError("DecodeState.load: the source's KV cache and this state's differ in format "
+                                     "(FP8 and not); prefill the source with the same kv_dtype")
+                for dt, st in zip(d.tensors(), s.tensors()):
+                    part = st[:1, :, :n]
+                    dt[:, :, :n].index_copy_(0, index, part.expand(k, *part.shape[1:]))
+        self.lengths.index_fill_(0, index, n)
+
     def move(self, src: int, dst: int, used: int) -> None:
         """Copy row ``src`` into row ``dst`` (the first ``used`` KV slots, the Mamba state, the length)."""
         for s in self.layers:

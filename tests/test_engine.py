@@ -111,6 +111,40 @@ def test_prefix_snapshot_continuations_equal_full_prompts(model):
     assert pre.length == 13 and pre.nbytes() > 0
 
 
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn])
+def test_load_plain_copies_a_prefix_into_rows_as_load_does(model, kv_dtype):
+    """``DecodeState.load_plain`` (what a prefix's load graph replays, holotron/engine_sessions.py): row 0 of a
+    pad-free state into several rows at once, byte for byte what ``load`` writes row by row (a bf16 Mamba state
+    from the prefix's fp32 one: the same cast), and no other row touched."""
+    src = model.new_state(1, capacity=24, kv_dtype=kv_dtype)
+    with torch.inference_mode():
+        model(_ids(19, seed=60)[None], state=src)
+    a, b = (DecodeState.allocate(model, 4, 32, ssm_dtype=torch.bfloat16, kv_dtype=kv_dtype) for _ in range(2))
+    parts = lambda st: [t for s in st.layers if s is not None  # noqa: E731
+                        for t in (s.tensors() if hasattr(s, "tensors") else (s.conv, s.ssm))]
+    for x, y in zip(parts(a), parts(b)):
+        x.view(torch.uint8).copy_(torch.randint(0, 120, x.view(torch.uint8).shape, dtype=torch.uint8))
+        y.copy_(x)
+    for r in (1, 3):
+        assert a.load(r, src, 0) == 19
+    b.load_plain(torch.tensor([3, 1]), src)
+    assert b.lengths.tolist() == a.lengths.tolist() == [0, 19, 0, 19]
+    assert all(torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(parts(a), parts(b)))
+    with pytest.raises(ValueError, match="do not fit max_len"):
+        DecodeState.allocate(model, 1, 8).load_plain(torch.tensor([0]), src)
+
+
+def test_a_prefix_is_loaded_without_pads_and_its_graph_is_kept_only_on_cuda(model):
+    eng = Engine(model, max_batch=2, max_len=64)
+    pre = eng.prefix(_ids(11, seed=61))
+    assert pre.padless and pre.length == 11
+    reqs = [eng.submit(_ids(2, seed=62 + i), prefix=pre, max_new_tokens=3) for i in range(3)]
+    eng.run()
+    assert pre in eng._prefix_graphs and eng._prefix_graphs[pre] is None   # loaded eagerly: no graphs on a CPU
+    for i, r in enumerate(reqs):
+        assert r.tokens == _alone(model, torch.cat([_ids(11, seed=61), _ids(2, seed=62 + i)]), 3, eos_token_id=[])
+
+
 def test_chunked_prefill_equals_one_call(model):
     prompts = [_ids(37, seed=50), _ids(21, seed=51)]
     ids, mask = _left_pad(prompts)
@@ -309,6 +343,31 @@ def test_cuda_graph_step_equals_eager_step_and_plain_loop(pattern):
     assert decoded >= 10
     plain = generate(model, ids, 10, attention_mask=mask, eos_token_id=[], engine=False)
     assert torch.equal(generate(model, ids, 10, attention_mask=mask, eos_token_id=[]), plain)  # auto: the graph path
+
+
+@pytest.mark.gpu
+def test_prefix_load_graph_equals_the_copies_and_the_plain_loop(monkeypatch):
+    """A prefix met a second time is loaded by a graph replay (holotron/engine_sessions.py): the tokens of six
+    continuations on three rows equal those with the prefix copied as before (HOLOTRON_PREFIX_GRAPHS=0) and those
+    of the plain loop on the whole prompt."""
+    from holotron import engine_sessions
+    model = tiny_lm(tiny_config(hybrid_override_pattern="M-M*-M"), seed=8).cuda()
+    shared = _ids(21, seed=63)
+    suffixes = [_ids(1 + i % 3, seed=64 + i) for i in range(6)]
+    out = {}
+    for on in (True, False):
+        monkeypatch.setattr(engine_sessions, "PREFIX_GRAPHS", on)
+        eng = Engine(model, max_batch=3, max_len=64)
+        pre = eng.prefix(shared.cuda())
+        reqs = [eng.submit(s.cuda(), prefix=pre, max_new_tokens=6) for s in suffixes]
+        eng.run()
+        out[on] = [r.tokens for r in reqs]
+        assert isinstance(eng._prefix_graphs.get(pre), torch.cuda.CUDAGraph) == on
+    assert out[True] == out[False]
+    ref = Engine(model, max_batch=3, max_len=64)
+    alone = [ref.submit(torch.cat([shared, s]).cuda(), max_new_tokens=6) for s in suffixes]
+    ref.run()
+    assert out[True] == [r.tokens for r in alone]
 
 
 @pytest.mark.gpu

@@ -40,6 +40,9 @@
 #   bash dev/probes/agents_gpu.sh goals     # ~260 s: the one-tile goal's run (100 agents, bf16 weights, the defaults with
 #                                           # the vision stream and a bf16 state), then the serving section's two best
 #                                           # variants (FP8 KV); for an H200, where the issue's goals are set
+#   bash dev/probes/agents_gpu.sh prefixab  # ~330 s: GPU tests of the prefix load graph; the serving section (FP8 KV,
+#                                           # bf16 state, separate steps and mixed passes) with HOLOTRON_PREFIX_GRAPHS
+#                                           # 0, 1, 0, 1 (alternated); then the one-tile goal's run
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -173,6 +176,20 @@ if [ "$phase" = goals ]; then   # the one-tile goal's settings (fp8w's bf16 line
     --variants serving_bf16_state,serving_mixed_bf16_state --out "$OUT/sg" > "$OUT/serving-goal.log" 2>&1
   grep -E '"(tokens_per_s|steps|ssm_dtype|mixed)"' "$OUT/serving-goal.log" | head -12
   cp "$OUT/sg/bench_serving.json" "$OUT/serving-goal.json"; rm -rf "$OUT/sg"
+fi
+if [ "$phase" = prefixab ]; then   # a shared prefix loaded by a graph replay against the copies of before
+  timeout 90 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py 2>&1 | tail -2
+  i=0
+  for pg in 0 1 0 1; do
+    i=$((i + 1))
+    HOLOTRON_PREFIX_GRAPHS=$pg timeout 100 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 \
+      --variants serving_bf16_state,serving_mixed_bf16_state --out "$OUT/sp" > "$OUT/serving-prefix$pg-$i.log" 2>&1
+    echo "prefix graphs $pg: $(grep -E '"tokens_per_s"' "$OUT/serving-prefix$pg-$i.log" | tr -d ' \n')"
+    cp "$OUT/sp/bench_serving.json" "$OUT/serving-prefix$pg-$i.json"; rm -rf "$OUT/sp"
+  done
+  [ "${ONETILE:-1}" = 0 ] || { timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models \
+    hybrid --mixed on --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
+    cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-goal.json"; rm -rf "$OUT/g1"; }
 fi
 if [ "$phase" = servingfp8 ]; then   # the serving section with the FP8 KV cache: bf16 weights, then FP8 weights
   # (holotron.quant, W8A8 above one row; at 64 rows the step made 7,299 tok/s against 5,077 with bf16 weights on an
