@@ -88,7 +88,7 @@ from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
 from holotron.model import Holotron, HolotronConfig  # noqa: E402
-from holotron.state_snapshot import pinned_held  # noqa: E402
+from holotron.state_snapshot import pinned_held, pooled_bytes, reserve_pages  # noqa: E402
 from holotron.vision import VisionConfig  # noqa: E402
 
 CASES = {"one-tile": 1, "twelve-tile": 13}           # tiles per screenshot (12 + the thumbnail)
@@ -202,6 +202,9 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
     image_kw = dict(pixel_values=px, num_tiles=[tiles])
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
+    t = time.perf_counter()   # host pages for saved sessions, allocated now as a server would at startup
+    reserved = reserve_pages(int(getattr(args, "host_reserve_gib", 0) * 2**30)) if dev.type == "cuda" else 0
+    reserve_s = time.perf_counter() - t
     t = time.perf_counter()
     eng = Engine(model, max_batch=rows, max_len=max_len, prefill_tokens=args.prefill_tokens,
                  timing=args.phase_timing == "on",
@@ -383,6 +386,8 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "graph_ms_by_batch": {str(b): v for b, v in sorted(graph_ms.items())},
         "graph_fraction": graph_s / st["decode_s"] if st["decode_s"] else float("nan"),
         "setup_s": setup_s, "warmup_s": warmup_s, "note": note,
+        "host_reserve_GiB": reserved / 2**30, "host_reserve_s": reserve_s,
+        "host_pages_free_GiB": pooled_bytes() / 2**30,
     }
 
 
@@ -691,6 +696,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="host memory the saved sessions may take; past it a session is dropped and its next turn "
                          "prefills its whole conversation again (Engine(host_limit=)); default: no limit, and a "
                          "configuration whose sessions would not fit on the host is skipped")
+    ap.add_argument("--host-reserve-gib", type=_gib, default=0.0,
+                    help="pinned host pages for saved sessions allocated before each run, timed apart from it "
+                         "(holotron.state_snapshot.reserve_pages; pinning host memory is slow, a server does it at "
+                         "startup); they count against --host-limit-gib")
     ap.add_argument("--quantize", choices=["fp8"], default=None,
                     help="FP8 weights for the language models' linear layers (holotron.quant.quantize_; W8A8 above "
                          "one row on CUDA); default: the weights as built (bf16 on CUDA)")
@@ -721,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         "phase_timing": args.phase_timing,
         "prefill_min_tokens": args.prefill_min_tokens, "vision_stream": args.vision_stream,
         "agents": args.agents, "max_rows": args.max_rows, "host_limit_gib": args.host_limit_gib,
+        "host_reserve_gib": args.host_reserve_gib,
         "quantize": args.quantize,
         "cases": args.cases, "model_names": args.models,
         "budget_s": args.budget, "host_bytes_available": host_available(), "rows": [],

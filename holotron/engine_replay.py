@@ -6,10 +6,9 @@ host memory held past it drops the session's state instead: its turns are kept (
 tokens: ``Turn``, holotron/engine_requests.py) and its next turn prefills the whole conversation again before its
 own tokens, as serving engines do when they preempt by recomputing. The memory held is, for a CUDA engine, every
 pinned host byte of the process as torch's pinned allocator counts it (``torch.cuda.host_memory_stats``): the
-snapshots' buffers (power-of-two size classes, holotron/state_snapshot.py), the kept turns, and the freed blocks
-the allocator caches for reuse. Those freed blocks pile up as sessions grow from one size class to the next (a
-snapshot of 300 MB takes a 512 MB block; the 256 MB block it had before stays cached), so before dropping a
-session the cached blocks are given back (``free_cached_pinned``) and the memory measured again. For a CPU engine
+snapshots' pages and the free pages kept for the next ones (holotron/state_snapshot.py), the kept turns, and the
+freed blocks the allocator caches for reuse. Before a session is dropped the free pages and the cached blocks are
+given back (``free_cached_pinned``) and the memory measured again. For a CPU engine
 it is the snapshots' bytes and the kept turns' (each tensor once).
 
 A session one of whose turns cannot be replayed (given as embeddings, or cancelled part-way through its prompt)
@@ -24,7 +23,7 @@ import weakref
 import torch
 
 from .engine_requests import Request, Session, Turn
-from .state_snapshot import free_cached_pinned, pinned_class, pinned_held, pooled_bytes
+from .state_snapshot import free_cached_pinned, paged_bytes, pinned_held, pooled_bytes
 
 __all__ = ["Replays"]
 
@@ -42,11 +41,11 @@ class Replays:
         if self.host_limit is not None and q.turns is not None:
             need = self.state.bytes_per_row(q.length)["total"]
             if self.device.type == "cuda":
-                need = pinned_class(need)
+                need = paged_bytes(need)
             over = self._host_held() + need > self.host_limit
             if over:
-                # freed buffers (of other size classes) that torch caches until given back; torch counts a freed
-                # block as in use until it next looks at it, so this is not asked first (nothing cached: cheap)
+                # free pages and freed blocks torch caches until given back; torch counts a freed block as in use
+                # until it next looks at it, so this is not asked first (nothing cached: cheap)
                 free_cached_pinned()
                 over = self._host_held() + need > self.host_limit
             if over:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .kv_cache import KVCache
-from .state_snapshot import RowSnapshot, _pinned_take
+from .state_snapshot import RowSnapshot, paged_snapshot, pieces
 
 __all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions", "RowSnapshot", "device_ints"]
 
@@ -308,11 +308,13 @@ class DecodeState:
                 s.ssm[row].zero_()
         self.lengths[row] = 0
 
-    def snapshot(self, row: int, used: int, device: torch.device | str = "cpu") -> "RowSnapshot":
+    def snapshot(self, row: int, used: int, device: torch.device | str = "cpu", paged: bool | None = None
+                 ) -> "RowSnapshot":
         """A copy of row ``row`` (Mamba states, the first ``used`` KV slots) on ``device`` (host by default).
-        From a CUDA state to the host it goes into one pinned buffer, reused from a pool once a snapshot is
-        restored (``restore(..., release=True)``), copied asynchronously: later work on the row is ordered
-        after the copy by the stream."""
+        From a CUDA state to the host it goes into pinned pages (``paged``: None, or True to page a CPU state too),
+        taken from the free ones once snapshots are restored (``restore(..., release=True)``), copied
+        asynchronously: later work on the row is ordered after the copy by the stream
+        (holotron/state_snapshot.py)."""
         srcs = []
         for s in self.layers:
             if isinstance(s, MambaState):
@@ -321,38 +323,29 @@ class DecodeState:
                 srcs.append(tuple(t[row, :, :used] for t in s.tensors()))  # FP8: codes and scales
             else:
                 srcs.append(None)
-        if not (torch.device(device).type == "cpu" and self.lengths.is_cuda):
+        if paged is None:
+            paged = self.lengths.is_cuda
+        if not (torch.device(device).type == "cpu" and paged):
             return RowSnapshot([None if p is None else tuple(t.to(device, copy=True) for t in p) for p in srcs],
                                used)
-        sizes = [(-(-t.nbytes // 256) * 256) for p in srcs if p is not None for t in p]  # 256-byte aligned parts
-        buf = _pinned_take(sum(sizes))
-        parts, off = [], 0
-        for p in srcs:
-            if p is None:
-                parts.append(None)
-                continue
-            pair = []
-            for t in p:
-                view = buf[off:off + t.nbytes].view(t.dtype).view(t.shape)
-                view.copy_(t, non_blocking=True)
-                pair.append(view)
-                off += -(-t.nbytes // 256) * 256
-            parts.append(tuple(pair))
-        return RowSnapshot(parts, used, buf)
+        return paged_snapshot(srcs, used)
 
     def restore(self, row: int, snap: "RowSnapshot", release: bool = False) -> None:
         """Copy ``snap`` into row ``row`` (it becomes that row's state and length). ``release``: the snapshot
-        is not needed any more (its pinned buffer returns to the pool)."""
+        is not needed any more (its pages return to the free ones)."""
         if snap.length > self.max_len:
             raise ValueError(f"DecodeState.restore: {snap.length} tokens do not fit max_len {self.max_len}")
         n = snap.length
         for s, part in zip(self.layers, snap.parts):
             if isinstance(s, MambaState):
-                s.conv[row].copy_(part[0], non_blocking=True)
-                s.ssm[row].copy_(part[1], non_blocking=True)
+                dsts = (s.conv[row], s.ssm[row])
             elif isinstance(s, KVCache):
-                for t, p in zip(s.tensors(), part, strict=True):
-                    t[row, :, :n].copy_(p, non_blocking=True)
+                dsts = tuple(t[row, :, :n] for t in s.tensors())
+            else:
+                continue
+            for d, p in zip(dsts, part, strict=True):
+                for dq, pq in (zip(pieces(d), p, strict=True) if isinstance(p, list) else ((d, p),)):
+                    dq.copy_(pq, non_blocking=True)
         self.lengths[row] = n
         if release:
             snap.release()
