@@ -43,6 +43,10 @@
 #   bash dev/probes/agents_gpu.sh prefixab  # ~330 s: GPU tests of the prefix load graph; the serving section (FP8 KV,
 #                                           # bf16 state, separate steps and mixed passes) with HOLOTRON_PREFIX_GRAPHS
 #                                           # 0, 1, 0, 1 (alternated); then the one-tile goal's run
+#   bash dev/probes/agents_gpu.sh pages256  # ~590 s: GPU tests of sessions, replay and the prefix graph; the hybrid at 256
+#                                           # twelve-tile agents (twelve256hl's flags) with saved sessions in pinned
+#                                           # pages, RESERVE_GIB=64 of them allocated before the run
+#   bash dev/probes/agents_gpu.sh pages100  # ~300 s: the same flags at 100 agents (the 12,269 run's, with the pages)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -190,6 +194,17 @@ if [ "$phase" = prefixab ]; then   # a shared prefix loaded by a graph replay ag
   [ "${ONETILE:-1}" = 0 ] || { timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models \
     hybrid --mixed on --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
     cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-goal.json"; rm -rf "$OUT/g1"; }
+fi
+if [ "$phase" = pages256 ] || [ "$phase" = pages100 ]; then   # twelve-tile, sessions saved in pinned pages
+  n=${phase#pages}
+  [ "$n" = 100 ] || timeout 75 python3 -m pytest -q -m gpu tests/test_engine_replay.py tests/test_engine_sessions.py \
+    tests/test_engine.py -k "cuda or pinned or prefix_load" 2>&1 | tail -2
+  timeout $([ "$n" = 100 ] && echo 330 || echo 515) python3 benchmarks/bench_agents.py --cases twelve-tile --agents $n \
+    --models hybrid --kv-dtype fp8 --ssm-dtype bfloat16 --mixed on --vision-stream on --margin-gib 24 \
+    --host-limit-gib ${HOST_GIB:-96} --host-reserve-gib ${RESERVE_GIB:-64} --budget $([ "$n" = 100 ] && echo 320 || echo 505) \
+    --watchdog 60 --no-plot --out "$OUT/t$n" > "$OUT/twelve$n-pages.log" 2>&1
+  grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve$n-pages.log" | tail -14
+  cp "$OUT/t$n/bench_agents.json" "$OUT/agents-twelve-$n-pages.json"; rm -rf "$OUT/t$n"
 fi
 if [ "$phase" = servingfp8 ]; then   # the serving section with the FP8 KV cache: bf16 weights, then FP8 weights
   # (holotron.quant, W8A8 above one row; at 64 rows the step made 7,299 tok/s against 5,077 with bf16 weights on an
