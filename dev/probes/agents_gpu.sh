@@ -47,6 +47,7 @@
 #                                           # twelve-tile agents (twelve256hl's flags) with saved sessions in pinned
 #                                           # pages, RESERVE_GIB=64 of them allocated before the run
 #   bash dev/probes/agents_gpu.sh pages100  # ~300 s: the same flags at 100 agents (the 12,269 run's, with the pages)
+#   bash dev/probes/agents_gpu.sh auto      # goals on an H200, else pages256
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -64,6 +65,10 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 phase=${1:-check}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+if [ "$phase" = auto ]; then   # the goals' runs where they are set (an H200), else the pages' run at 256 agents
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then phase=goals; else phase=pages256; fi
+  echo "phase: $phase"
+fi
 if [ "$phase" = cost ]; then
   timeout 150 python3 dev/probes/pass_cost.py --out "$OUT" 2>&1 | tail -30
   timeout 100 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py 2>&1 | tail -3
