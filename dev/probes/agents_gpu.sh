@@ -178,6 +178,8 @@ if [ "$phase" = fp8w ]; then   # 100 one-tile agents, hybrid, default settings w
   done
 fi
 if [ "$phase" = goals ]; then   # the one-tile goal's settings (fp8w's bf16 line), then the serving section
+  timeout 75 python3 -m pytest -q -m gpu tests/test_engine_replay.py tests/test_engine_sessions.py \
+    tests/test_engine.py -k "cuda or pinned or prefix_load" 2>&1 | tail -2
   timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --mixed on \
     --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
   cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-goal.json"; rm -rf "$OUT/g1"
