@@ -13,8 +13,9 @@ __all__ = ["RowSnapshot", "paged_snapshot", "pieces", "reserve_pages"]
 # is split along its leading dimensions into pieces that fit). Freed pages are kept for the next snapshots: a
 # session that grows needs more pages, never a larger block. (Before 2026-12-06 each snapshot took one buffer of a
 # power-of-two size class; sessions growing past a class boundary, 15k tokens for a twelve-tile hybrid row, then
-# took new 512 MiB blocks from the driver and left the 256 MiB ones cached: at 256 twelve-tile agents on an H100
-# that churn cost about half of the 113.6 s of admissions, docs/benchmarks.md.) Copies into and out of the pages
+# took new 512 MiB blocks from the driver and left the 256 MiB ones cached: at 256 twelve-tile agents on an H100,
+# by the run's progress lines, pinning new memory and that churn took about 70 of its 113.6 s of admissions,
+# docs/benchmarks.md.) Copies into and out of the pages
 # are ordered by the CUDA stream, so a page is reused only after its copy.
 PAGE = 32 << 20
 _PAGES: list[torch.Tensor] = []   # free pages
