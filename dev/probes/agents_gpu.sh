@@ -206,9 +206,10 @@ if [ "$phase" = pages256 ] || [ "$phase" = pages100 ]; then   # twelve-tile, ses
   n=${phase#pages}
   [ "$n" = 100 ] || timeout 75 python3 -m pytest -q -m gpu tests/test_engine_replay.py tests/test_engine_sessions.py \
     tests/test_engine.py -k "cuda or pinned or prefix_load" 2>&1 | tail -2
-  timeout $([ "$n" = 100 ] && echo 330 || echo 515) python3 benchmarks/bench_agents.py --cases twelve-tile --agents $n \
+  b=${BUDGET:-$([ "$n" = 100 ] && echo 320 || echo 505)}
+  timeout $((b + 10)) python3 benchmarks/bench_agents.py --cases twelve-tile --agents $n \
     --models hybrid --kv-dtype fp8 --ssm-dtype bfloat16 --mixed on --vision-stream on --margin-gib 24 \
-    --host-limit-gib ${HOST_GIB:-96} --host-reserve-gib ${RESERVE_GIB:-64} --budget $([ "$n" = 100 ] && echo 320 || echo 505) \
+    --host-limit-gib ${HOST_GIB:-96} --host-reserve-gib ${RESERVE_GIB:-64} --budget $b \
     --watchdog 60 --no-plot --out "$OUT/t$n" > "$OUT/twelve$n-pages.log" 2>&1
   grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve$n-pages.log" | tail -14
   cp "$OUT/t$n/bench_agents.json" "$OUT/agents-twelve-$n-pages.json"; rm -rf "$OUT/t$n"
