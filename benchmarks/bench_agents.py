@@ -273,6 +273,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
 
     per_step = Counter()   # decoding rows per engine step -> steps
     host_peak, host_bytes_peak, cut, stalled = 0, 0, False, False
+    timeline = []   # (s, turns done, tokens counted as in total_tokens_per_s) at each progress line
     sync(dev)
     t0 = time.perf_counter()
     for i in range(n):
@@ -293,7 +294,10 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
             t_report = now
             done = sum(1 for r in reqs if r.done)
             st = eng.stats
-            prog = {"s": round(now - t0, 1), "turns_done": done, "turns_expected": sum(len(a) for a in plan),
+            tokens = sum(n_prompt[id(r)] for r in reqs if r.t_first is not None) + sum(len(r.tokens) for r in reqs)
+            timeline.append((round(now - t0, 1), done, tokens))
+            prog = {"s": round(now - t0, 1), "turns_done": done, "tokens": tokens,
+                    "turns_expected": sum(len(a) for a in plan),
                     "agents_done": n - len(waiting), "steps": eng.steps,
                     "on_host": sum(1 for q in sessions if q.on_host),
                     **{k: round(st[k], 1) for k in ("decode_s", "prefill_s", "admit_s", "mixed_s")},
@@ -358,6 +362,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "turns_completed": len(finished), "all_turns_completed": len(finished) == expected and not errors,
         "errors": len(errors), "first_errors": errors[:3],
         "prompt_tokens": prompt, "output_tokens": out_tok, "prefilled_tokens": prefilled, "wall_s": wall,
+        "timeline": timeline + [(round(wall, 1), len(finished), prompt + out_tok)],   # runs compared at equal shares
         "output_tokens_per_s": out_tok / wall, "total_tokens_per_s": (prompt + out_tok) / wall,
         "ttft_p50_s": pct([r.t_first - r.t_submit for r in started], 0.5),
         "ttft_p95_s": pct([r.t_first - r.t_submit for r in started], 0.95),

@@ -206,7 +206,12 @@ def test_a_run_reports_its_warm_up_and_progress_while_it_goes(tmp_path, monkeypa
     assert set(last["warmup"]) == {"chunk_graphs", "vision_graphs", "mixed_graphs", "warm_turns"}
     assert last["progress"]["turns_expected"] == 6 and 0 <= last["progress"]["turns_done"] <= 6
     res = json.loads((tmp_path / "bench_agents.json").read_text())
-    assert "running" not in res and res["rows"][0]["status"] == "ok"
+    row = res["rows"][0]
+    assert "running" not in res and row["status"] == "ok"
+    # the timeline (s, turns done, tokens) of every progress line and the end, for comparing runs at equal shares
+    tl = row["timeline"]
+    assert len(tl) >= 2 and tl[-1] == [round(row["wall_s"], 1), 6, row["prompt_tokens"] + row["output_tokens"]]
+    assert all(a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2] for a, b in zip(tl, tl[1:]))
 
 
 def test_the_watchdog_prints_the_stack_of_a_step_that_takes_too_long(tmp_path, monkeypatch, capfd):

@@ -47,6 +47,9 @@
 #                                           # twelve-tile agents (twelve256hl's flags) with saved sessions in pinned
 #                                           # pages, RESERVE_GIB=64 of them allocated before the run
 #   bash dev/probes/agents_gpu.sh pages100  # ~300 s: the same flags at 100 agents (the 12,269 run's, with the pages)
+#   bash dev/probes/agents_gpu.sh rising    # ~590 s: twelve-tile hybrid at 100 then 256 agents in one call, the pages256
+#                                           # flags, 270 s each; compared at equal shares of their turns by
+#                                           # dev/compare_at_share.py (the goal's "still rising from 100 to 256")
 #   bash dev/probes/agents_gpu.sh auto      # goals on an H200, else pages256
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
@@ -213,6 +216,17 @@ if [ "$phase" = pages256 ] || [ "$phase" = pages100 ]; then   # twelve-tile, ses
     --watchdog 60 --no-plot --out "$OUT/t$n" > "$OUT/twelve$n-pages.log" 2>&1
   grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve$n-pages.log" | tail -14
   cp "$OUT/t$n/bench_agents.json" "$OUT/agents-twelve-$n-pages.json"; rm -rf "$OUT/t$n"
+fi
+if [ "$phase" = rising ]; then   # the same flags at 100 and 256 agents on one machine
+  for n in 100 256; do
+    timeout 285 python3 benchmarks/bench_agents.py --cases twelve-tile --agents $n --models hybrid --kv-dtype fp8 \
+      --ssm-dtype bfloat16 --mixed on --vision-stream on --margin-gib 24 --host-limit-gib ${HOST_GIB:-96} \
+      --host-reserve-gib ${RESERVE_GIB:-40} --budget ${BUDGET:-270} --watchdog 60 --no-plot --out "$OUT/r$n" \
+      > "$OUT/rising-$n.log" 2>&1
+    grep -E "progress|N=" "$OUT/rising-$n.log" | tail -3
+    cp "$OUT/r$n/bench_agents.json" "$OUT/agents-twelve-$n-rising.json"; rm -rf "$OUT/r$n"
+  done
+  python3 dev/compare_at_share.py "$OUT"/agents-twelve-*-rising.json
 fi
 if [ "$phase" = servingfp8 ]; then   # the serving section with the FP8 KV cache: bf16 weights, then FP8 weights
   # (holotron.quant, W8A8 above one row; at 64 rows the step made 7,299 tok/s against 5,077 with bf16 weights on an
