@@ -91,6 +91,9 @@ def paged_snapshot(srcs: list, length: int) -> "RowSnapshot":
         for t in p:
             views = []
             for q in pieces(t):
+                if q.numel() == 0:   # no KV slots used: nothing to keep, no page taken for it
+                    views.append(torch.empty(q.shape, dtype=q.dtype))
+                    continue
                 nb = -(-q.nbytes // 256) * 256   # 256-byte aligned
                 i = next((j for j, used in enumerate(room) if used + nb <= PAGE), None)
                 if i is None:

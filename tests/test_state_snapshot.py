@@ -80,6 +80,16 @@ def test_a_paged_snapshot_restores_byte_for_byte_and_its_pages_are_reused(model,
     assert again.pages and {id(p) for p in again.pages} <= free   # taken from the free pages, none new
 
 
+def test_an_empty_kv_takes_no_page(small_pages):
+    attn = tiny_lm(tiny_config(hybrid_override_pattern="*-*"), seed=3)
+    st = DecodeState.allocate(attn, 2, 16)
+    snap = st.snapshot(1, 0, paged=True)
+    assert snap.pages == [] and snap.nbytes() == 0
+    _fill(st, 4)
+    st.restore(0, snap, release=True)
+    assert st.lengths.tolist() == [0, 0]
+
+
 def test_reserve_pages_and_paged_bytes(small_pages):
     assert small_pages.reserve_pages(5000) == 5 * 1024 and small_pages.pooled_bytes() == 5120
     assert small_pages.paged_bytes(1) == 2048 and small_pages.paged_bytes(2048) == 3072
