@@ -1,5 +1,5 @@
 """One sequence's state outside the decode state: ``RowSnapshot`` (``DecodeState.snapshot`` / ``restore`` in
-``holotron/state.py``), and the pool of pinned host buffers that snapshots of a CUDA state go into."""
+``holotron/state.py``), and the pinned host pages that snapshots of a CUDA state are packed into."""
 
 from __future__ import annotations
 
