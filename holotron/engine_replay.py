@@ -42,7 +42,8 @@ class Replays:
             need = self.state.bytes_per_row(q.length)["total"]
             if self.device.type == "cuda":
                 need = paged_bytes(need)
-            over = self._host_held() + need > self.host_limit
+            # free pages are taken before new memory is pinned: only what they do not cover adds to the memory held
+            over = self._host_held() + max(0, need - pooled_bytes()) > self.host_limit
             if over:
                 # free pages and freed blocks torch caches until given back; torch counts a freed block as in use
                 # until it next looks at it, so this is not asked first (nothing cached: cheap)

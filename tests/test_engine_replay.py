@@ -157,6 +157,12 @@ def test_the_limit_counts_kept_turns_once_and_gives_cached_memory_back_before_dr
     eng.submit(random_ids(5, seed=2), session=sb, max_new_tokens=1)   # sa is evicted
     eng.run()
     assert freed == [1] and sa.dropped and not sa.on_host
+    # at the limit with free pages that hold the snapshot: it takes them, nothing is given back or dropped
+    monkeypatch.setattr(replay, "pooled_bytes", lambda: 10**9)
+    freed.clear()
+    eng.submit(random_ids(5, seed=3), session=sa, max_new_tokens=1)   # sb is evicted
+    eng.run()
+    assert freed == [] and sb.on_host and not sb.dropped
 
 
 @pytest.mark.gpu
