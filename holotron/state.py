@@ -45,6 +45,13 @@ def device_ints(values, device: torch.device | str) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+def _same_kv_format(dst: KVCache, src: KVCache) -> None:
+    """What ``DecodeState.load`` / ``load_plain`` ask of a source's KV cache: this state's format (FP8 or not)."""
+    if dst.quantized != src.quantized:
+        raise ValueError("DecodeState.load: the source's KV cache and this state's differ in format "
+                         "(FP8 and not); prefill the source with the same kv_dtype")
+
+
 def _rows(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return index.to(device=like.device, dtype=torch.long)
 
@@ -240,9 +247,7 @@ class DecodeState:
                 d.conv[row].copy_(s.conv[src_row])
                 d.ssm[row].copy_(s.ssm[src_row])
             elif isinstance(d, KVCache):
-                if d.quantized != s.quantized:
-                    raise ValueError("DecodeState.load: the source's KV cache and this state's differ in format "
-                                     "(FP8 and not); prefill the source with the same kv_dtype")
+                _same_kv_format(d, s)
                 for dt, st in zip(d.tensors(), s.tensors()):
                     if n == src.seqlen:
                         dt[row, :, :n].copy_(st[src_row, :, :n])
@@ -265,9 +270,7 @@ class DecodeState:
                 for dt, st in ((d.conv, s.conv), (d.ssm, s.ssm)):
                     dt.index_copy_(0, index, st[:1].to(dt.dtype).expand(k, *st.shape[1:]))
             elif isinstance(d, KVCache):
-                if d.quantized != s.quantized:
-                    raise ValueError("DecodeState.load: the source's KV cache and this state's differ in format "
-                                     "(FP8 and not); prefill the source with the same kv_dtype")
+                _same_kv_format(d, s)
                 for dt, st in zip(d.tensors(), s.tensors()):
                     part = st[:1, :, :n]
                     dt[:, :, :n].index_copy_(0, index, part.expand(k, *part.shape[1:]))
