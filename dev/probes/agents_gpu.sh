@@ -50,7 +50,7 @@
 #   bash dev/probes/agents_gpu.sh rising    # ~590 s: twelve-tile hybrid at 100 then 256 agents in one call, the pages256
 #                                           # flags, 270 s each; compared at equal shares of their turns by
 #                                           # dev/compare_at_share.py (the goal's "still rising from 100 to 256")
-#   bash dev/probes/agents_gpu.sh auto      # goals on an H200, else pages256
+#   bash dev/probes/agents_gpu.sh auto      # goals on an H200, else rising
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -68,8 +68,8 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 phase=${1:-check}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-if [ "$phase" = auto ]; then   # the goals' runs where they are set (an H200), else the pages' run at 256 agents
-  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then phase=goals; else phase=pages256; fi
+if [ "$phase" = auto ]; then   # the goals' runs where they are set (an H200), else 100 and 256 agents like for like
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then phase=goals; else phase=rising; fi
   echo "phase: $phase"
 fi
 if [ "$phase" = cost ]; then
