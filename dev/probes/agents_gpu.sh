@@ -50,6 +50,8 @@
 #   bash dev/probes/agents_gpu.sh rising    # ~590 s: twelve-tile hybrid at 100 then 256 agents in one call, the pages256
 #                                           # flags, 270 s each; compared at equal shares of their turns by
 #                                           # dev/compare_at_share.py (the goal's "still rising from 100 to 256")
+#   bash dev/probes/agents_gpu.sh phases    # ~120 s: the serving section's engine steps split into host phases and
+#                                           # the GPU time of each graph replay (serving_phases.py)
 #   bash dev/probes/agents_gpu.sh auto      # goals on an H200, else rising
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
@@ -216,6 +218,9 @@ if [ "$phase" = pages256 ] || [ "$phase" = pages100 ]; then   # twelve-tile, ses
     --watchdog 60 --no-plot --out "$OUT/t$n" > "$OUT/twelve$n-pages.log" 2>&1
   grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve$n-pages.log" | tail -14
   cp "$OUT/t$n/bench_agents.json" "$OUT/agents-twelve-$n-pages.json"; rm -rf "$OUT/t$n"
+fi
+if [ "$phase" = phases ]; then
+  timeout 240 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -6
 fi
 if [ "$phase" = rising ]; then   # the same flags at 100 and 256 agents on one machine
   for n in 100 256; do

@@ -35,6 +35,8 @@ from holotron.engine import Engine  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
 
 PHASES = ("_admit", "_compact", "_pick_chunk", "_fill_chunk", "_after_decode", "_finish_chunk", "_sync")
+SPANS = ("_admit", "_compact", "_finish_chunk")   # also timed on the GPU: events at entry and exit (the span holds
+# the phase's own kernels and any wait for the host as it queues them)
 
 
 class Timed:
@@ -54,12 +56,19 @@ class Timed:
                 t = time.perf_counter()
                 self.cur["end_ev"].synchronize()   # the wait for the replay; the tolist inside then returns at once
                 self.cur["wait"] += time.perf_counter() - t
+            span = self.cuda and self.cur is not None and name in SPANS
+            if span:
+                ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev[0].record()
             t = time.perf_counter()
             try:
                 return f(*a, **k)
             finally:
                 if self.cur is not None:
                     self.cur[name] += time.perf_counter() - t
+                if span:
+                    ev[1].record()
+                    self.cur["events"].append((name.strip("_"), *ev))
 
         setattr(self.eng, name, w)
 
@@ -118,7 +127,7 @@ class Timed:
             ms = lambda key: 1e3 * statistics.mean(s.get(key, 0.0) for s in ss)  # noqa: E731
             row = {"steps": len(ss), "wall_ms": ms("wall"), "launch_ms": ms("launch"), "wait_ms": ms("wait")}
             row.update({f"{p.strip('_')}_ms": ms(p) for p in PHASES})
-            for g in ("decode", "mixed", "swap"):
+            for g in ("decode", "mixed", "swap") + tuple(p.strip("_") for p in SPANS):
                 row[f"gpu_{g}_ms"] = 1e3 * statistics.mean(s["gpu"].get(g, 0.0) for s in ss)
             row["wall_minus_gpu_ms"] = row["wall_ms"] - sum(row[f"gpu_{g}_ms"] for g in ("decode", "mixed", "swap"))
             out[kind] = row
@@ -176,7 +185,8 @@ def main(argv=None) -> int:
         json.dump(res, f, indent=1)
     print(f"{res['device']}: plain {plain['tokens_per_s']:.0f} tok/s ({plain['steps']} steps, "
           f"{plain['seconds']:.3f} s); instrumented {inst['tokens_per_s']:.0f}")
-    cols = ["steps", "wall_ms", "gpu_decode_ms", "gpu_mixed_ms", "gpu_swap_ms", "wall_minus_gpu_ms", "admit_ms",
+    cols = ["steps", "wall_ms", "gpu_decode_ms", "gpu_mixed_ms", "gpu_swap_ms", "gpu_admit_ms", "gpu_compact_ms",
+            "gpu_finish_chunk_ms", "wall_minus_gpu_ms", "admit_ms",
             "compact_ms", "pick_chunk_ms", "fill_chunk_ms", "launch_ms", "wait_ms", "after_decode_ms",
             "finish_chunk_ms", "sync_ms"]
     print("kind    " + " ".join(f"{c[:-3] if c.endswith('_ms') else c:>12}" for c in cols))
