@@ -52,7 +52,7 @@
 #                                           # dev/compare_at_share.py (the goal's "still rising from 100 to 256")
 #   bash dev/probes/agents_gpu.sh phases    # ~120 s: the serving section's engine steps split into host phases and
 #                                           # the GPU time of each graph replay (serving_phases.py)
-#   bash dev/probes/agents_gpu.sh auto      # goals on an H200, else rising
+#   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else rising
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -73,6 +73,7 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 if [ "$phase" = auto ]; then   # the goals' runs where they are set (an H200), else 100 and 256 agents like for like
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then phase=goals; else phase=rising; fi
   echo "phase: $phase"
+  [ "$phase" = goals ] && then_phases=1
 fi
 if [ "$phase" = cost ]; then
   timeout 150 python3 dev/probes/pass_cost.py --out "$OUT" 2>&1 | tail -30
@@ -219,7 +220,7 @@ if [ "$phase" = pages256 ] || [ "$phase" = pages100 ]; then   # twelve-tile, ses
   grep -E "warm-up|progress|N=|skipped|Timeout" "$OUT/twelve$n-pages.log" | tail -14
   cp "$OUT/t$n/bench_agents.json" "$OUT/agents-twelve-$n-pages.json"; rm -rf "$OUT/t$n"
 fi
-if [ "$phase" = phases ]; then
+if [ "$phase" = phases ] || [ -n "${then_phases:-}" ]; then
   timeout 240 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -6
 fi
 if [ "$phase" = rising ]; then   # the same flags at 100 and 256 agents on one machine
