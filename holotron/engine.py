@@ -27,10 +27,11 @@ CUDA it is captured once per batch size in ``batch_sizes`` and replayed per toke
 ``cuda_graph=False``, it runs eagerly: the same code, which the CPU tests compare with ``generate``.
 
 Rows: every turn runs in a session (``holotron/engine_sessions.py``; a plain ``submit`` opens a temporary
-one, closed when its turn ends). The decoding rows are kept at rows [0, n) by moving or swapping rows, and
-a step runs on the smallest captured batch >= n: finished rows stop costing work. Requests, sessions and
-prefixes are ``holotron/engine_requests.py``'s. ``generate()`` uses this engine on CUDA (``engine=False``
-or HOLOTRON_ENGINE=0 opts out) through ``stream`` (``holotron/engine_generate.py``) and ``engine_for``.
+one, closed when its turn ends). A step runs on the smallest captured batch that covers the decoding rows;
+they are moved or swapped into rows [0, n) only when that gives a smaller batch: finished rows stop costing
+work. Requests, sessions and prefixes are ``holotron/engine_requests.py``'s. ``generate()`` uses this engine
+on CUDA (``engine=False`` or HOLOTRON_ENGINE=0 opts out) through ``stream`` (``holotron/engine_generate.py``)
+and ``engine_for``.
 """
 
 from __future__ import annotations
@@ -323,7 +324,7 @@ class Engine(Admission, Sessions, Replays, CapturedStep, CapturedChunks, Capture
                       "chunk_captures": 0, "mixed_captures": 0, "capture_s": 0.0, "decode_s": 0.0,
                       "prefill_s": 0.0, "admit_s": 0.0, "mixed_s": 0.0, "vision_s": 0.0, "vision_tiles": 0,
                       "vision_calls": 0, "chunk_tokens": 0, "chunk_slots": 0,   # slots: a bucketed chunk's pads too
-                      "sessions_dropped": 0, "replayed_turns": 0, "replayed_tokens": 0}
+                      "sessions_dropped": 0, "replayed_turns": 0, "replayed_tokens": 0, "row_moves": 0}
         self.prefill_tokens_done = 0
         self._vision_events = []  # (start, end) CUDA events of vision calls, summed into vision_s at a sync
 

@@ -48,11 +48,12 @@ class MixedSteps:
             out = self._admit()
             self._sync()
             t1 = time.perf_counter()
-            n = self._compact()
+            dec = self._compact()
+            n = len(dec)
             chunk = self._pick_chunk() if n else None
-            shape = None if chunk is None else self._mixed_shape(n, chunk)
+            shape = None if chunk is None else self._mixed_shape(dec, chunk)
             if shape is not None:
-                out += self._mixed_pass(n, chunk, shape)
+                out += self._mixed_pass(dec, chunk, shape)
                 self.stats["mixed_steps"] += 1
                 self.stats["mixed_tokens"] += n
             else:
@@ -74,17 +75,18 @@ class MixedSteps:
         self.steps += 1
         return out
 
-    def _mixed_shape(self, n: int, chunk) -> tuple[int, int, int] | None:
-        """(decode batch, chunk rows, chunk tokens) of the pass for n decoding rows and this chunk, or None when
+    def _mixed_shape(self, dec: list[int], chunk) -> tuple[int, int, int] | None:
+        """(decode batch, chunk rows, chunk tokens) of the pass for the decoding rows ``dec`` and this chunk
+        (the decode batch covers the highest of them; a chunk row below it is one of its inactive rows), or None when
         the chunk does not fit the chunk buffers (it then runs on its own, after a decode step)."""
         take, _, T, _, _ = chunk
         shape = self._graph_shape(len(take), T)
         if shape is None or shape[0] != len(take):
             return None
-        return self._step_batch(n), shape[0], shape[1]
+        return self._step_batch(dec[-1] + 1), shape[0], shape[1]
 
-    def _mixed_pass(self, n: int, chunk, shape: tuple[int, int, int]) -> list[tuple[Request, int]]:
-        """One ``HybridLM.mixed`` pass (its graph, or eagerly): the next token of decoding rows [0, n) and the
+    def _mixed_pass(self, dec: list[int], chunk, shape: tuple[int, int, int]) -> list[tuple[Request, int]]:
+        """One ``HybridLM.mixed`` pass (its graph, or eagerly): the next token of the decoding rows ``dec`` and the
         chunk; then the bookkeeping of both, as ``_decode`` and ``_finish_chunk``."""
         take, counts, _, rows, starts = chunk
         nb, b, T = shape
@@ -99,7 +101,7 @@ class MixedSteps:
             g.replay()
         else:
             self._mixed_body(nb, b, T)
-        out = self._after_decode(n)
+        out = self._after_decode(dec)
         self.inflight = (take, counts, self._clogits[:b], None)
         return out + self._finish_chunk()
 

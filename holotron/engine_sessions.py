@@ -34,6 +34,10 @@ __all__ = ["Sessions", "row_bytes"]
 # a prefix loaded into a row by one CUDA graph replay from its second use on (``Sessions._load_prefix``);
 # HOLOTRON_PREFIX_GRAPHS=0: by ``DecodeState.load``'s copies, as before 2026-12-06 (to time the difference)
 PREFIX_GRAPHS = os.environ.get("HOLOTRON_PREFIX_GRAPHS", "1") != "0"
+# decoding rows moved only when that gives a smaller batch, a turn admitted into the lowest free row
+# (``Sessions._compaction_target``); HOLOTRON_LAZY_ROWS=0: moved whenever a row below them does not decode, a turn
+# admitted into the highest free row, as before 2026-12-06 (to time the difference)
+LAZY_ROWS = os.environ.get("HOLOTRON_LAZY_ROWS", "1") != "0"
 
 
 def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32,
@@ -177,7 +181,7 @@ class Sessions:
         free = self._free_rows()
         if not free and not (self.offload and self._evict()):
             return False
-        r = self._free_rows()[-1]  # from the top: rows being prefilled stay clear of the decoding rows [0, n)
+        r = self._free_rows()[0 if LAZY_ROWS else -1]  # the lowest: the decoding rows stay low, the batch small
         if s.dropped:
             self._replay_into(s, req)
         with torch.inference_mode():
@@ -215,12 +219,33 @@ class Sessions:
         s = self.rows[row]
         return s is not None and s.request is not None and s.request.phase == "decode"
 
-    def _compact(self) -> int:
-        """Move (into free rows) or swap (with other sessions' rows) the decoding rows into rows [0, n)."""
-        dec = [i for i in range(self.max_batch) if self._decoding(i)]
-        n = len(dec)
-        holes = [i for i in range(n) if not self._decoding(i)]
-        pairs = list(zip(holes, [i for i in dec if i >= n]))  # (no row of a chunk in flight: see _decode)
+    def _decoding_rows(self) -> list[int]:
+        return [i for i in range(self.max_batch) if self._decoding(i)]
+
+    def _compaction_target(self, dec: list[int]) -> int | None:
+        """The smaller captured batch the step of the decoding rows ``dec`` (ascending) runs at once the rows above
+        it are moved into it, or None when moving rows gives no smaller batch than the highest of them needs.
+        Rows that do not decode below the highest one stay where they are: they are inactive rows of the same
+        batch, as the rows past n of a batch are, and an exchange costs about a millisecond of GPU time at the
+        12B (two whole rows of every layer's state; 1.1 ms a replay on an H100,
+        dev/runs/serving-phases-h100-2026-12-06h.json)."""
+        if not dec:
+            return None
+        if not LAZY_ROWS:
+            return len(dec) if dec[-1] >= len(dec) else None
+        target = self._step_batch(len(dec))
+        return target if target < self._step_batch(dec[-1] + 1) else None
+
+    def _compact(self) -> list[int]:
+        """The decoding rows, ascending, after moving those above ``_compaction_target`` below it (into free rows
+        first, then idle sessions' rows, then rows being prefilled, swapping with the last two)."""
+        dec = self._decoding_rows()
+        target = self._compaction_target(dec)
+        if target is None:
+            return dec
+        holes = sorted((i for i in range(target) if not self._decoding(i)),
+                       key=lambda i: (self.rows[i] is not None, self.rows[i] is not None and self.rows[i].busy))
+        pairs = list(zip(holes, [i for i in dec if i >= target]))  # (no row of a chunk in flight: see _decode)
         for dst, src in pairs:
             a, b = self.rows[src], self.rows[dst]
             if self.cuda_graph:  # one replay: both rows whole (no host work per layer)
@@ -238,7 +263,8 @@ class Sessions:
             a.row = dst
             if b is not None:
                 b.row = src
-        return n
+        self.stats["row_moves"] += len(pairs)
+        return self._decoding_rows()
 
     def _row_tensors(self) -> list[torch.Tensor]:
         """Every tensor with one row per engine row (batch dimension first): the layers' states, the lengths,

@@ -6,10 +6,10 @@ or ``holotron/sampling.py`` on a sampling engine), and keeps the logits when ask
 fixed by b and ``max_len``; nothing reads a value back to the host. ``_capture_all`` warms every batch
 size up on a side stream and captures them, largest first, into one memory pool; a step that cannot be
 captured is captured again through the naive torch Mamba path (said in ``note``). ``_decode`` is the decode
-phase of an engine step: the decoding rows moved to rows [0, n), the step for the smallest captured batch
->= n, one read-back of the n tokens, then the host's bookkeeping (lengths, prompts read by the steps,
-emitted tokens, finished turns). ``CapturedStep`` is a base class of ``Engine``, written against its
-attributes.
+phase of an engine step: the decoding rows moved to rows [0, n) when that gives a smaller batch, the step for
+the smallest captured batch that covers them, one read-back of their tokens, then the host's bookkeeping
+(lengths, prompts read by the steps, emitted tokens, finished turns). ``CapturedStep`` is a base class of
+``Engine``, written against its attributes.
 """
 
 from __future__ import annotations
@@ -103,32 +103,34 @@ class CapturedStep:
     def _decode(self) -> list[tuple[Request, int]]:
         pre = []
         if self.inflight is not None:
-            n = sum(self._decoding(i) for i in range(self.max_batch))
-            if any(r.session.row is not None and r.session.row < n for r in self.inflight[0] if not r.done):
+            target = self._compaction_target(self._decoding_rows())
+            if target is not None and any(r.session.row is not None and r.session.row < target
+                                          for r in self.inflight[0] if not r.done):
                 # a row of the chunk in flight would be moved: finish the chunk first (its rows' lengths)
                 self.inflight[-1].synchronize()
                 pre = self._finish_chunk()
-        n = self._compact()
-        if n == 0:
+        dec = self._compact()
+        if not dec:
             return pre
-        b = self._step_batch(n)
+        b = self._step_batch(dec[-1] + 1)
         if self.cuda_graph:
             self.graphs[b].replay()
         else:
             self._step(b)
-        return pre + self._after_decode(n)
+        return pre + self._after_decode(dec)
 
     def _step_batch(self, n: int) -> int:
         """The captured batch size a step of n decoding rows runs at: the smallest one >= n."""
         return next(s for s in self.batch_sizes if s >= n)
 
-    def _after_decode(self, n: int) -> list[tuple[Request, int]]:
-        """Host bookkeeping of a decode token of rows [0, n): lengths, prompts read by the steps, emitted tokens."""
-        toks = self.tokens[:n].tolist()  # the one host sync per step
+    def _after_decode(self, dec: list[int]) -> list[tuple[Request, int]]:
+        """Host bookkeeping of a decode token of the decoding rows ``dec`` (ascending): lengths, prompts read by
+        the steps, emitted tokens."""
+        toks = self.tokens[:dec[-1] + 1].tolist()  # the one host sync per step
         self.stats["decode_steps"] += 1
-        self.stats["decode_tokens"] += n
+        self.stats["decode_tokens"] += len(dec)
         out, feed = [], []
-        for r in range(n):
+        for r in dec:
             s = self.rows[r]
             s.length += 1  # the step consumed the row's input token
             req = s.request

@@ -11,6 +11,7 @@ from tiny_lm import random_ids as _ids
 from tiny_lm import scan_backend_of_the_device, tiny_config, tiny_lm  # noqa: F401 (autouse fixture)
 from tiny_vl import IMAGE_TOKEN_ID, TILE, TOKENS_PER_TILE, tiny_vl
 
+from holotron import engine_sessions
 from holotron.config import TextConfig
 from holotron.engine import Engine, choose_tokens, default_batch_sizes, engine_for, release
 from holotron.generate import generate
@@ -61,7 +62,9 @@ def test_rows_ending_at_different_times_equal_the_plain_loop_and_shrink_the_step
     assert len(set(ended)) > 1, "the test needs rows that end at different steps"
 
 
-def test_compaction_moves_live_rows_down_and_runs_smaller_batches(model):
+@pytest.mark.parametrize("lazy", [True, False])
+def test_compaction_moves_live_rows_down_and_runs_smaller_batches(model, lazy, monkeypatch):
+    monkeypatch.setattr(engine_sessions, "LAZY_ROWS", lazy)   # HOLOTRON_LAZY_ROWS=0: rows moved at every hole
     eng = Engine(model, max_batch=4, max_len=64, batch_sizes=[1, 2, 4])
     prompts = [_ids(5 + i, seed=20 + i) for i in range(4)]
     reqs = [eng.submit(p, max_new_tokens=n) for p, n in zip(prompts, (2, 9, 3, 6))]
@@ -71,6 +74,26 @@ def test_compaction_moves_live_rows_down_and_runs_smaller_batches(model):
     eng.run()
     assert steps[0] == 4 and steps[-1] == 1 and 2 in steps  # 4 live, then 3 and 2 (batch 4, 2), then 1
     for p, n, r in zip(prompts, (2, 9, 3, 6), reqs):
+        assert r.done and r.tokens == _alone(model, p, n, eos_token_id=[])
+
+
+def test_rows_move_only_when_that_gives_a_smaller_batch(model):
+    """Row 1 ends first: rows 0, 2, 3 go on at batch 4 where they are (a move would not shrink the batch); when
+    two rows are left above row 1 they are moved into rows [0, 2) and the steps run at batch 2."""
+    eng = Engine(model, max_batch=4, max_len=64, batch_sizes=[1, 2, 4])
+    prompts = [_ids(5 + i, seed=60 + i) for i in range(4)]
+    news = (9, 2, 5, 9)
+    reqs = [eng.submit(p, max_new_tokens=n) for p, n in zip(prompts, news)]
+    seen = []   # (batch, rows of the live requests, moves so far) at each step
+    orig = eng._step
+    eng._step = lambda b: (seen.append((b, sorted(r.session.row for r in reqs if not r.done), eng.stats["row_moves"])),
+                           orig(b))
+    eng.run()
+    three = [s for s in seen if len(s[1]) == 3]
+    assert three and all(b == 4 and rows == [0, 2, 3] and moves == 0 for b, rows, moves in three)
+    two = [s for s in seen if len(s[1]) == 2]
+    assert two and all(b == 2 and rows == [0, 1] for b, rows, _ in two) and two[0][2] == 1   # row 3 -> row 1
+    for p, n, r in zip(prompts, news, reqs):
         assert r.done and r.tokens == _alone(model, p, n, eos_token_id=[])
 
 
