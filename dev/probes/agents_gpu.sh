@@ -54,6 +54,8 @@
 #                                           # the GPU time of each graph replay (serving_phases.py)
 #   bash dev/probes/agents_gpu.sh lazyab    # ~380 s: GPU engine tests; the serving section (mixed, FP8 KV, bf16 state)
 #                                           # with HOLOTRON_LAZY_ROWS 0 then 1; phases with 1; the one-tile goal's run
+#   SHORT=1 LAZY_RUNS="0 1 0 1" bash dev/probes/agents_gpu.sh lazyab   # ~230 s: fewer tests, four serving runs
+#                                           # alternated, phases; no one-tile run
 #   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else rising
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
@@ -226,18 +228,20 @@ if [ "$phase" = phases ] || [ -n "${then_phases:-}" ]; then
   timeout 240 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -6
 fi
 if [ "$phase" = lazyab ]; then   # rows moved only when that gives a smaller batch, against moved at every hole
-  timeout 110 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py tests/test_engine_fp8kv.py \
-    tests/test_engine_replay.py 2>&1 | tail -2
-  for lz in 0 1; do
+  timeout 110 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_engine_sessions.py \
+    $([ -n "${SHORT:-}" ] || echo tests/test_engine_fp8kv.py tests/test_engine_replay.py) 2>&1 | tail -2
+  for lz in ${LAZY_RUNS:-0 1}; do
     HOLOTRON_LAZY_ROWS=$lz timeout 100 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 \
       --variants serving_mixed_bf16_state --out "$OUT/sl" > "$OUT/serving-lazy$lz.log" 2>&1
+    i=$((${i:-0} + 1))
     echo "lazy rows $lz: $(grep -E '"(tokens_per_s|row_moves)"' "$OUT/serving-lazy$lz.log" | tr -d ' \n')"
-    cp "$OUT/sl/bench_serving.json" "$OUT/serving-lazy$lz.json"; rm -rf "$OUT/sl"
+    cp "$OUT/sl/bench_serving.json" "$OUT/serving-lazy$lz-$i.json"; mv "$OUT/serving-lazy$lz.log" \
+      "$OUT/serving-lazy$lz-$i.log"; rm -rf "$OUT/sl"
   done
   timeout 60 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -4
-  timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models hybrid --mixed on \
-    --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
-  cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-lazy.json"; rm -rf "$OUT/g1"
+  [ -n "${SHORT:-}" ] || { timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models \
+    hybrid --mixed on --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
+    cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-lazy.json"; rm -rf "$OUT/g1"; }
 fi
 if [ "$phase" = rising ]; then   # the same flags at 100 and 256 agents on one machine
   for n in 100 256; do
