@@ -373,7 +373,7 @@ def run_agents(model, plan, tiles: int, rows: int, max_len: int, args, deadline:
         "sessions_on_host_peak": host_peak, "host_GiB_peak": host_bytes_peak / 2**30,
         "pinned_GiB_peak": _pinned_peak() / 2**30,
         "sessions_dropped": st["sessions_dropped"], "replayed_turns": st["replayed_turns"],
-        "replayed_tokens": st["replayed_tokens"],
+        "replayed_tokens": st["replayed_tokens"], "row_moves": st.get("row_moves", 0),
         "decode_steps": st["decode_steps"], "decode_tokens": st["decode_tokens"],
         "mean_decode_rows": st["decode_tokens"] / st["decode_steps"] if st["decode_steps"] else 0.0,
         "mixed": eng.mixed, "mixed_steps": st["mixed_steps"], "mixed_decode_tokens": st["mixed_tokens"],
