@@ -54,8 +54,8 @@
 #                                           # the GPU time of each graph replay (serving_phases.py)
 #   bash dev/probes/agents_gpu.sh lazyab    # ~380 s: GPU engine tests; the serving section (mixed, FP8 KV, bf16 state)
 #                                           # with HOLOTRON_LAZY_ROWS 0 then 1; phases with 1; the one-tile goal's run
-#   SHORT=1 LAZY_RUNS="0 1 0 1" bash dev/probes/agents_gpu.sh lazyab   # ~230 s: fewer tests, four serving runs
-#                                           # alternated, phases; no one-tile run
+#   SHORT=1 LAZY_RUNS="0 1 0 1" ONETILE=0 bash dev/probes/agents_gpu.sh lazyab   # ~230 s: fewer tests, four
+#                                           # serving runs alternated, phases; no one-tile run
 #   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else rising
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
@@ -239,7 +239,7 @@ if [ "$phase" = lazyab ]; then   # rows moved only when that gives a smaller bat
       "$OUT/serving-lazy$lz-$i.log"; rm -rf "$OUT/sl"
   done
   timeout 60 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -4
-  [ -n "${SHORT:-}" ] || { timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models \
+  [ "${ONETILE:-1}" = 0 ] || { timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models \
     hybrid --mixed on --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
     cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-lazy.json"; rm -rf "$OUT/g1"; }
 fi
