@@ -56,7 +56,7 @@
 #                                           # with HOLOTRON_LAZY_ROWS 0 then 1; phases with 1; the one-tile goal's run
 #   SHORT=1 LAZY_RUNS="0 1 0 1" ONETILE=0 bash dev/probes/agents_gpu.sh lazyab   # ~230 s: fewer tests, four
 #                                           # serving runs alternated, phases; no one-tile run
-#   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else rising
+#   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else lazyab (rising was run on an H100)
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -74,8 +74,8 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 phase=${1:-check}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-if [ "$phase" = auto ]; then   # the goals' runs where they are set (an H200), else 100 and 256 agents like for like
-  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then phase=goals; else phase=rising; fi
+if [ "$phase" = auto ]; then   # the goals' runs where they are set (an H200), else the row policy's A/B and one-tile run
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then phase=goals; else phase=lazyab; fi
   echo "phase: $phase"
   [ "$phase" = goals ] && then_phases=1
 fi
