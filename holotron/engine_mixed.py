@@ -6,15 +6,14 @@ through the decode step's kernels, the chunk through the prefill's), then admiss
 the step's turns gave up. When no chunk is due the captured decode step runs alone; when no row decodes,
 the chunk alone (its graph, ``holotron/engine_chunks.py``).
 
-The pass has static shapes (the chunk's rows, lengths and counts on the device, as the chunk graphs have):
-on CUDA it is a CUDA graph per (decode batch, chunk rows, chunk tokens), the decode batch being the
-smallest captured batch size >= the decoding rows (rows above them are inactive: their decode token writes
-nothing), the chunk bucketed as the chunk graphs are (rows rounded down, tokens up). As there, a shape met
-for the first time runs eagerly through the same buffers and its graph is captured the second time
-(``mixed_captures``), unless ``capture_mixed`` captured it ahead; without CUDA graphs the same buffers run
-eagerly (the tests' check of this bookkeeping). An eager pass through the 12B model costs 44-83 ms of host
-time on the H200's host (docs/benchmarks.md, "The engine as graphs"): the graph is what makes the pass
-worth having.
+The pass has static shapes (the chunk's rows, lengths and counts on the device, as the chunk graphs have): on CUDA
+it is a CUDA graph per (decode batch, chunk rows, chunk tokens), the decode batch being the smallest captured
+batch size that covers the decoding rows (its rows that do not decode, a chunk's among them, are inactive: their
+decode token writes nothing), the chunk bucketed as the chunk graphs are (rows rounded down, tokens up). As there,
+a shape met for the first time runs eagerly through the same buffers and its graph is captured the second time
+(``mixed_captures``), unless ``capture_mixed`` captured it ahead; without CUDA graphs the same buffers run eagerly
+(the tests' check of this bookkeeping). An eager pass through the 12B model costs 44-83 ms of host time on the
+H200's host (docs/benchmarks.md, "The engine as graphs"): the graph is what makes the pass worth having.
 
 Warm-up and capture run with every row inactive and chunk counts 0, which change no row's state (the keys
 of inactive rows and of pads go to spare slots, dt = 0 leaves a Mamba state as it was) and no length; the
