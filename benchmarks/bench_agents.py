@@ -728,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         "chunk_step": engine_chunks.CHUNK_STEP,  # HOLOTRON_CHUNK_STEP
         "norm16": layers.NORM16,  # HOLOTRON_NORM16
         "prefix_graphs": engine_sessions.PREFIX_GRAPHS,  # HOLOTRON_PREFIX_GRAPHS
+        "batch_loads": engine_sessions.BATCH_LOADS,  # HOLOTRON_BATCH_LOADS
+        "lazy_rows": engine_sessions.LAZY_ROWS,  # HOLOTRON_LAZY_ROWS
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
         "kv_dtype": "fp8" if args.kv_dtype is not None else "auto",

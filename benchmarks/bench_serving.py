@@ -691,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
         "chunk_step": engine_chunks.CHUNK_STEP,  # HOLOTRON_CHUNK_STEP
         "norm16": layers.NORM16,  # HOLOTRON_NORM16
         "prefix_graphs": engine_sessions.PREFIX_GRAPHS,  # HOLOTRON_PREFIX_GRAPHS
+        "batch_loads": engine_sessions.BATCH_LOADS,  # HOLOTRON_BATCH_LOADS
+        "lazy_rows": engine_sessions.LAZY_ROWS,  # HOLOTRON_LAZY_ROWS
         "command": "PYTHONPATH=. python3 benchmarks/bench_serving.py" + (" --small" if small else "")
                    + (" --decode-only" if args.decode_only else "")
                    + (" --serving-only" if args.serving_only else "")

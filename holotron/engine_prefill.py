@@ -1,9 +1,9 @@
 """How queued turns enter the decode engine (``holotron/engine.py``) and get prefilled.
 
 Admission (``_admit``): each queued request's session gets a row of the ``DecodeState`` (the one it
-holds, a free one, or one an idle session gives up by being saved to host memory), its state there
-(restored from the host, copied from a ``Prefix``, or empty), and its new tokens embedded: the
-session's pending token first, then the prompt; the screenshots of every request admitted in one step go
+holds, a free one, or one an idle session gives up by being saved to host memory), its state there (restored
+from the host, copied from a ``Prefix``: the rows of one step together, or empty), and its new tokens embedded:
+the session's pending token first, then the prompt; the screenshots of every request admitted in one step go
 through the vision encoder together (``vision_tiles`` tiles per call).
 
 Prefill (``_prefill_step``): one chunk per engine step, at most ``prefill_tokens`` tokens (pads
@@ -162,23 +162,25 @@ class Admission:
     def _admit(self) -> list[tuple[Request, int]]:
         """Queued requests into rows, in arrival order, while rows can be had and the prefill backlog is
         below ``4 * prefill_tokens``; returns first tokens of those with nothing to prefill."""
-        backlog = sum(r.x.shape[0] - r.pos for r in self.prefilling)
-        admitted: list[Request] = []
-        waiting = []
+        backlog, admitted, waiting = sum(r.x.shape[0] - r.pos for r in self.prefilling), [], []
         rows_left = True  # once no row can be had, only turns whose sessions hold one go on
-        while self.queue:
-            req = self.queue.popleft()
-            if backlog >= 4 * self.prefill_tokens and (admitted or self.prefilling):
-                waiting.append(req)
-                continue
-            s = req.session
-            if s.row is None and not (rows_left and self._acquire_row(s, req)):
-                rows_left = False
-                waiting.append(req)
-                continue
-            self._set_row_sampling(s.row, req)
-            admitted.append(req)
-            backlog += req.suffix_len + (s.pending is not None)
+        self._pending_loads = []   # the rows that start from one prefix: loaded together (Sessions._flush_loads)
+        try:
+            while self.queue:
+                req = self.queue.popleft()
+                if backlog >= 4 * self.prefill_tokens and (admitted or self.prefilling):
+                    waiting.append(req)
+                    continue
+                s = req.session
+                if s.row is None and not (rows_left and self._acquire_row(s, req)):
+                    rows_left = False
+                    waiting.append(req)
+                    continue
+                self._set_row_sampling(s.row, req)
+                admitted.append(req)
+                backlog += req.suffix_len + (s.pending is not None)
+        finally:
+            self._flush_loads()
         self.queue.extendleft(reversed(waiting))
         if not admitted:
             return []

@@ -38,6 +38,9 @@ PREFIX_GRAPHS = os.environ.get("HOLOTRON_PREFIX_GRAPHS", "1") != "0"
 # (``Sessions._compaction_target``); HOLOTRON_LAZY_ROWS=0: moved whenever a row below them does not decode, a turn
 # admitted into the highest free row, as before 2026-12-06 (to time the difference)
 LAZY_ROWS = os.environ.get("HOLOTRON_LAZY_ROWS", "1") != "0"
+# the rows an admission starts from the same prefix loaded together (``Sessions._flush_loads``);
+# HOLOTRON_BATCH_LOADS=0: one row at a time, as before 2026-12-06 (to time the difference)
+BATCH_LOADS = os.environ.get("HOLOTRON_BATCH_LOADS", "1") != "0"
 
 
 def row_bytes(lm, max_len: int, ssm_dtype: torch.dtype = torch.float32,
@@ -65,8 +68,9 @@ class Sessions:
         self.rows: list[Session | None] = [None] * self.max_batch   # host side: the session holding each row
         self.sessions: dict[int, Session] = {}
         self._next_id = 0
-        self._load_idx = torch.zeros(1, dtype=torch.long, device=self.device)   # the row a prefix graph loads
-        self._prefix_graphs = weakref.WeakKeyDictionary()   # Prefix -> its load graph (None: met once)
+        self._load_idx: dict[int, torch.Tensor] = {}   # rows a prefix graph loads, by bucket (a power of two)
+        self._prefix_graphs = weakref.WeakKeyDictionary()   # Prefix -> {bucket: its load graph (None: met once)}
+        self._pending_loads: list[tuple[int, Prefix]] | None = None   # an admission's loads, queued by _flush_loads
         self._init_replays(host_limit)   # host_limit (holotron/engine_replay.py)
 
     # ------------------------------------------------------------------ the public calls
@@ -198,22 +202,52 @@ class Sessions:
     def _load_prefix(self, row: int, prefix: Prefix) -> int:
         """``prefix``'s state into ``row``; returns its length. A prefix made by ``Engine.prefix`` holds no pads:
         it is copied by ``DecodeState.load_plain``, without reading the device (``load`` asks it where the pads
-        are), and on CUDA from its second use on by one replay of a graph of those copies: at the 12B about 80
-        copies, which queued from Python cost about a millisecond of host time per admission."""
+        are). During an admission (``_pending_loads`` a list) the load waits for ``_flush_loads``, which loads
+        every row of the admission that starts from the same prefix at once."""
         if not (prefix.padless and PREFIX_GRAPHS):
             return self.state.load(row, prefix.state, 0)
-        self._load_idx.fill_(row)
-        g = self._prefix_graphs.get(prefix)   # absent: never loaded; None: loaded once; else its graph
+        if self._pending_loads is not None and BATCH_LOADS:
+            self._pending_loads.append((row, prefix))
+        else:
+            self._load_prefix_rows([row], prefix)
+        return prefix.length
+
+    def _flush_loads(self) -> None:
+        """The prefix loads queued by an admission, one ``_load_prefix_rows`` per prefix."""
+        pending, self._pending_loads = self._pending_loads or [], None
+        groups: dict[int, tuple[Prefix, list[int]]] = {}
+        for row, prefix in pending:
+            groups.setdefault(id(prefix), (prefix, []))[1].append(row)
+        for prefix, rows in groups.values():
+            self._load_prefix_rows(rows, prefix)
+
+    def _load_prefix_rows(self, rows: list[int], prefix: Prefix) -> None:
+        """``prefix`` into ``rows`` by one ``load_plain`` whose row index has a power-of-two length (``rows``
+        padded with repeats of its last: every copy to a repeated row writes the same values, the prefix's). On
+        CUDA, from the second use of a (prefix, length) on, that is one replay of a graph of its copies: at the
+        12B about 80 copies, which queued from Python cost about a millisecond of host time. Loaded one row at a
+        time, the serving section's first 64 rows took 38.5 ms of GPU time on an H100 (0.6 ms a row: 80 short
+        copies; docs/benchmarks.md, "Rows moved only when the batch shrinks"); in one index copy per tensor the
+        copies' number stays that of one row."""
+        k = 1 << (len(rows) - 1).bit_length()
+        idx = self._load_idx.get(k)
+        if idx is None:
+            idx = self._load_idx[k] = torch.zeros(k, dtype=torch.long, device=self.device)
+        if k == 1:
+            idx.fill_(rows[0])
+        else:
+            idx.copy_(device_ints(rows + rows[-1:] * (k - len(rows)), self.device))
+        graphs = self._prefix_graphs.setdefault(prefix, {})
+        g = graphs.get(k)   # absent: never loaded; None: loaded once; else its graph
         if g is not None:
             g.replay()
-            return prefix.length
-        self.state.load_plain(self._load_idx, prefix.state)   # (at the second use also the capture's warm-up)
-        if self.cuda_graph and prefix in self._prefix_graphs:
+            return
+        self.state.load_plain(idx, prefix.state)   # (at the second use also the capture's warm-up)
+        if self.cuda_graph and k in graphs:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, capture_error_mode=CAPTURE_MODE):
-                self.state.load_plain(self._load_idx, prefix.state)
-        self._prefix_graphs[prefix] = g
-        return prefix.length
+                self.state.load_plain(idx, prefix.state)
+        graphs[k] = g
 
     def _decoding(self, row: int) -> bool:
         s = self.rows[row]

@@ -163,9 +163,39 @@ def test_a_prefix_is_loaded_without_pads_and_its_graph_is_kept_only_on_cuda(mode
     assert pre.padless and pre.length == 11
     reqs = [eng.submit(_ids(2, seed=62 + i), prefix=pre, max_new_tokens=3) for i in range(3)]
     eng.run()
-    assert pre in eng._prefix_graphs and eng._prefix_graphs[pre] is None   # loaded eagerly: no graphs on a CPU
+    # the first two rows loaded together (a bucket of 2), the third alone; eagerly: no graphs on a CPU
+    assert eng._prefix_graphs[pre] == {2: None, 1: None}
     for i, r in enumerate(reqs):
         assert r.tokens == _alone(model, torch.cat([_ids(11, seed=61), _ids(2, seed=62 + i)]), 3, eos_token_id=[])
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_the_rows_of_one_admission_load_their_prefix_together(model, monkeypatch, batched):
+    """Requests admitted in one step from the same prefix are loaded by one ``load_plain`` over their rows, padded
+    to a power of two with the last row repeated (holotron/engine_sessions.py); HOLOTRON_BATCH_LOADS=0 loads
+    them one by one. Both give each continuation's tokens alone; a second prefix's rows are loaded apart."""
+    monkeypatch.setattr(engine_sessions, "BATCH_LOADS", batched)
+    eng = Engine(model, max_batch=5, max_len=64)
+    shared = [_ids(9, seed=71), _ids(6, seed=72)]
+    pres = [eng.prefix(x) for x in shared]
+    calls = []
+    plain = eng.state.load_plain
+
+    def spy(index, src):
+        calls.append((index.tolist(), src.seqlen))
+        plain(index, src)
+
+    monkeypatch.setattr(eng.state, "load_plain", spy)
+    which = [0, 0, 1, 0, 1]
+    suffixes = [_ids(1 + i % 3, seed=73 + i) for i in range(5)]
+    reqs = [eng.submit(x, prefix=pres[w], max_new_tokens=4) for x, w in zip(suffixes, which)]
+    eng.run()
+    if batched:
+        assert calls == [([0, 1, 3, 3], 9), ([2, 4], 6)]
+    else:
+        assert calls == [([0], 9), ([1], 9), ([2], 6), ([3], 9), ([4], 6)]
+    for r, x, w in zip(reqs, suffixes, which):
+        assert r.tokens == _alone(model, torch.cat([shared[w], x]), 4, eos_token_id=[])
 
 
 def test_chunked_prefill_equals_one_call(model):
@@ -385,10 +415,37 @@ def test_prefix_load_graph_equals_the_copies_and_the_plain_loop(monkeypatch):
         reqs = [eng.submit(s.cuda(), prefix=pre, max_new_tokens=6) for s in suffixes]
         eng.run()
         out[on] = [r.tokens for r in reqs]
-        assert isinstance(eng._prefix_graphs.get(pre), torch.cuda.CUDAGraph) == on
+        graphs = eng._prefix_graphs.get(pre, {}).values()
+        assert any(isinstance(g, torch.cuda.CUDAGraph) for g in graphs) == on
     assert out[True] == out[False]
     ref = Engine(model, max_batch=3, max_len=64)
     alone = [ref.submit(torch.cat([shared, s]).cuda(), max_new_tokens=6) for s in suffixes]
+    ref.run()
+    assert out[True] == [r.tokens for r in alone]
+
+
+@pytest.mark.gpu
+def test_prefix_loads_of_several_rows_by_one_graph_equal_the_plain_loop(monkeypatch):
+    """Nine continuations of one prefix on three rows, all of the same length: they are admitted three at a time,
+    so the third group's rows are loaded by a replay of the graph captured at the second (a bucket of 4 rows, the
+    last repeated). Their tokens equal those loaded row by row (HOLOTRON_BATCH_LOADS=0) and the plain loop's."""
+    model = tiny_lm(tiny_config(hybrid_override_pattern="M-M*-M"), seed=9).cuda()
+    shared = _ids(17, seed=83)
+    suffixes = [_ids(3, seed=84 + i) for i in range(9)]
+    out = {}
+    for batched in (True, False):
+        monkeypatch.setattr(engine_sessions, "BATCH_LOADS", batched)
+        eng = Engine(model, max_batch=3, max_len=64)
+        pre = eng.prefix(shared.cuda())
+        reqs = [eng.submit(s.cuda(), prefix=pre, max_new_tokens=5) for s in suffixes]
+        eng.run()
+        out[batched] = [r.tokens for r in reqs]
+        graphs = eng._prefix_graphs[pre]
+        assert set(graphs) == ({4} if batched else {1})
+        assert isinstance(graphs[4 if batched else 1], torch.cuda.CUDAGraph)
+    assert out[True] == out[False]
+    ref = Engine(model, max_batch=3, max_len=64)
+    alone = [ref.submit(torch.cat([shared, s]).cuda(), max_new_tokens=5) for s in suffixes]
     ref.run()
     assert out[True] == [r.tokens for r in alone]
 
