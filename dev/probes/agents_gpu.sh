@@ -57,6 +57,8 @@
 #   SHORT=1 LAZY_RUNS="0 1 0 1" ONETILE=0 bash dev/probes/agents_gpu.sh lazyab   # ~230 s: fewer tests, four
 #                                           # serving runs alternated, phases; no one-tile run
 #   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else lazyab (rising was run on an H100)
+#   bash dev/probes/agents_gpu.sh loadsab   # ~400 s: GPU tests of the prefix loads; the serving section (mixed, FP8 KV,
+#                                           # bf16 state) with HOLOTRON_BATCH_LOADS 0, 1, 0, 1 (LOADS_RUNS=); phases
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -242,6 +244,19 @@ if [ "$phase" = lazyab ]; then   # rows moved only when that gives a smaller bat
   [ "${ONETILE:-1}" = 0 ] || { timeout 120 python3 benchmarks/bench_agents.py --cases one-tile --agents 100 --models \
     hybrid --mixed on --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
     cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-lazy.json"; rm -rf "$OUT/g1"; }
+fi
+if [ "$phase" = loadsab ]; then   # an admission's prefix loads together (one index copy per tensor) against row by row
+  timeout 90 python3 -m pytest -q -m gpu tests/test_engine.py -k "prefix or cuda_graph" 2>&1 | tail -2
+  i=0
+  for bl in ${LOADS_RUNS:-0 1 0 1}; do
+    i=$((i + 1))
+    HOLOTRON_BATCH_LOADS=$bl timeout 100 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 \
+      --variants serving_mixed_bf16_state --out "$OUT/sb" > "$OUT/serving-loads$bl-$i.log" 2>&1
+    echo "batch loads $bl: $(grep -E '"(tokens_per_s|admit_s|mixed_s|decode_s)"' "$OUT/serving-loads$bl-$i.log" \
+      | tr -d ' \n')"
+    cp "$OUT/sb/bench_serving.json" "$OUT/serving-loads$bl-$i.json"; rm -rf "$OUT/sb"
+  done
+  timeout 60 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -4
 fi
 if [ "$phase" = rising ]; then   # the same flags at 100 and 256 agents on one machine
   for n in 100 256; do
