@@ -300,29 +300,34 @@ class Sessions:
         self.stats["row_moves"] += len(pairs)
         return self._decoding_rows()
 
-    def _row_tensors(self) -> list[torch.Tensor]:
-        """Every tensor with one row per engine row (batch dimension first): the layers' states, the lengths,
-        the next tokens, ``active`` and the sampling settings."""
-        out = [self.state.lengths, self.tokens, self.active, self.temperature, self.top_k, self.top_p]
+    def _row_tensors(self) -> list[tuple[torch.Tensor, int]]:
+        """Every tensor with one row per engine row and its row dimension: the layers' states (their stacks, row
+        dimension 1: holotron/state_stacks.py; else each layer's), the lengths, the next tokens, ``active`` and
+        the sampling settings."""
+        out = [(t, 0) for t in (self.state.lengths, self.tokens, self.active, self.temperature, self.top_k,
+                                self.top_p)]
+        if self.state._stacked():
+            return out + [(st.tensor, 1) for st in self.state.stacks]
         for st in self.state.layers:
             if isinstance(st, MambaState):
-                out += [st.conv, st.ssm]
+                out += [(st.conv, 0), (st.ssm, 0)]
             elif st is not None:
-                out += list(st.tensors())   # FP8: codes (as uint8) and scales
+                out += [(t, 0) for t in st.tensors()]   # FP8: codes (as uint8) and scales
         return out
 
     def _capture_swap(self) -> None:
         """The CUDA graph of ``_compact``'s row exchange: rows ``_swap_idx[0]`` and ``[1]`` of every row tensor
-        swapped whole, two ops per tensor (the eager ``DecodeState.swap`` copies the used KV slots only, but
-        queues about 200 ops from Python per exchange: 2-4 ms of host time at 12B)."""
+        swapped whole, two ops per tensor: 12 at the 12B with the stacks (before them, 86: 1.1 ms of GPU time a
+        replay on an H100, the copies' number, not their bytes). The eager ``DecodeState.swap`` copies the used KV
+        slots only, but queues its ops from Python at each exchange."""
         with torch.inference_mode():
             self._swap_idx = torch.zeros(2, dtype=torch.long, device=self.device)  # rows 0 and 0: a no-op
             tensors = self._row_tensors()
 
             def swap():
                 back = self._swap_idx.flip(0)
-                for t in tensors:
-                    t.index_copy_(0, self._swap_idx, t.index_select(0, back))
+                for t, dim in tensors:
+                    t.index_copy_(dim, self._swap_idx, t.index_select(dim, back))
 
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))

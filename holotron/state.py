@@ -24,14 +24,20 @@ tensor copies. Both states are allocated by the layers' own ``new_state`` (``Hyb
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 from .kv_cache import KVCache
 from .state_snapshot import RowSnapshot, paged_snapshot, pieces
+from .state_stacks import Stack, intact, stacked_layer_states
 
 __all__ = ["MambaState", "KVCache", "InferenceState", "DecodeState", "Positions", "RowSnapshot", "device_ints"]
+
+# a DecodeState's layers as views of stacked tensors (holotron/state_stacks.py); HOLOTRON_STATE_STACKS=0: each
+# layer's own tensors, as before 2026-12-06 (to time the difference)
+STACKS = os.environ.get("HOLOTRON_STATE_STACKS", "1") != "0"
 
 
 def device_ints(values, device: torch.device | str) -> torch.Tensor:
@@ -197,26 +203,31 @@ class DecodeState:
     ``HybridLM.step`` takes.
     """
 
-    def __init__(self, layers: list, lengths: torch.Tensor, max_len: int):
+    def __init__(self, layers: list, lengths: torch.Tensor, max_len: int, stacks: list[Stack] | None = None):
         self.layers: list[MambaState | KVCache | None] = layers
         self.lengths = lengths
         self.max_len = max_len
+        self.stacks = stacks or []   # the layers' tensors as views of these (holotron/state_stacks.py)
 
     @classmethod
     def allocate(cls, lm, max_batch: int, max_len: int, ssm_dtype: torch.dtype = torch.float32,
                  zero: bool = True, kv_dtype: torch.dtype | None = None) -> "DecodeState":
-        """For a ``HybridLM`` (its layers' own ``new_state``, the one allocator). ``zero=False`` leaves the
-        tensors uninitialised (benchmarks that time steps on synthetic states; masked KV slots must
-        otherwise be finite, so the default zeroes). ``kv_dtype``: None (the model's dtype) or
-        torch.float8_e4m3fn (holotron/kv_quant.py)."""
-        layers = lm.layer_states(max_batch, -(-(max_len + 1) // 64) * 64, ssm_dtype, zero=zero, kv_dtype=kv_dtype)
+        """For a ``HybridLM`` (the shapes of its layers' own ``new_state``, the one allocator; the tensors views
+        of stacks, holotron/state_stacks.py). ``zero=False`` leaves the tensors uninitialised (benchmarks that
+        time steps on synthetic states; masked KV slots must otherwise be finite, so the default zeroes).
+        ``kv_dtype``: None (the model's dtype) or torch.float8_e4m3fn (holotron/kv_cache.py)."""
+        cap = -(-(max_len + 1) // 64) * 64
+        if STACKS:
+            layers, stacks = stacked_layer_states(lm, max_batch, cap, ssm_dtype, zero=zero, kv_dtype=kv_dtype)
+        else:
+            layers, stacks = lm.layer_states(max_batch, cap, ssm_dtype, zero=zero, kv_dtype=kv_dtype), []
         lengths = torch.zeros(max_batch, dtype=torch.long, device=lm.backbone.embeddings.weight.device)
-        return cls(layers, lengths, max_len)
+        return cls(layers, lengths, max_len, stacks)
 
     def rows(self, b: int) -> "DecodeState":
         """The first b rows as a DecodeState of views (in-place updates reach this state)."""
         out = DecodeState.__new__(DecodeState)
-        out.layers, out.lengths, out.max_len = self.view(b), self.lengths[:b], self.max_len
+        out.layers, out.lengths, out.max_len, out.stacks = self.view(b), self.lengths[:b], self.max_len, []
         return out
 
     @property
@@ -276,39 +287,54 @@ class DecodeState:
                     dt[:, :, :n].index_copy_(0, index, part.expand(k, *part.shape[1:]))
         self.lengths.index_fill_(0, index, n)
 
-    def move(self, src: int, dst: int, used: int) -> None:
-        """Copy row ``src`` into row ``dst`` (the first ``used`` KV slots, the Mamba state, the length)."""
+    def _stacked(self) -> bool:
+        """The layers' tensors are views of ``stacks``: row copies go through the stacks (one per part)."""
+        return bool(self.stacks) and intact(self.layers, self.stacks)
+
+    @staticmethod
+    def _row(st: Stack, row: int, used: int) -> torch.Tensor:
+        """Row ``row`` of a stack for every layer: the first ``used`` slots of a KV part."""
+        return st.tensor[:, row, :, :used] if st.kv else st.tensor[:, row]
+
+    def _parts(self, row: int, used: int) -> list[torch.Tensor]:
+        """Row ``row`` of every tensor (the first ``used`` KV slots): the stacks' rows, else each layer's."""
+        if self._stacked():
+            return [self._row(st, row, used) for st in self.stacks]
+        out = []
         for s in self.layers:
             if isinstance(s, MambaState):
-                s.conv[dst].copy_(s.conv[src])
-                s.ssm[dst].copy_(s.ssm[src])
+                out += [s.conv[row], s.ssm[row]]
             elif isinstance(s, KVCache):
-                for t in s.tensors():
-                    t[dst, :, :used].copy_(t[src, :, :used])
+                out += [t[row, :, :used] for t in s.tensors()]
+        return out
+
+    def move(self, src: int, dst: int, used: int) -> None:
+        """Copy row ``src`` into row ``dst`` (the first ``used`` KV slots, the Mamba state, the length)."""
+        for d, s in zip(self._parts(dst, used), self._parts(src, used)):
+            d.copy_(s)
         self.lengths[dst] = self.lengths[src]
 
     def swap(self, a: int, b: int, used_a: int, used_b: int) -> None:
         """Exchange rows ``a`` and ``b`` (their Mamba states, first ``used_*`` KV slots and lengths)."""
-        for s in self.layers:
-            if isinstance(s, MambaState):
-                for t in (s.conv, s.ssm):
-                    tmp = t[a].clone()
-                    t[a].copy_(t[b])
-                    t[b].copy_(tmp)
-            elif isinstance(s, KVCache):
-                for t in s.tensors():
-                    tmp = t[a, :, :used_a].clone()
-                    t[a, :, :used_b].copy_(t[b, :, :used_b])
-                    t[b, :, :used_a].copy_(tmp)
+        keep = [t.clone() for t in self._parts(a, used_a)]
+        for d, s in zip(self._parts(a, used_b), self._parts(b, used_b)):
+            d.copy_(s)
+        for d, s in zip(self._parts(b, used_a), keep):
+            d.copy_(s)
         la, lb = self.lengths[a].clone(), self.lengths[b].clone()
         self.lengths[a], self.lengths[b] = lb, la
 
     def reset(self, row: int) -> None:
         """An empty row: zero Mamba states, length 0 (KV slots are masked by the length, not cleared)."""
-        for s in self.layers:
-            if isinstance(s, MambaState):
-                s.conv[row].zero_()
-                s.ssm[row].zero_()
+        if self._stacked():
+            for st in self.stacks:
+                if not st.kv:
+                    st.tensor[:, row].zero_()
+        else:
+            for s in self.layers:
+                if isinstance(s, MambaState):
+                    s.conv[row].zero_()
+                    s.ssm[row].zero_()
         self.lengths[row] = 0
 
     def snapshot(self, row: int, used: int, device: torch.device | str = "cpu", paged: bool | None = None
