@@ -118,3 +118,27 @@ def test_without_stacks_each_layer_has_its_own_tensors(model, monkeypatch):
     st.swap(0, 1, 3, 3)
     assert st.lengths.tolist() == lengths[::-1]
     assert torch.equal(mamba.ssm[0], rows[1]) and torch.equal(mamba.ssm[1], rows[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", [None, FP8])
+def test_row_exchanges_by_the_swap_graph_over_the_stacks_give_each_sequence_alone(monkeypatch, kv_dtype):
+    """On CUDA a row exchange is one replay of the swap graph, over the stacks' rows (dimension 1): the tokens equal
+    those with each layer's tensors apart (HOLOTRON_STATE_STACKS=0) and those of each sequence alone."""
+    model = tiny_lm(tiny_config(hybrid_override_pattern="M*-M*M"), seed=12).cuda()
+    prompts = [_ids(3 + i % 5, seed=95 + i) for i in range(9)]
+    out = {}
+    for stacks in (True, False):
+        monkeypatch.setattr(state_module, "STACKS", stacks)
+        eng = Engine(model, max_batch=4, max_len=64, kv_dtype=kv_dtype)
+        assert eng.state._stacked() == stacks
+        assert any(dim == 1 for _, dim in eng._row_tensors()) == stacks
+        reqs = [eng.submit(p.cuda(), max_new_tokens=2 + 4 * (i % 3)) for i, p in enumerate(prompts)]
+        eng.run()
+        assert eng.stats["row_moves"] > 0
+        out[stacks] = [r.tokens for r in reqs]
+    assert out[True] == out[False]
+    ref = Engine(model, max_batch=1, max_len=64, kv_dtype=kv_dtype)
+    alone = [ref.submit(p.cuda(), max_new_tokens=2 + 4 * (i % 3)) for i, p in enumerate(prompts)]
+    ref.run()
+    assert out[True] == [r.tokens for r in alone]

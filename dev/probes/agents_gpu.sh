@@ -57,8 +57,9 @@
 #   SHORT=1 LAZY_RUNS="0 1 0 1" ONETILE=0 bash dev/probes/agents_gpu.sh lazyab   # ~230 s: fewer tests, four
 #                                           # serving runs alternated, phases; no one-tile run
 #   bash dev/probes/agents_gpu.sh auto      # goals and phases on an H200, else lazyab (rising was run on an H100)
-#   bash dev/probes/agents_gpu.sh loadsab   # ~400 s: GPU tests of the prefix loads; the serving section (mixed, FP8 KV,
-#                                           # bf16 state) with HOLOTRON_BATCH_LOADS 0, 1, 0, 1 (LOADS_RUNS=); phases
+#   bash dev/probes/agents_gpu.sh rowsab    # ~450 s: GPU tests of the prefix loads and the stacks; the serving section
+#                                           # (mixed, FP8 KV, bf16 state) with HOLOTRON_BATCH_LOADS and
+#                                           # HOLOTRON_STATE_STACKS both 0, 1, 0, 1 (ROWS_RUNS=); phases
 #   bash dev/probes/agents_gpu.sh ab        # GPU session tests; 100 one-tile agents, hybrid: separate / mixed graphs
 #                                           # (8,192 and 1,024 tokens a step), bf16 state, fuller chunks; a table last
 #   CONFIGS="on 8192 bfloat16 1 0 off;on 8192 bfloat16 1 0 on" RUN_S=100 bash dev/probes/agents_gpu.sh ab
@@ -245,16 +246,17 @@ if [ "$phase" = lazyab ]; then   # rows moved only when that gives a smaller bat
     hybrid --mixed on --ssm-dtype bfloat16 --vision-stream on --budget 108 --no-plot --out "$OUT/g1" 2>&1 | tail -3
     cp "$OUT/g1/bench_agents.json" "$OUT/agents-onetile-lazy.json"; rm -rf "$OUT/g1"; }
 fi
-if [ "$phase" = loadsab ]; then   # an admission's prefix loads together (one index copy per tensor) against row by row
-  timeout 90 python3 -m pytest -q -m gpu tests/test_engine.py -k "prefix or cuda_graph" 2>&1 | tail -2
+if [ "$phase" = rowsab ]; then   # an admission's prefix loads together and the state's stacks, against neither
+  timeout 120 python3 -m pytest -q -m gpu tests/test_engine.py tests/test_state_stacks.py -k "prefix or cuda_graph or \
+    stacks" 2>&1 | tail -2
   i=0
-  for bl in ${LOADS_RUNS:-0 1 0 1}; do
+  for ab in ${ROWS_RUNS:-0 1 0 1}; do
     i=$((i + 1))
-    HOLOTRON_BATCH_LOADS=$bl timeout 100 python3 benchmarks/bench_serving.py --serving-only --kv-dtype fp8 \
-      --variants serving_mixed_bf16_state --out "$OUT/sb" > "$OUT/serving-loads$bl-$i.log" 2>&1
-    echo "batch loads $bl: $(grep -E '"(tokens_per_s|admit_s|mixed_s|decode_s)"' "$OUT/serving-loads$bl-$i.log" \
+    HOLOTRON_BATCH_LOADS=$ab HOLOTRON_STATE_STACKS=$ab timeout 100 python3 benchmarks/bench_serving.py --serving-only \
+      --kv-dtype fp8 --variants serving_mixed_bf16_state --out "$OUT/sb" > "$OUT/serving-rows$ab-$i.log" 2>&1
+    echo "loads and stacks $ab: $(grep -E '"(tokens_per_s|admit_s|mixed_s|decode_s)"' "$OUT/serving-rows$ab-$i.log" \
       | tr -d ' \n')"
-    cp "$OUT/sb/bench_serving.json" "$OUT/serving-loads$bl-$i.json"; rm -rf "$OUT/sb"
+    cp "$OUT/sb/bench_serving.json" "$OUT/serving-rows$ab-$i.json"; rm -rf "$OUT/sb"
   done
   timeout 60 python3 dev/probes/serving_phases.py --out "$OUT" 2>&1 | tail -4
 fi
