@@ -84,6 +84,7 @@ from bench_vision import randomize  # noqa: E402
 from timing import times_ms  # noqa: E402  (benchmarks/ is on sys.path)
 
 from holotron import engine_chunks, engine_sessions, layers, mamba2  # noqa: E402
+from holotron import state as holo_state  # noqa: E402
 from holotron.config import TextConfig  # noqa: E402
 from holotron.engine import Engine, row_bytes  # noqa: E402
 from holotron.engine_chunks import row_buckets  # noqa: E402
@@ -729,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         "norm16": layers.NORM16,  # HOLOTRON_NORM16
         "prefix_graphs": engine_sessions.PREFIX_GRAPHS,  # HOLOTRON_PREFIX_GRAPHS
         "batch_loads": engine_sessions.BATCH_LOADS,  # HOLOTRON_BATCH_LOADS
+        "state_stacks": holo_state.STACKS,  # HOLOTRON_STATE_STACKS
         "lazy_rows": engine_sessions.LAZY_ROWS,  # HOLOTRON_LAZY_ROWS
         "command": "PYTHONPATH=. python3 benchmarks/bench_agents.py" + (" " + shlex.join(argv) if argv else ""),
         "small": args.small, "ssm_dtype": str(args.ssm_dtype), "prefill_tokens": args.prefill_tokens,
