@@ -317,9 +317,10 @@ class Sessions:
 
     def _capture_swap(self) -> None:
         """The CUDA graph of ``_compact``'s row exchange: rows ``_swap_idx[0]`` and ``[1]`` of every row tensor
-        swapped whole, two ops per tensor: 12 at the 12B with the stacks (before them, 86: 1.1 ms of GPU time a
-        replay on an H100, the copies' number, not their bytes). The eager ``DecodeState.swap`` copies the used KV
-        slots only, but queues its ops from Python at each exchange."""
+        swapped whole, two ops per tensor: 12 tensors at the 12B with the stacks, 86 before them (a replay at the
+        serving section's rows took 1.08 ms of GPU time on an H100 before, 0.75 ms with the stacks;
+        docs/benchmarks.md). The eager ``DecodeState.swap`` copies the used KV slots only, but queues its ops from
+        Python at each exchange."""
         with torch.inference_mode():
             self._swap_idx = torch.zeros(2, dtype=torch.long, device=self.device)  # rows 0 and 0: a no-op
             tensors = self._row_tensors()

@@ -8,9 +8,8 @@ Layers of one shape get one tensor per part, (L, R, ...), and each layer's ``Mam
 the views ``stack[l]``: contiguous, so every kernel sees the tensors it saw before, and the same bytes in all.
 A row exchange or move (``DecodeState.swap`` / ``move``, the engine's swap graph) then copies rows of the stacks,
 ``stack[:, r]``: at the 12B 6 tensors (2 Mamba parts, 4 of an FP8 cache) where there were 80 per-layer ones.
-The GPU time of a row exchange goes to the number of copies when the rows are small (1.1 ms on an H100 for a
-replay of the per-layer copies with rows of about 90 MB, docs/benchmarks.md, "Rows moved only when the batch
-shrinks").
+On an H100 a row exchange of the serving section (rows of about 90 MB) took 1.08 ms of GPU time with the per-layer
+copies and 0.75 ms with the stacks (docs/benchmarks.md, "Prefix loads together, the state in stacks").
 
 ``Stack`` says which tensor and whether it is a KV part (its slot dimension, 3 in the stack, is cut to the used
 slots by ``DecodeState.move`` / ``swap``). ``intact`` tells whether the layers still hold the stacks' views (a
