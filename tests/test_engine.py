@@ -398,30 +398,38 @@ def test_cuda_graph_step_equals_eager_step_and_plain_loop(pattern):
     assert torch.equal(generate(model, ids, 10, attention_mask=mask, eos_token_id=[]), plain)  # auto: the graph path
 
 
+def _prefix_continuations(monkeypatch, setting: str, model, shared, suffixes, max_new: int, check) -> None:
+    """``suffixes`` continuing ``shared`` on three CUDA rows with ``engine_sessions.<setting>`` on, then off
+    (``check(on, graphs)`` asked of each engine's load graphs of the prefix): the tokens are the same both ways and
+    equal the plain loop's on the whole prompts."""
+    out = {}
+    for on in (True, False):
+        monkeypatch.setattr(engine_sessions, setting, on)
+        eng = Engine(model, max_batch=3, max_len=64)
+        pre = eng.prefix(shared.cuda())
+        reqs = [eng.submit(s.cuda(), prefix=pre, max_new_tokens=max_new) for s in suffixes]
+        eng.run()
+        out[on] = [r.tokens for r in reqs]
+        check(on, eng._prefix_graphs.get(pre, {}))
+    assert out[True] == out[False]
+    ref = Engine(model, max_batch=3, max_len=64)
+    alone = [ref.submit(torch.cat([shared, s]).cuda(), max_new_tokens=max_new) for s in suffixes]
+    ref.run()
+    assert out[True] == [r.tokens for r in alone]
+
+
 @pytest.mark.gpu
 def test_prefix_load_graph_equals_the_copies_and_the_plain_loop(monkeypatch):
     """A prefix met a second time is loaded by a graph replay (holotron/engine_sessions.py): the tokens of six
     continuations on three rows equal those with the prefix copied as before (HOLOTRON_PREFIX_GRAPHS=0) and those
     of the plain loop on the whole prompt."""
-    from holotron import engine_sessions
     model = tiny_lm(tiny_config(hybrid_override_pattern="M-M*-M"), seed=8).cuda()
-    shared = _ids(21, seed=63)
-    suffixes = [_ids(1 + i % 3, seed=64 + i) for i in range(6)]
-    out = {}
-    for on in (True, False):
-        monkeypatch.setattr(engine_sessions, "PREFIX_GRAPHS", on)
-        eng = Engine(model, max_batch=3, max_len=64)
-        pre = eng.prefix(shared.cuda())
-        reqs = [eng.submit(s.cuda(), prefix=pre, max_new_tokens=6) for s in suffixes]
-        eng.run()
-        out[on] = [r.tokens for r in reqs]
-        graphs = eng._prefix_graphs.get(pre, {}).values()
-        assert any(isinstance(g, torch.cuda.CUDAGraph) for g in graphs) == on
-    assert out[True] == out[False]
-    ref = Engine(model, max_batch=3, max_len=64)
-    alone = [ref.submit(torch.cat([shared, s]).cuda(), max_new_tokens=6) for s in suffixes]
-    ref.run()
-    assert out[True] == [r.tokens for r in alone]
+
+    def check(on, graphs):
+        assert any(isinstance(g, torch.cuda.CUDAGraph) for g in graphs.values()) == on
+
+    _prefix_continuations(monkeypatch, "PREFIX_GRAPHS", model, _ids(21, seed=63),
+                          [_ids(1 + i % 3, seed=64 + i) for i in range(6)], 6, check)
 
 
 @pytest.mark.gpu
@@ -430,24 +438,13 @@ def test_prefix_loads_of_several_rows_by_one_graph_equal_the_plain_loop(monkeypa
     so the third group's rows are loaded by a replay of the graph captured at the second (a bucket of 4 rows, the
     last repeated). Their tokens equal those loaded row by row (HOLOTRON_BATCH_LOADS=0) and the plain loop's."""
     model = tiny_lm(tiny_config(hybrid_override_pattern="M-M*-M"), seed=9).cuda()
-    shared = _ids(17, seed=83)
-    suffixes = [_ids(3, seed=84 + i) for i in range(9)]
-    out = {}
-    for batched in (True, False):
-        monkeypatch.setattr(engine_sessions, "BATCH_LOADS", batched)
-        eng = Engine(model, max_batch=3, max_len=64)
-        pre = eng.prefix(shared.cuda())
-        reqs = [eng.submit(s.cuda(), prefix=pre, max_new_tokens=5) for s in suffixes]
-        eng.run()
-        out[batched] = [r.tokens for r in reqs]
-        graphs = eng._prefix_graphs[pre]
+
+    def check(batched, graphs):
         assert set(graphs) == ({4} if batched else {1})
         assert isinstance(graphs[4 if batched else 1], torch.cuda.CUDAGraph)
-    assert out[True] == out[False]
-    ref = Engine(model, max_batch=3, max_len=64)
-    alone = [ref.submit(torch.cat([shared, s]).cuda(), max_new_tokens=5) for s in suffixes]
-    ref.run()
-    assert out[True] == [r.tokens for r in alone]
+
+    _prefix_continuations(monkeypatch, "BATCH_LOADS", model, _ids(17, seed=83),
+                          [_ids(3, seed=84 + i) for i in range(9)], 5, check)
 
 
 @pytest.mark.gpu
