@@ -215,10 +215,10 @@ class Sessions:
     def _flush_loads(self) -> None:
         """The prefix loads queued by an admission, one ``_load_prefix_rows`` per prefix."""
         pending, self._pending_loads = self._pending_loads or [], None
-        groups: dict[int, tuple[Prefix, list[int]]] = {}
+        groups: dict[Prefix, list[int]] = {}   # (a Prefix hashes by identity)
         for row, prefix in pending:
-            groups.setdefault(id(prefix), (prefix, []))[1].append(row)
-        for prefix, rows in groups.values():
+            groups.setdefault(prefix, []).append(row)
+        for prefix, rows in groups.items():
             self._load_prefix_rows(rows, prefix)
 
     def _load_prefix_rows(self, rows: list[int], prefix: Prefix) -> None:
