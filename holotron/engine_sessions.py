@@ -225,10 +225,9 @@ class Sessions:
         """``prefix`` into ``rows`` by one ``load_plain`` whose row index has a power-of-two length (``rows``
         padded with repeats of its last: every copy to a repeated row writes the same values, the prefix's). On
         CUDA, from the second use of a (prefix, length) on, that is one replay of a graph of its copies: at the
-        12B about 80 copies, which queued from Python cost about a millisecond of host time. Loaded one row at a
-        time, the serving section's first 64 rows took 38.5 ms of GPU time on an H100 (0.6 ms a row: 80 short
-        copies; docs/benchmarks.md, "Rows moved only when the batch shrinks"); in one index copy per tensor the
-        copies' number stays that of one row."""
+        12B about 80 copies, which queued from Python cost about a millisecond of host time. The serving section's
+        first 64 rows took 38.5 ms of GPU time on an H100 loaded one at a time (0.6 ms a row: 80 short copies),
+        13.2 ms together (docs/benchmarks.md, "Prefix loads together, the state in stacks")."""
         k = 1 << (len(rows) - 1).bit_length()
         idx = self._load_idx.get(k)
         if idx is None:
