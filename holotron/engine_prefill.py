@@ -164,7 +164,7 @@ class Admission:
         below ``4 * prefill_tokens``; returns first tokens of those with nothing to prefill."""
         backlog, admitted, waiting = sum(r.x.shape[0] - r.pos for r in self.prefilling), [], []
         rows_left = True  # once no row can be had, only turns whose sessions hold one go on
-        self._pending_loads = []   # the rows that start from one prefix: loaded together (Sessions._flush_loads)
+        loads = []   # the rows that start from one prefix: loaded together (Sessions._load_prefixes)
         try:
             while self.queue:
                 req = self.queue.popleft()
@@ -172,7 +172,7 @@ class Admission:
                     waiting.append(req)
                     continue
                 s = req.session
-                if s.row is None and not (rows_left and self._acquire_row(s, req)):
+                if s.row is None and not (rows_left and self._acquire_row(s, req, loads)):
                     rows_left = False
                     waiting.append(req)
                     continue
@@ -180,7 +180,7 @@ class Admission:
                 admitted.append(req)
                 backlog += req.suffix_len + (s.pending is not None)
         finally:
-            self._flush_loads()
+            self._load_prefixes(loads)
         self.queue.extendleft(reversed(waiting))
         if not admitted:
             return []

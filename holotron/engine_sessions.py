@@ -38,7 +38,7 @@ PREFIX_GRAPHS = os.environ.get("HOLOTRON_PREFIX_GRAPHS", "1") != "0"
 # (``Sessions._compaction_target``); HOLOTRON_LAZY_ROWS=0: moved whenever a row below them does not decode, a turn
 # admitted into the highest free row, as before 2026-12-06 (to time the difference)
 LAZY_ROWS = os.environ.get("HOLOTRON_LAZY_ROWS", "1") != "0"
-# the rows an admission starts from the same prefix loaded together (``Sessions._flush_loads``);
+# the rows an admission starts from the same prefix loaded together (``Sessions._load_prefixes``);
 # HOLOTRON_BATCH_LOADS=0: one row at a time, as before 2026-12-06 (to time the difference)
 BATCH_LOADS = os.environ.get("HOLOTRON_BATCH_LOADS", "1") != "0"
 
@@ -70,7 +70,6 @@ class Sessions:
         self._next_id = 0
         self._load_idx: dict[int, torch.Tensor] = {}   # rows a prefix graph loads, by bucket (a power of two)
         self._prefix_graphs = weakref.WeakKeyDictionary()   # Prefix -> {bucket: its load graph (None: met once)}
-        self._pending_loads: list[tuple[int, Prefix]] | None = None   # an admission's loads, queued by _flush_loads
         self._init_replays(host_limit)   # host_limit (holotron/engine_replay.py)
 
     # ------------------------------------------------------------------ the public calls
@@ -180,8 +179,9 @@ class Sessions:
         if s is not None:
             s.row = None
 
-    def _acquire_row(self, s: Session, req: Request | None) -> bool:
-        """A row for ``s``, loaded with its state (host snapshot, ``req``'s prefix, or empty)."""
+    def _acquire_row(self, s: Session, req: Request | None, loads: list | None = None) -> bool:
+        """A row for ``s``, loaded with its state (host snapshot, ``req``'s prefix, or empty). ``loads``: an
+        admission's list, where a prefix load waits for ``_load_prefixes`` (else it is done at once)."""
         free = self._free_rows()
         if not free and not (self.offload and self._evict()):
             return False
@@ -193,30 +193,29 @@ class Sessions:
                 self.state.restore(r, s.snapshot, release=True)
                 s.snapshot = None
             elif req is not None and req.prefix is not None:
-                s.length = self._load_prefix(r, req.prefix)
+                s.length = self._load_prefix(r, req.prefix, loads)
             else:
                 self.state.reset(r)
         self._hold(r, s)
         return True
 
-    def _load_prefix(self, row: int, prefix: Prefix) -> int:
+    def _load_prefix(self, row: int, prefix: Prefix, loads: list | None = None) -> int:
         """``prefix``'s state into ``row``; returns its length. A prefix made by ``Engine.prefix`` holds no pads:
         it is copied by ``DecodeState.load_plain``, without reading the device (``load`` asks it where the pads
-        are). During an admission (``_pending_loads`` a list) the load waits for ``_flush_loads``, which loads
-        every row of the admission that starts from the same prefix at once."""
+        are). Given an admission's ``loads``, the copy waits there for ``_load_prefixes``, which loads every row
+        of the admission that starts from the same prefix at once."""
         if not (prefix.padless and PREFIX_GRAPHS):
             return self.state.load(row, prefix.state, 0)
-        if self._pending_loads is not None and BATCH_LOADS:
-            self._pending_loads.append((row, prefix))
+        if loads is not None and BATCH_LOADS:
+            loads.append((row, prefix))
         else:
             self._load_prefix_rows([row], prefix)
         return prefix.length
 
-    def _flush_loads(self) -> None:
-        """The prefix loads queued by an admission, one ``_load_prefix_rows`` per prefix."""
-        pending, self._pending_loads = self._pending_loads or [], None
+    def _load_prefixes(self, loads: list[tuple[int, Prefix]]) -> None:
+        """An admission's waiting prefix loads (row, prefix), one ``_load_prefix_rows`` per prefix."""
         groups: dict[Prefix, list[int]] = {}   # (a Prefix hashes by identity)
-        for row, prefix in pending:
+        for row, prefix in loads:
             groups.setdefault(prefix, []).append(row)
         for prefix, rows in groups.items():
             self._load_prefix_rows(rows, prefix)

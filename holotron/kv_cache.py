@@ -155,6 +155,14 @@ class KVCache:
             return self.k, self.v
         return raw(self.k), raw(self.v), self.k_scale, self.v_scale
 
+    @classmethod
+    def of(cls, ts) -> "KVCache":
+        """A cache over tensors in the form ``tensors()`` hands out (FP8 codes as uint8), kept as they are:
+        views stay views (holotron/state_stacks.py)."""
+        cache = cls(ts[0], ts[1])
+        cache._set(list(ts))
+        return cache
+
     def _set(self, ts) -> None:
         if len(ts) == 2:
             self.k, self.v = ts

@@ -326,15 +326,8 @@ class DecodeState:
 
     def reset(self, row: int) -> None:
         """An empty row: zero Mamba states, length 0 (KV slots are masked by the length, not cleared)."""
-        if self._stacked():
-            for st in self.stacks:
-                if not st.kv:
-                    st.tensor[:, row].zero_()
-        else:
-            for s in self.layers:
-                if isinstance(s, MambaState):
-                    s.conv[row].zero_()
-                    s.ssm[row].zero_()
+        for t in self._parts(row, 0):   # (a KV part of 0 slots is empty)
+            t.zero_()
         self.lengths[row] = 0
 
     def snapshot(self, row: int, used: int, device: torch.device | str = "cpu", paged: bool | None = None

@@ -35,7 +35,7 @@ class Stack:
     part: int
 
 
-def _parts(s) -> list[torch.Tensor]:
+def _tensors_of(s) -> list[torch.Tensor]:
     """A layer state's tensors in a fixed order: (conv, ssm), or ``KVCache.tensors()`` (FP8 codes as uint8)."""
     return [s.conv, s.ssm] if not isinstance(s, KVCache) else list(s.tensors())
 
@@ -48,7 +48,7 @@ def stacked_layer_states(lm, batch: int, capacity: int, ssm_dtype: torch.dtype =
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(one):
         if s is not None:
-            key = (isinstance(s, KVCache),) + tuple((tuple(t.shape[1:]), t.dtype, t.device) for t in _parts(s))
+            key = (isinstance(s, KVCache),) + tuple((tuple(t.shape[1:]), t.dtype, t.device) for t in _tensors_of(s))
             groups.setdefault(key, []).append(i)
     layers: list = [None] * len(one)
     stacks: list[Stack] = []
@@ -63,12 +63,8 @@ def stacked_layer_states(lm, batch: int, capacity: int, ssm_dtype: torch.dtype =
             views.append(t)
         for n, i in enumerate(idx):
             parts = [t[n] for t in views]
-            if kv:
-                cache = KVCache(parts[0], parts[1])
-                cache._set(parts)
-                layers[i] = cache
-            else:
-                layers[i] = type(one[i])(conv=parts[0], ssm=parts[1])
+            # (a MambaState built as ``one[i]``'s type: holotron/state.py imports this module)
+            layers[i] = KVCache.of(parts) if kv else type(one[i])(conv=parts[0], ssm=parts[1])
     return layers, stacks
 
 
@@ -77,7 +73,7 @@ def intact(layers: list, stacks: list[Stack]) -> bool:
     for st in stacks:
         base, step = st.tensor.data_ptr(), st.tensor[0].nbytes if st.tensor.shape[0] else 0
         for n, i in enumerate(st.layers):
-            t = _parts(layers[i])[st.part]
+            t = _tensors_of(layers[i])[st.part]
             if t.data_ptr() != base + n * step or t.shape != st.tensor.shape[1:]:
                 return False
     return True
